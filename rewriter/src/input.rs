@@ -1,0 +1,298 @@
+//! Input: validate an ELF and give the rest of the rewriter a checked view of it.
+//!
+//! Everything later (analysis, planning, emitting) reads the program through [`InputElf`], so
+//! the bounds checks live here once: a region that runs past the file is an error here, never a
+//! panic later. We parse the raw headers with `object::elf` types (the rewriter needs the exact
+//! program-header table it will edit) and let `object::read` parse symbols and sections.
+
+use crate::error::{Error, Result};
+use object::elf;
+use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
+use object::Endianness;
+
+/// The kind of executable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ElfKind {
+    /// ET_EXEC with an interpreter: loaded at its link addresses.
+    Exec,
+    /// ET_DYN with an interpreter: position-independent executable.
+    Pie,
+}
+
+/// One program header, as in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub index: usize,
+    pub p_type: u32,
+    pub flags: u32,
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+    pub memsz: u64,
+    pub align: u64,
+}
+
+impl Segment {
+    pub fn is_load(&self) -> bool {
+        self.p_type == elf::PT_LOAD
+    }
+    pub fn contains_vaddr(&self, a: u64) -> bool {
+        a >= self.vaddr && a < self.vaddr + self.memsz
+    }
+}
+
+/// One section header with its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Section {
+    pub index: usize,
+    pub name: String,
+    pub sh_type: u32,
+    pub flags: u64,
+    pub addr: u64,
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl Section {
+    pub fn is_exec(&self) -> bool {
+        self.flags & u64::from(elf::SHF_EXECINSTR) != 0 && self.flags & u64::from(elf::SHF_ALLOC) != 0
+    }
+    pub fn is_alloc(&self) -> bool {
+        self.flags & u64::from(elf::SHF_ALLOC) != 0
+    }
+    /// File bytes backing this section (none for NOBITS).
+    pub fn has_bits(&self) -> bool {
+        self.sh_type != elf::SHT_NOBITS
+    }
+}
+
+/// A validated x86-64 executable.
+pub struct InputElf<'a> {
+    pub data: &'a [u8],
+    pub kind: ElfKind,
+    pub entry: u64,
+    pub interp: Option<String>,
+    pub phoff: u64,
+    pub phnum: usize,
+    pub segments: Vec<Segment>,
+    pub sections: Vec<Section>,
+}
+
+const EHDR_SIZE: usize = 64;
+const PHDR_SIZE: usize = 56;
+
+impl<'a> InputElf<'a> {
+    /// Validate `data` as an ELF executable this version can rewrite.
+    pub fn parse(data: &'a [u8]) -> Result<Self> {
+        if data.len() < 4 || &data[..4] != b"\x7fELF" {
+            return Err(Error::NotElf);
+        }
+        if data.len() < 6 {
+            return Err(Error::Truncated("ELF identification is cut short".into()));
+        }
+        if data[elf::EI_CLASS] != elf::ELFCLASS64 {
+            return Err(Error::Foreign("32-bit ELF".into()));
+        }
+        if data[elf::EI_DATA] != elf::ELFDATA2LSB {
+            return Err(Error::Foreign("big-endian ELF".into()));
+        }
+        if data.len() < EHDR_SIZE {
+            return Err(Error::Truncated(format!("ELF header needs {EHDR_SIZE} bytes, file has {}", data.len())));
+        }
+        let hdr = elf::FileHeader64::<Endianness>::parse(data)
+            .map_err(|e| Error::Malformed(format!("ELF header: {e}")))?;
+        let en = hdr.endian().map_err(|e| Error::Malformed(format!("ELF header: {e}")))?;
+        let machine = hdr.e_machine(en);
+        if machine != elf::EM_X86_64 {
+            return Err(Error::Foreign(format!("machine {} ({})", machine, machine_name(machine))));
+        }
+        let e_type = hdr.e_type(en);
+        let phoff = hdr.e_phoff(en);
+        let phnum = hdr.e_phnum(en) as usize;
+        if hdr.e_phentsize(en) as usize != PHDR_SIZE || phnum == 0 {
+            return Err(Error::Malformed("program header table is missing or has a foreign entry size".into()));
+        }
+        let ph_end = phoff.checked_add((phnum * PHDR_SIZE) as u64);
+        if !ph_end.is_some_and(|end| end <= data.len() as u64) {
+            return Err(Error::Truncated("program header table runs past the end of the file".into()));
+        }
+        let phdrs = hdr.program_headers(en, data).map_err(|e| Error::Malformed(format!("program headers: {e}")))?;
+        let mut segments = Vec::with_capacity(phnum);
+        for (index, p) in phdrs.iter().enumerate() {
+            let s = Segment {
+                index,
+                p_type: p.p_type(en),
+                flags: p.p_flags(en),
+                offset: p.p_offset(en),
+                vaddr: p.p_vaddr(en),
+                filesz: p.p_filesz(en),
+                memsz: p.p_memsz(en),
+                align: p.p_align(en),
+            };
+            if s.p_type == elf::PT_LOAD || s.p_type == elf::PT_INTERP || s.p_type == elf::PT_DYNAMIC {
+                if !s.offset.checked_add(s.filesz).is_some_and(|e| e <= data.len() as u64) {
+                    return Err(Error::Truncated(format!(
+                        "segment {index} (file 0x{:x}+0x{:x}) runs past the end of the file (0x{:x} bytes)",
+                        s.offset,
+                        s.filesz,
+                        data.len()
+                    )));
+                }
+                if s.p_type == elf::PT_LOAD && s.memsz < s.filesz {
+                    return Err(Error::Malformed(format!("segment {index} has p_memsz < p_filesz")));
+                }
+            }
+            segments.push(s);
+        }
+        let interp = segments.iter().find(|s| s.p_type == elf::PT_INTERP).map(|s| {
+            let b = &data[s.offset as usize..(s.offset + s.filesz) as usize];
+            String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(b)).into_owned()
+        });
+        let has_dynamic = segments.iter().any(|s| s.p_type == elf::PT_DYNAMIC);
+        let kind = match (e_type, interp.is_some()) {
+            (elf::ET_EXEC, true) => ElfKind::Exec,
+            (elf::ET_DYN, true) => ElfKind::Pie,
+            (elf::ET_EXEC, false) => {
+                return Err(Error::UnsupportedKind(
+                    "static executable: not supported yet (only dynamically linked executables)".into(),
+                ))
+            }
+            (elf::ET_DYN, false) if has_dynamic && !is_static_pie(data, en, &segments) => {
+                return Err(Error::UnsupportedKind(
+                    "shared library: stint rewrites executables, not libraries".into(),
+                ))
+            }
+            (elf::ET_DYN, false) => {
+                return Err(Error::UnsupportedKind(
+                    "static-pie executable: not supported yet (only dynamically linked executables)".into(),
+                ))
+            }
+            (elf::ET_REL, _) => {
+                return Err(Error::UnsupportedKind("relocatable object file: link it into an executable first".into()))
+            }
+            (elf::ET_CORE, _) => return Err(Error::UnsupportedKind("core dump, not an executable".into())),
+            (t, _) => return Err(Error::UnsupportedKind(format!("ELF type {t} is not an executable"))),
+        };
+        if !segments.iter().any(|s| s.is_load()) {
+            return Err(Error::Malformed("no PT_LOAD segment".into()));
+        }
+
+        let mut sections = Vec::new();
+        match hdr.sections(en, data) {
+            Ok(table) => {
+                for (i, sh) in table.iter().enumerate() {
+                    let name = table
+                        .section_name(en, sh)
+                        .map(|n| String::from_utf8_lossy(n).into_owned())
+                        .unwrap_or_default();
+                    let s = Section {
+                        index: i,
+                        name,
+                        sh_type: sh.sh_type(en),
+                        flags: sh.sh_flags(en),
+                        addr: sh.sh_addr(en),
+                        offset: sh.sh_offset(en),
+                        size: sh.sh_size(en),
+                    };
+                    if s.has_bits()
+                        && s.sh_type != elf::SHT_NULL
+                        && !s.offset.checked_add(s.size).is_some_and(|e| e <= data.len() as u64)
+                    {
+                        return Err(Error::Truncated(format!("section {} runs past the end of the file", s.name)));
+                    }
+                    sections.push(s);
+                }
+            }
+            Err(e) => return Err(Error::Malformed(format!("section headers: {e}"))),
+        }
+        let me = InputElf { data, kind, entry: hdr.e_entry(en), interp, phoff, phnum, segments, sections };
+        if me.find_segment_magic() {
+            return Err(Error::AlreadyRewritten);
+        }
+        Ok(me)
+    }
+
+    /// True if some loadable segment starts with stint's segment marker.
+    fn find_segment_magic(&self) -> bool {
+        self.segments.iter().filter(|s| s.is_load()).any(|s| {
+            let m = &stint_layout::SEGMENT_MAGIC;
+            s.filesz >= m.len() as u64 && &self.data[s.offset as usize..s.offset as usize + m.len()] == m
+        })
+    }
+
+    /// PT_LOAD segments in table order.
+    pub fn loads(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.iter().filter(|s| s.is_load())
+    }
+
+    /// File offset of a virtual address backed by file bytes.
+    pub fn vaddr_to_offset(&self, vaddr: u64) -> Option<u64> {
+        self.loads()
+            .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)
+            .map(|s| vaddr - s.vaddr + s.offset)
+    }
+
+    /// `len` file-backed bytes at `vaddr`, or None if any of them is not in the file.
+    pub fn bytes_at(&self, vaddr: u64, len: u64) -> Option<&'a [u8]> {
+        let seg = self.loads().find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)?;
+        if vaddr.checked_add(len)? > seg.vaddr + seg.filesz {
+            return None;
+        }
+        let off = (vaddr - seg.vaddr + seg.offset) as usize;
+        self.data.get(off..off + len as usize)
+    }
+
+    /// The executable section containing `vaddr`.
+    pub fn exec_section_at(&self, vaddr: u64) -> Option<&Section> {
+        self.sections.iter().find(|s| s.is_exec() && vaddr >= s.addr && vaddr < s.addr + s.size)
+    }
+
+    /// A section by name.
+    pub fn section(&self, name: &str) -> Option<&Section> {
+        self.sections.iter().find(|s| s.name == name)
+    }
+
+    /// The file bytes of a section (empty for NOBITS).
+    pub fn section_data(&self, s: &Section) -> &'a [u8] {
+        if !s.has_bits() {
+            return &[];
+        }
+        &self.data[s.offset as usize..(s.offset + s.size) as usize]
+    }
+
+    /// Whether the program's libc is glibc (the interpreter is glibc's ld.so).
+    pub fn is_glibc(&self) -> bool {
+        self.interp.as_deref().is_some_and(|i| i.contains("ld-linux-x86-64.so"))
+    }
+}
+
+/// A static-pie has DF_1_PIE in DT_FLAGS_1 and no interpreter.
+fn is_static_pie(data: &[u8], en: Endianness, segments: &[Segment]) -> bool {
+    let Some(dynamic) = segments.iter().find(|s| s.p_type == elf::PT_DYNAMIC) else { return false };
+    let b = &data[dynamic.offset as usize..(dynamic.offset + dynamic.filesz) as usize];
+    for e in b.chunks_exact(16) {
+        let tag = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
+        let val = u64::from_le_bytes(e[8..].try_into().unwrap_or_default());
+        let _ = en;
+        if tag == u64::from(elf::DT_FLAGS_1) {
+            return val & u64::from(elf::DF_1_PIE) != 0;
+        }
+        if tag == u64::from(elf::DT_NULL) {
+            break;
+        }
+    }
+    false
+}
+
+fn machine_name(m: u16) -> &'static str {
+    match m {
+        elf::EM_386 => "i386",
+        elf::EM_ARM => "arm",
+        elf::EM_AARCH64 => "aarch64",
+        elf::EM_RISCV => "riscv",
+        elf::EM_PPC64 => "ppc64",
+        elf::EM_S390 => "s390",
+        _ => "not x86-64",
+    }
+}
