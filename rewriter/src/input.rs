@@ -91,10 +91,10 @@ impl<'a> InputElf<'a> {
         if data.len() < 6 {
             return Err(Error::Truncated("ELF identification is cut short".into()));
         }
-        if data[elf::EI_CLASS] != elf::ELFCLASS64 {
+        if data[4] != elf::ELFCLASS64 {
             return Err(Error::Foreign("32-bit ELF".into()));
         }
-        if data[elf::EI_DATA] != elf::ELFDATA2LSB {
+        if data[5] != elf::ELFDATA2LSB {
             return Err(Error::Foreign("big-endian ELF".into()));
         }
         if data.len() < EHDR_SIZE {
