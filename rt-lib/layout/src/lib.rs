@@ -383,7 +383,8 @@ mod tests {
         assert_eq!(COL_OWNER_TP_OFFSET, 8);
         assert_eq!(COL_OWNER_KEY_OFFSET, 16);
         assert_eq!(column_size(0, 1), PAGE);
-        assert_eq!(column_size(496, 1), PAGE * 2);
+        assert_eq!(column_size(496, 1), PAGE);
+        assert_eq!(column_size(497, 1), PAGE * 2);
         assert_eq!(counter_offset(10, 0, 3), 128 + 24);
     }
 
