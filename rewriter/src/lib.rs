@@ -16,3 +16,4 @@
 pub mod analysis;
 pub mod error;
 pub mod input;
+pub mod rtimage;

@@ -1,0 +1,544 @@
+//! Start-up, thread registration and fork handling: the runtime's slow paths.
+//!
+//! # Memory
+//! ```text
+//! program image (rewritten)                 anywhere (kernel's choice)
+//! ┌──────────────────────────────┐          ┌──────────────────────────────────┐
+//! │ ... original segments ...    │          │ reserved 64 GiB PROT_NONE        │
+//! │ RW tail: RtState (1 page)    │          │ ├ profile file [0, file_len)      │
+//! │          control region ─────┼─ same ──▶│ │  header | ctl | meta | columns  │
+//! │ RX: config, stubs, tramps    │  pages   │ └ grows in place (MAP_FIXED)      │
+//! └──────────────────────────────┘          └──────────────────────────────────┘
+//! ```
+//! The control region of the file is mapped twice: in the big mapping (where `stint`
+//! commands see it) and over the rewriter-reserved pages inside the program, so a trampoline
+//! tests a gate with one RIP-relative load. Until start-up maps it, those pages are the
+//! program's zero-filled bss: every gate is off, so code that runs before our entry stub (a
+//! library constructor calling back into the program, an IFUNC resolver) is never measured.
+//!
+//! # Threads (D8)
+//! Every thread's GS base points at a column header. Start-up points the main thread at
+//! the dummy header in [`RtState`], whose owner matches no thread; new threads inherit
+//! their creator's GS base, which also does not match them (its owner is another thread or
+//! the dummy). The first event of a thread therefore misses in the trampoline and lands in
+//! [`slow`], which gives it a fresh column under the thread-conscious registration lock.
+//! A thread on a stack glibc recycled has the thread pointer of a dead thread but a new tid,
+//! so the tid word in the key sends it here too; columns are never reused.
+#![allow(unsafe_code)]
+
+use crate::sys::{self, Errno};
+use core::mem::size_of;
+use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use stint_layout::{
+    align_up, column_size, ColumnHeader, FileHeader, RtConfig, COLUMN_HEADER_RESERVED, COLUMN_LIVE, CONFIG_MAGIC,
+    ENV_PROFILE, FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, HEADER_RESERVED, PAGE,
+    RT_STATE_SIZE,
+};
+
+/// Address space reserved for the profile mapping; the file grows inside it.
+const RESERVE: usize = 1 << 36;
+/// Columns the file holds at first; it doubles when full.
+const INITIAL_COLUMNS: u32 = 16;
+const TEMPLATE_MAX: usize = 1024;
+const PATH_MAX: usize = 1536;
+
+/// The runtime's writable state, in the rewriter-reserved zero-filled page.
+#[repr(C)]
+pub struct RtState {
+    /// GS target of a thread before it registers: its owner matches no thread.
+    dummy: ColumnHeader,
+    _dummy_pad: [u8; COLUMN_HEADER_RESERVED as usize - size_of::<ColumnHeader>()],
+    /// 1 while a profile is mapped and events are recorded.
+    active: u32,
+    /// Process the mapping belongs to (a different getpid() means we are a fork child).
+    pid: u32,
+    fd: i32,
+    /// FileHeader flags of this process's profile.
+    flags: u32,
+    /// Start of the reserved range holding the file mapping.
+    base: usize,
+    /// Bytes of the file currently mapped at `base`.
+    mapped: usize,
+    /// The fs-relative tid word matched gettid() in the main thread.
+    tid_key_ok: u32,
+    template_len: u32,
+    /// Profile path template (`%p` → pid), copied at start so later changes to the
+    /// environment strings cannot affect a fork child.
+    template: [u8; TEMPLATE_MAX],
+    /// Scratch for the expanded path (start-up and fork only: single-threaded).
+    path: [u8; PATH_MAX],
+}
+
+const _: () = assert!(size_of::<RtState>() as u64 <= RT_STATE_SIZE);
+
+fn at<T>(config: &RtConfig, rel: i64) -> *mut T {
+    (config as *const RtConfig as *const u8).wrapping_offset(rel as isize) as *mut T
+}
+
+/// # Safety
+/// `config` is the rewriter-emitted block; its `state_rel` names RT_STATE_SIZE writable bytes.
+unsafe fn state(config: &RtConfig) -> &'static mut RtState {
+    // Safety: per the contract the state page is ours, zero-initialised and never moved.
+    unsafe { &mut *at::<RtState>(config, config.state_rel) }
+}
+
+fn bytes(config: &RtConfig, rel: i64, len: u64) -> &'static [u8] {
+    // Safety: the rewriter emitted `len` bytes at `rel` inside the read-only segment.
+    unsafe { core::slice::from_raw_parts(at::<u8>(config, rel), len as usize) }
+}
+
+/// Start-up, from the entry stub (single-threaded, before the program's entry point).
+///
+/// # Safety
+/// `config` is this program's block; `sp` is the initial process stack.
+pub unsafe fn init(config: &RtConfig, sp: *const usize) {
+    if config.magic != CONFIG_MAGIC {
+        return;
+    }
+    // Safety: see `state`.
+    let st = unsafe { state(config) };
+    st.dummy.owner_tp = u64::MAX;
+    st.dummy.owner_key = u32::MAX;
+    st.dummy.self_addr = &st.dummy as *const ColumnHeader as u64;
+    if sys::set_gs_base(st.dummy.self_addr as usize).is_err() {
+        return; // gates stay off: the program runs unmeasured
+    }
+    st.pid = sys::getpid();
+    if config.tid_offset != 0 {
+        // Safety: the rewriter only sets tid_offset for glibc programs, whose thread
+        // control block is larger than the offset.
+        st.tid_key_ok = (unsafe { sys::fs_u32(config.tid_offset) } == sys::gettid()) as u32;
+    }
+
+    // The initial stack: argc, argv[argc], NULL, envp..., NULL, auxv pairs.
+    // Safety: the kernel lays out the initial stack this way.
+    let (env, secure) = unsafe { scan_stack(sp) };
+    if secure {
+        // AT_SECURE (setuid, file capabilities): ignore STINT_* and measure nothing.
+        return;
+    }
+    let name = bytes(config, config.name_rel, config.name_len);
+    let n = match env {
+        Some(v) => copy_into(&mut st.template, &[v]),
+        None => copy_into(&mut st.template, &[b"./", name, b".%p.stint"]),
+    };
+    st.template_len = n as u32;
+    create_profile(config, st, 0);
+}
+
+/// Finds `STINT_PROFILE` in the environment and AT_SECURE in the auxiliary vector.
+///
+/// # Safety
+/// `sp` is the initial process stack.
+unsafe fn scan_stack(sp: *const usize) -> (Option<&'static [u8]>, bool) {
+    // Safety (whole function): walking the kernel-built initial stack.
+    unsafe {
+        let argc = *sp;
+        let mut p = sp.add(1 + argc + 1);
+        let mut found = None;
+        while *p != 0 {
+            let s = cstr(*p as *const u8);
+            if s.len() > ENV_PROFILE.len()
+                && &s[..ENV_PROFILE.len()] == ENV_PROFILE.as_bytes()
+                && s[ENV_PROFILE.len()] == b'='
+            {
+                found = Some(&s[ENV_PROFILE.len() + 1..]);
+            }
+            p = p.add(1);
+        }
+        p = p.add(1);
+        let mut secure = false;
+        while *p != 0 {
+            const AT_SECURE: usize = 23;
+            if *p == AT_SECURE {
+                secure = *p.add(1) != 0;
+            }
+            p = p.add(2);
+        }
+        (found, secure)
+    }
+}
+
+/// # Safety
+/// `p` points to a NUL-terminated string that lives for the whole run.
+unsafe fn cstr(p: *const u8) -> &'static [u8] {
+    let mut n = 0;
+    // Safety: guaranteed by the caller.
+    unsafe {
+        while *p.add(n) != 0 {
+            n += 1;
+        }
+        core::slice::from_raw_parts(p, n)
+    }
+}
+
+/// Concatenate `parts` into `buf`, truncating; returns the length.
+fn copy_into(buf: &mut [u8], parts: &[&[u8]]) -> usize {
+    let mut out = buf.iter_mut();
+    let mut n = 0;
+    for part in parts {
+        for &b in part.iter() {
+            match out.next() {
+                Some(d) => *d = b,
+                None => return n,
+            }
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Expand `%p` (pid) and `%%` in the template into `st.path`, NUL-terminated; returns the
+/// length without the NUL. Written without indexing so the image has no panic paths.
+fn expand_path(st: &mut RtState, pid: u32) -> Option<usize> {
+    let mut digits = [0u8; 10];
+    let mut nd = 0;
+    let mut v = pid;
+    for d in digits.iter_mut() {
+        *d = b'0' + (v % 10) as u8;
+        nd += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let tmpl = st.template.get(..st.template_len as usize)?;
+    let mut out = st.path.iter_mut();
+    let mut n = 0;
+    let mut it = tmpl.iter().peekable();
+    while let Some(&c) = it.next() {
+        let subst = if c == b'%' { it.peek().copied().copied() } else { None };
+        match subst {
+            Some(b'p') => {
+                it.next();
+                for &d in digits.iter().take(nd).rev() {
+                    *out.next()? = d;
+                    n += 1;
+                }
+            }
+            Some(b'%') => {
+                it.next();
+                *out.next()? = b'%';
+                n += 1;
+            }
+            _ => {
+                *out.next()? = c;
+                n += 1;
+            }
+        }
+    }
+    *out.next()? = 0;
+    Some(n)
+}
+
+fn warn(config: &RtConfig, what: &[u8], path: &[u8], err: Option<Errno>) {
+    let mut buf = [0u8; 512 + PATH_MAX];
+    let name = bytes(config, config.name_rel, config.name_len);
+    let e: &[u8] = err.map(|e| e.name().as_bytes()).unwrap_or(b"");
+    let sep: &[u8] = if err.is_some() { b": " } else { b"" };
+    let n = copy_into(
+        &mut buf,
+        &[b"stint: ", name, b": ", what, b" '", path, b"'", sep, e, b"; running without measurement\n"],
+    );
+    sys::write_all(2, buf.get(..n).unwrap_or(&[]));
+}
+
+/// Create, size and map a profile file for this process; on success set the gates and
+/// mark the runtime active. On failure print one line and leave every gate off.
+fn create_profile(config: &RtConfig, st: &mut RtState, extra_flags: u32) -> bool {
+    let pid = sys::getpid();
+    st.pid = pid;
+    if st.template_len == 0 {
+        return false; // STINT_PROFILE= (empty): measurement off by request
+    }
+    let Some(plen) = expand_path(st, pid) else {
+        warn(config, b"profile path too long", st.template.get(..st.template_len as usize).unwrap_or(&[]), None);
+        return false;
+    };
+    // Copy the path so `st` can be borrowed mutably below.
+    let mut path_copy = [0u8; PATH_MAX];
+    for (d, s) in path_copy.iter_mut().zip(st.path.iter()) {
+        *d = *s;
+    }
+    let (Some(path), Some(path_nul)) = (path_copy.get(..plen), path_copy.get(..plen + 1)) else { return false };
+    let fd = match sys::open(path_nul, sys::O_RDWR | sys::O_CREAT | sys::O_EXCL | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0o600) {
+        Ok(fd) => fd as i32,
+        Err(e) => {
+            warn(config, b"cannot create profile", path, Some(e));
+            return false;
+        }
+    };
+
+    let n_points = config.n_points;
+    let ctl_off = HEADER_RESERVED;
+    let ctl_len = config.ctl_len;
+    let meta_off = ctl_off + ctl_len;
+    let meta_len = config.meta_len;
+    let columns_off = align_up(meta_off + meta_len, PAGE);
+    let col_size = column_size(n_points, config.n_counter_slots);
+    let file_len = columns_off + INITIAL_COLUMNS as u64 * col_size;
+
+    let fail = |st: &mut RtState, what: &[u8], e: Errno| {
+        warn(config, what, path, Some(e));
+        let _ = sys::ftruncate(fd, 0);
+        sys::close(fd);
+        st.active = 0;
+        false
+    };
+    if let Err(e) = sys::ftruncate(fd, file_len) {
+        return fail(st, b"cannot size profile", e);
+    }
+    let base = match sys::mmap(0, RESERVE, sys::PROT_NONE, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE, -1, 0) {
+        Ok(b) => b,
+        Err(e) => return fail(st, b"cannot reserve address space for profile", e),
+    };
+    let rw = sys::PROT_READ | sys::PROT_WRITE;
+    if let Err(e) = sys::mmap(base, file_len as usize, rw, sys::MAP_SHARED | sys::MAP_FIXED, fd, 0) {
+        let _ = sys::munmap(base, RESERVE);
+        return fail(st, b"cannot map profile", e);
+    }
+    st.base = base;
+    st.mapped = file_len as usize;
+    st.fd = fd;
+
+    // Safety: the header page is mapped read-write at `base` and nobody else writes it yet.
+    let hdr = unsafe { &mut *(base as *mut FileHeader) };
+    hdr.version = FILE_VERSION;
+    hdr.header_size = size_of::<FileHeader>() as u32;
+    hdr.pid = pid;
+    hdr.ppid = sys::getppid();
+    st.flags = extra_flags | if st.tid_key_ok != 0 { FLAG_TID_KEY_VERIFIED } else { 0 };
+    hdr.flags = st.flags;
+    hdr.n_points = n_points;
+    hdr.n_metrics = config.n_metrics;
+    hdr.n_counter_slots = config.n_counter_slots;
+    hdr.ctl_offset = ctl_off;
+    hdr.ctl_len = ctl_len;
+    hdr.meta_offset = meta_off;
+    hdr.meta_len = meta_len;
+    hdr.columns_offset = columns_off;
+    hdr.column_size = col_size;
+    hdr.n_columns = 0;
+    hdr.capacity_columns = INITIAL_COLUMNS;
+    hdr.start_realtime_ns = sys::clock_ns(sys::CLOCK_REALTIME);
+    hdr.start_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
+    hdr.tid_offset = config.tid_offset;
+    hdr.file_len = file_len;
+    // Safety: both regions lie inside the mapped file; the sources are in our segment.
+    unsafe {
+        let meta = bytes(config, config.meta_rel, meta_len);
+        core::ptr::copy_nonoverlapping(meta.as_ptr(), (base + meta_off as usize) as *mut u8, meta.len());
+        let gates = bytes(config, config.gates_rel, n_points as u64 * config.n_metrics as u64);
+        core::ptr::copy_nonoverlapping(gates.as_ptr(), (base + ctl_off as usize) as *mut u8, gates.len());
+    }
+    st.active = 1;
+    fence(Ordering::Release);
+    // Now the gates go live: map the control region over the reserved pages in the program.
+    let ctl_addr = at::<u8>(config, config.ctl_rel) as usize;
+    if let Err(e) = sys::mmap(ctl_addr, ctl_len as usize, rw, sys::MAP_SHARED | sys::MAP_FIXED, fd, ctl_off) {
+        st.active = 0;
+        let _ = sys::munmap(base, RESERVE);
+        return fail(st, b"cannot map control region of profile", e);
+    }
+    // Safety: publishing the header: readers check the magic last.
+    unsafe { core::ptr::write_volatile(&mut hdr.magic, FILE_MAGIC) };
+    true
+}
+
+/// Outcome of taking a thread-conscious lock (D7, seeds/000 Table 1).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TcAcquire {
+    /// Acquired; release it.
+    Yes,
+    /// This thread already holds it: a signal handler interrupted the runtime.
+    SelfHeld,
+}
+
+/// A lock that knows its holder: 0 or the holder's tid.
+pub struct TcLock<'a>(&'a AtomicU32);
+
+impl<'a> TcLock<'a> {
+    pub fn new(word: &'a AtomicU32) -> Self {
+        TcLock(word)
+    }
+
+    /// Spin until acquired, unless this thread holds it already.
+    pub fn acquire(&self, tid: u32) -> TcAcquire {
+        let mut spins = 0u32;
+        loop {
+            match self.0.compare_exchange_weak(0, tid, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return TcAcquire::Yes,
+                Err(holder) if holder == tid => return TcAcquire::SelfHeld,
+                Err(_) => {
+                    spins += 1;
+                    if spins % 64 == 0 {
+                        sys::sched_yield();
+                    } else {
+                        core::hint::spin_loop();
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn release(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+/// The slow path of a point; see the module documentation.
+///
+/// # Safety
+/// `config` is this program's block, and start-up has run.
+pub unsafe fn slow(config: &RtConfig, point: u32) -> bool {
+    // Safety: see `state`.
+    let st = unsafe { state(config) };
+    if st.active == 0 {
+        return false;
+    }
+    let pid = sys::getpid();
+    if pid != st.pid {
+        fork_child(config, st);
+        if st.active == 0 {
+            return false;
+        }
+    }
+    let tp = sys::thread_pointer();
+    let tid = sys::gettid();
+    if refresh_if_owner(config, st, tp, tid, pid) {
+        return true;
+    }
+    let base = st.base;
+    // Safety: the header lies at the start of the mapped file.
+    let hdr = unsafe { &mut *(base as *mut FileHeader) };
+    // Safety: reg_lock is a naturally aligned u32 in the shared mapping.
+    let word = unsafe { AtomicU32::from_ptr(&mut hdr.reg_lock) };
+    let lock = TcLock::new(word);
+    if lock.acquire(tid) == TcAcquire::SelfHeld {
+        // Safety: aligned u64 in the mapping.
+        unsafe { AtomicU64::from_ptr(&mut hdr.skipped_reentrant) }.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    // A signal handler may have registered this thread between our check and the lock.
+    if refresh_if_owner(config, st, tp, tid, pid) {
+        lock.release();
+        return true;
+    }
+    let idx = hdr.n_columns;
+    if idx >= hdr.capacity_columns && !grow(st, hdr) {
+        // Safety: aligned u64 in the mapping.
+        unsafe { AtomicU64::from_ptr(&mut hdr.lost_threads) }.fetch_add(1, Ordering::Relaxed);
+        lock.release();
+        return false;
+    }
+    let col_addr = base + (hdr.columns_offset + idx as u64 * hdr.column_size) as usize;
+    // Safety: column `idx` lies inside the mapped file (capacity checked above) and no
+    // other thread touches an unpublished column.
+    let col = unsafe { &mut *(col_addr as *mut ColumnHeader) };
+    col.self_addr = col_addr as u64;
+    col.owner_tp = tp;
+    col.owner_key = key(config, tp);
+    col.tid = tid;
+    col.index = idx;
+    col.pid = pid;
+    col.first_point = point;
+    col.registered_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
+    // Safety: aligned u32 fields in the mapping; release publishes the column's contents.
+    unsafe {
+        AtomicU32::from_ptr(&mut col.state).store(COLUMN_LIVE, Ordering::Release);
+        AtomicU32::from_ptr(&mut hdr.n_columns).store(idx + 1, Ordering::Release);
+    }
+    let ok = sys::set_gs_base(col_addr).is_ok();
+    lock.release();
+    ok
+}
+
+/// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
+fn key(config: &RtConfig, tp: u64) -> u32 {
+    if config.tid_offset != 0 {
+        // Safety: tid_offset is only set for glibc programs (see init).
+        unsafe { sys::fs_u32(config.tid_offset) }
+    } else {
+        tp as u32
+    }
+}
+
+/// If GS already points at this thread's own column, refresh its key word and say so.
+fn refresh_if_owner(config: &RtConfig, st: &RtState, tp: u64, tid: u32, pid: u32) -> bool {
+    // Safety: every thread's GS base points at a column header (init set the main thread's;
+    // others inherit and only ever move to new columns).
+    let cur = unsafe { sys::gs_self() } as *mut ColumnHeader;
+    if cur as u64 == st.dummy.self_addr || cur.is_null() {
+        return false;
+    }
+    // Safety: `cur` is a column in our mapping (fork_child resets GS before unmapping).
+    let col = unsafe { &mut *cur };
+    if col.owner_tp == tp && col.tid == tid && col.pid == pid {
+        col.owner_key = key(config, tp);
+        return true;
+    }
+    false
+}
+
+/// Double the number of columns the file holds, mapping the new part in place.
+fn grow(st: &mut RtState, hdr: &mut FileHeader) -> bool {
+    let new_cap = hdr.capacity_columns.saturating_mul(2);
+    let new_len = hdr.columns_offset + new_cap as u64 * hdr.column_size;
+    if new_len as usize > RESERVE || sys::ftruncate(st.fd, new_len).is_err() {
+        return false;
+    }
+    let old = st.mapped;
+    let prot = sys::PROT_READ | sys::PROT_WRITE;
+    if sys::mmap(st.base + old, new_len as usize - old, prot, sys::MAP_SHARED | sys::MAP_FIXED, st.fd, old as u64).is_err() {
+        return false;
+    }
+    st.mapped = new_len as usize;
+    hdr.capacity_columns = new_cap;
+    hdr.file_len = new_len;
+    true
+}
+
+/// We are the child of a fork: the mappings are still the parent's file. Detach from it
+/// (private zero gates, GS back to the dummy) and start a profile of our own.
+fn fork_child(config: &RtConfig, st: &mut RtState) {
+    let ctl_addr = at::<u8>(config, config.ctl_rel) as usize;
+    let rw = sys::PROT_READ | sys::PROT_WRITE;
+    let private = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_FIXED;
+    if sys::mmap(ctl_addr, config.ctl_len as usize, rw, private, -1, 0).is_err() {
+        // Cannot detach the gates from the parent's file: never touch it again.
+        st.active = 0;
+        return;
+    }
+    st.active = 0;
+    let _ = sys::set_gs_base(st.dummy.self_addr as usize);
+    let _ = sys::munmap(st.base, RESERVE);
+    sys::close(st.fd);
+    st.base = 0;
+    st.mapped = 0;
+    create_profile(config, st, FLAG_FORK_CHILD);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tc_lock_reports_self() {
+        let w = AtomicU32::new(0);
+        let l = TcLock::new(&w);
+        assert_eq!(l.acquire(7), TcAcquire::Yes);
+        assert_eq!(l.acquire(7), TcAcquire::SelfHeld);
+        l.release();
+        assert_eq!(w.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn path_template_expands_pid() {
+        let mut st: RtState = unsafe { core::mem::zeroed() };
+        let n = copy_into(&mut st.template, &[b"/tmp/x.%p.%%.stint"]);
+        st.template_len = n as u32;
+        let len = expand_path(&mut st, 4242).unwrap();
+        assert_eq!(&st.path[..len], b"/tmp/x.4242.%.stint");
+        assert_eq!(st.path[len], 0);
+    }
+}

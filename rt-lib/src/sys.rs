@@ -1,0 +1,222 @@
+//! Raw Linux x86-64 system calls: the runtime's only way to talk to the kernel (D6).
+//!
+//! No libc: errno belongs to the program, and libc's locks may be held by the very thread
+//! we interrupt. Every call returns `Result<usize, Errno>` decoded from the kernel's
+//! `-4095..=-1` convention. `syscall` clobbers rcx and r11; everything else survives.
+#![allow(unsafe_code)]
+
+use core::arch::asm;
+
+/// A kernel error number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    pub const EEXIST: Errno = Errno(17);
+    pub const EINTR: Errno = Errno(4);
+
+    /// Short symbolic name for messages.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            1 => "EPERM (operation not permitted)",
+            2 => "ENOENT (no such file or directory)",
+            12 => "ENOMEM (out of memory)",
+            13 => "EACCES (permission denied)",
+            17 => "EEXIST (file exists)",
+            20 => "ENOTDIR (not a directory)",
+            21 => "EISDIR (is a directory)",
+            22 => "EINVAL (invalid argument)",
+            24 => "EMFILE (too many open files)",
+            27 => "EFBIG (file too large)",
+            28 => "ENOSPC (no space left on device)",
+            30 => "EROFS (read-only file system)",
+            36 => "ENAMETOOLONG (file name too long)",
+            40 => "ELOOP (path ends in a symbolic link)",
+            _ => "system error",
+        }
+    }
+}
+
+pub type SysResult = Result<usize, Errno>;
+
+fn decode(ret: isize) -> SysResult {
+    if (-4095..0).contains(&ret) {
+        Err(Errno(-ret as i32))
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+macro_rules! syscall {
+    ($nr:expr $(, $a:expr)*) => { syscall!(@n $nr; [$($a),*]) };
+    (@n $nr:expr; []) => {{
+        let ret: isize;
+        // Safety: the caller checked the arguments of this system call.
+        unsafe { asm!("syscall", inlateout("rax") $nr as isize => ret, lateout("rcx") _, lateout("r11") _, options(nostack)); }
+        decode(ret)
+    }};
+    (@n $nr:expr; [$a1:expr]) => {{
+        let ret: isize;
+        // Safety: as above.
+        unsafe { asm!("syscall", inlateout("rax") $nr as isize => ret, in("rdi") $a1, lateout("rcx") _, lateout("r11") _, options(nostack)); }
+        decode(ret)
+    }};
+    (@n $nr:expr; [$a1:expr, $a2:expr]) => {{
+        let ret: isize;
+        // Safety: as above.
+        unsafe { asm!("syscall", inlateout("rax") $nr as isize => ret, in("rdi") $a1, in("rsi") $a2, lateout("rcx") _, lateout("r11") _, options(nostack)); }
+        decode(ret)
+    }};
+    (@n $nr:expr; [$a1:expr, $a2:expr, $a3:expr]) => {{
+        let ret: isize;
+        // Safety: as above.
+        unsafe { asm!("syscall", inlateout("rax") $nr as isize => ret, in("rdi") $a1, in("rsi") $a2, in("rdx") $a3, lateout("rcx") _, lateout("r11") _, options(nostack)); }
+        decode(ret)
+    }};
+    (@n $nr:expr; [$a1:expr, $a2:expr, $a3:expr, $a4:expr]) => {{
+        let ret: isize;
+        // Safety: as above.
+        unsafe { asm!("syscall", inlateout("rax") $nr as isize => ret, in("rdi") $a1, in("rsi") $a2, in("rdx") $a3, in("r10") $a4, lateout("rcx") _, lateout("r11") _, options(nostack)); }
+        decode(ret)
+    }};
+    (@n $nr:expr; [$a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr, $a6:expr]) => {{
+        let ret: isize;
+        // Safety: as above.
+        unsafe { asm!("syscall", inlateout("rax") $nr as isize => ret, in("rdi") $a1, in("rsi") $a2, in("rdx") $a3, in("r10") $a4, in("r8") $a5, in("r9") $a6, lateout("rcx") _, lateout("r11") _, options(nostack)); }
+        decode(ret)
+    }};
+}
+
+const SYS_WRITE: usize = 1;
+const SYS_CLOSE: usize = 3;
+const SYS_MMAP: usize = 9;
+const SYS_MUNMAP: usize = 11;
+const SYS_SCHED_YIELD: usize = 24;
+const SYS_GETPID: usize = 39;
+const SYS_FTRUNCATE: usize = 77;
+const SYS_GETPPID: usize = 110;
+const SYS_ARCH_PRCTL: usize = 158;
+const SYS_GETTID: usize = 186;
+const SYS_CLOCK_GETTIME: usize = 228;
+const SYS_OPENAT: usize = 257;
+
+pub const AT_FDCWD: isize = -100;
+pub const O_RDWR: usize = 0o2;
+pub const O_CREAT: usize = 0o100;
+pub const O_EXCL: usize = 0o200;
+pub const O_NOFOLLOW: usize = 0o400000;
+pub const O_CLOEXEC: usize = 0o2000000;
+
+pub const PROT_NONE: usize = 0;
+pub const PROT_READ: usize = 1;
+pub const PROT_WRITE: usize = 2;
+pub const MAP_SHARED: usize = 0x01;
+pub const MAP_PRIVATE: usize = 0x02;
+pub const MAP_FIXED: usize = 0x10;
+pub const MAP_ANONYMOUS: usize = 0x20;
+pub const MAP_NORESERVE: usize = 0x4000;
+
+const ARCH_SET_GS: usize = 0x1001;
+
+pub const CLOCK_REALTIME: usize = 0;
+pub const CLOCK_MONOTONIC: usize = 1;
+
+/// Write all of `buf` to `fd`, retrying on EINTR and short writes; errors are dropped
+/// (used only for diagnostics on stderr).
+pub fn write_all(fd: i32, mut buf: &[u8]) {
+    while !buf.is_empty() {
+        match syscall!(SYS_WRITE, fd as isize, buf.as_ptr(), buf.len()) {
+            Ok(0) => return,
+            Ok(n) => buf = &buf[n.min(buf.len())..],
+            Err(Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+/// openat(AT_FDCWD, path, flags, mode); `path` must be NUL-terminated.
+pub fn open(path: &[u8], flags: usize, mode: usize) -> SysResult {
+    debug_assert!(path.last() == Some(&0));
+    syscall!(SYS_OPENAT, AT_FDCWD, path.as_ptr(), flags, mode)
+}
+
+pub fn close(fd: i32) {
+    let _ = syscall!(SYS_CLOSE, fd as isize);
+}
+
+pub fn ftruncate(fd: i32, len: u64) -> SysResult {
+    syscall!(SYS_FTRUNCATE, fd as isize, len as usize)
+}
+
+/// mmap; `addr` 0 lets the kernel choose.
+pub fn mmap(addr: usize, len: usize, prot: usize, flags: usize, fd: i32, off: u64) -> SysResult {
+    syscall!(SYS_MMAP, addr, len, prot, flags, fd as isize, off as usize)
+}
+
+pub fn munmap(addr: usize, len: usize) -> SysResult {
+    syscall!(SYS_MUNMAP, addr, len)
+}
+
+pub fn sched_yield() {
+    let _ = syscall!(SYS_SCHED_YIELD);
+}
+
+pub fn getpid() -> u32 {
+    syscall!(SYS_GETPID).unwrap_or(0) as u32
+}
+
+pub fn getppid() -> u32 {
+    syscall!(SYS_GETPPID).unwrap_or(0) as u32
+}
+
+pub fn gettid() -> u32 {
+    syscall!(SYS_GETTID).unwrap_or(0) as u32
+}
+
+/// Point this thread's GS base at `base`.
+pub fn set_gs_base(base: usize) -> SysResult {
+    syscall!(SYS_ARCH_PRCTL, ARCH_SET_GS, base)
+}
+
+/// clock_gettime in nanoseconds (0 on failure).
+pub fn clock_ns(clock: usize) -> u64 {
+    let mut ts = [0i64; 2];
+    match syscall!(SYS_CLOCK_GETTIME, clock, ts.as_mut_ptr()) {
+        Ok(_) => (ts[0] as u64).wrapping_mul(1_000_000_000).wrapping_add(ts[1] as u64),
+        Err(_) => 0,
+    }
+}
+
+/// The thread pointer: `fs:[0]` holds it by the x86-64 TLS ABI.
+#[inline(always)]
+pub fn thread_pointer() -> u64 {
+    let tp: u64;
+    // Safety: reading fs:[0] is defined by the psABI for every thread with TLS set up.
+    unsafe { asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+    tp
+}
+
+/// The 32-bit word at `fs:[off]`.
+///
+/// # Safety
+/// `off` must lie inside the thread control block of the running thread.
+#[inline(always)]
+pub unsafe fn fs_u32(off: u32) -> u32 {
+    let v: u32;
+    // Safety: guaranteed by the caller.
+    unsafe { asm!("mov {:e}, dword ptr fs:[{}]", out(reg) v, in(reg) off as u64, options(nostack, readonly, preserves_flags)) };
+    v
+}
+
+/// The current GS base as seen through `gs:[0]`, the column's self pointer.
+///
+/// # Safety
+/// The GS base of this thread must point at a column header (the runtime sets it at init
+/// for the main thread; other threads inherit it).
+#[inline(always)]
+pub unsafe fn gs_self() -> u64 {
+    let v: u64;
+    // Safety: guaranteed by the caller.
+    unsafe { asm!("mov {}, qword ptr gs:[0]", out(reg) v, options(nostack, readonly, preserves_flags)) };
+    v
+}
