@@ -6,7 +6,7 @@
 //! 1. [`input`]    validate the ELF and give a bounds-checked view of it
 //! 2. [`analysis`] functions (symbols, `.eh_frame`), cold parts, branch targets
 //! 3. [`plan`]     instrumentation points and the tactic chosen for each
-//! 4. [`codegen`]  trampolines, the init stub and the slow-path stub
+//! 4. [`codegen`]  trampolines, the entry stub and the slow-path stub
 //! 5. [`emit`]     the runtime image, new segments, patched windows: the output ELF
 //!
 //! The readers of profile files ([`profile`], [`report`]) share the file layout with the
@@ -14,6 +14,61 @@
 #![deny(unsafe_code)]
 
 pub mod analysis;
+pub mod codegen;
+pub mod emit;
 pub mod error;
 pub mod input;
+pub mod plan;
 pub mod rtimage;
+pub mod rewrite_report;
+pub mod spec;
+
+pub use error::{Error, Result};
+pub use rewrite_report::RewriteReport;
+
+use analysis::Analysis;
+use input::InputElf;
+use plan::{Plan, PlanOptions};
+use spec::Spec;
+
+/// What `rewrite` and `inspect` need besides the bytes.
+pub struct Options<'a> {
+    /// Program name: used in the default profile path and in reports.
+    pub program: &'a str,
+    pub spec: &'a Spec,
+}
+
+/// Analysis and plan of a program, before any code is generated.
+pub struct Planned<'a> {
+    pub elf: InputElf<'a>,
+    pub analysis: Analysis,
+    pub plan: Plan,
+}
+
+/// Passes 1–3.
+pub fn plan_program<'a>(data: &'a [u8], spec: &Spec) -> Result<Planned<'a>> {
+    let elf = InputElf::parse(data)?;
+    let analysis = analysis::analyze(&elf)?;
+    let opts = PlanOptions { shadow_stack: rewrite_report::has_shadow_stack(&elf) };
+    let plan = plan::plan(&elf, &analysis, spec, opts);
+    Ok(Planned { elf, analysis, plan })
+}
+
+/// What would be instrumented, and how (`stint inspect`).
+pub fn inspect(data: &[u8], opts: &Options) -> Result<RewriteReport> {
+    let p = plan_program(data, opts.spec)?;
+    Ok(RewriteReport::new(&p, opts.program, None))
+}
+
+/// Rewrite a program: the whole pipeline (`stint rewrite`).
+pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> {
+    let p = plan_program(data, opts.spec)?;
+    let meta = rewrite_report::meta_json(&p, opts.program);
+    let calls_on = opts.spec.calls().is_some_and(|m| m.on_at_start);
+    let n = p.plan.points.len();
+    let gates = vec![calls_on as u8; n * stint_layout::N_METRICS as usize];
+    let tid_offset = if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 };
+    let inp = emit::EmitInput { meta_json: &meta, program: opts.program, gates, tid_offset };
+    let (out, layout) = emit::emit(&p.elf, &p.plan, &inp)?;
+    Ok((out, RewriteReport::new(&p, opts.program, Some(layout))))
+}

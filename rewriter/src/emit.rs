@@ -1,0 +1,237 @@
+//! Emitting the output ELF (D12): new memory for the runtime, the new code segment, the
+//! patched windows and the new entry point. The program's own code and data never move.
+//!
+//! ```text
+//! input                                   output
+//! LOAD  R    0x000000 ...                 LOAD  R    0x000000 ...              (unchanged)
+//! LOAD  R E  0x001000 ... .text           LOAD  R E  0x001000 ... .text        windows → jmp
+//! LOAD  RW   0x003df0 memsz 0x260         LOAD  RW   0x003df0 memsz ↑          + RtState page
+//!                                                                              + control pages
+//! NOTE  R    0x000338 (= GNU_PROPERTY)    LOAD  R E  <end of file, page>       config, meta,
+//!                                                                              runtime image,
+//!                                                                              stubs, trampolines
+//! e_entry 0x1040                          e_entry → entry stub → 0x1040
+//! ```
+//! - Writable memory is the last RW segment's bss, grown: no new writable segment and no
+//!   file bytes. The control pages are page-aligned so the runtime can map the profile's
+//!   control region over them.
+//! - The new code segment takes the program-header slot of the PT_NOTE that duplicates
+//!   PT_GNU_PROPERTY (the kernel and ld.so read the property through PT_GNU_PROPERTY), so the
+//!   header table keeps its place and AT_PHDR stays right on every kernel. The slot moves
+//!   to just after the last PT_LOAD, keeping PT_LOADs sorted by address.
+//! - No segment is both writable and executable.
+
+use crate::codegen::{self, TrampolineEnv};
+use crate::error::{Error, Result};
+use crate::input::{InputElf, Segment};
+use crate::plan::{Plan, JMP_LEN};
+use crate::rtimage;
+use object::elf;
+use stint_layout::{
+    align_up, counter_offset, ctl_len, gate_offset, RtConfig, CONFIG_MAGIC, CONFIG_VERSION, METRIC_CALLS, N_COUNTER_SLOTS,
+    N_METRICS, PAGE, RT_STATE_SIZE, SEGMENT_MAGIC,
+};
+
+/// What the emitter needs besides the plan.
+pub struct EmitInput<'a> {
+    /// Self-description JSON for the profile file.
+    pub meta_json: &'a str,
+    /// Program name for the default profile path.
+    pub program: &'a str,
+    /// Initial gate byte per (metric, point), metric-major.
+    pub gates: Vec<u8>,
+    /// fs-relative offset of libc's tid word (0: none).
+    pub tid_offset: u32,
+}
+
+/// Where things went, for the rewrite report.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Layout {
+    pub state: u64,
+    pub control: u64,
+    pub control_len: u64,
+    pub segment_vaddr: u64,
+    pub segment_offset: u64,
+    pub segment_len: u64,
+    pub entry_stub: u64,
+    pub trampolines: u64,
+}
+
+pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, Layout)> {
+    let n_points = plan.points.len() as u32;
+    // 1. Writable memory: grow the last RW segment's bss.
+    let last = elf
+        .loads()
+        .max_by_key(|s| s.vaddr + s.memsz)
+        .ok_or_else(|| Error::Malformed("no PT_LOAD".into()))?;
+    if last.flags & elf::PF_W == 0 || last.flags & elf::PF_X != 0 {
+        return Err(Error::NoRoom(format!(
+            "the highest PT_LOAD (at 0x{:x}) is not a data segment; cannot add the runtime's data",
+            last.vaddr
+        )));
+    }
+    let state = align_up(last.vaddr + last.memsz, 64);
+    let control = align_up(state + RT_STATE_SIZE, PAGE);
+    let control_len = ctl_len(n_points, N_METRICS);
+    let rw_end = control + control_len;
+
+    // 2. The program-header slot for the code segment.
+    let slot = spare_phdr_slot(elf)?;
+
+    // 3. The code segment: after everything, in memory and in the file.
+    let seg_off = align_up(elf.data.len() as u64, PAGE);
+    let seg_vaddr = align_up(rw_end, PAGE) + PAGE; // a guard page between data and code
+    let mut seg: Vec<u8> = Vec::new();
+    seg.extend_from_slice(&SEGMENT_MAGIC);
+    pad_to(&mut seg, 64);
+    let config_at = seg_vaddr + seg.len() as u64;
+    let config_size = std::mem::size_of::<RtConfig>();
+    seg.resize(seg.len() + config_size, 0);
+    let meta_at = seg_vaddr + seg.len() as u64;
+    seg.extend_from_slice(inp.meta_json.as_bytes());
+    let gates_at = seg_vaddr + seg.len() as u64;
+    seg.extend_from_slice(&inp.gates);
+    let name_at = seg_vaddr + seg.len() as u64;
+    seg.extend_from_slice(inp.program.as_bytes());
+    pad_to(&mut seg, PAGE as usize);
+    let image_at = seg_vaddr + seg.len() as u64;
+    seg.extend_from_slice(rtimage::IMAGE);
+    pad_to(&mut seg, 64);
+    let rel = |a: u64| a as i64 - config_at as i64;
+    let config = RtConfig {
+        magic: CONFIG_MAGIC,
+        version: CONFIG_VERSION,
+        n_points,
+        n_metrics: N_METRICS,
+        n_counter_slots: N_COUNTER_SLOTS,
+        tid_offset: inp.tid_offset,
+        _pad: 0,
+        ctl_rel: rel(control),
+        ctl_len: control_len,
+        meta_rel: rel(meta_at),
+        meta_len: inp.meta_json.len() as u64,
+        gates_rel: rel(gates_at),
+        name_rel: rel(name_at),
+        name_len: inp.program.len() as u64,
+        state_rel: rel(state),
+    };
+    let c = (config_at - seg_vaddr) as usize;
+    seg[c..c + config_size].copy_from_slice(&config.to_bytes());
+
+    let entry_stub = seg_vaddr + seg.len() as u64;
+    seg.extend(codegen::entry_stub(entry_stub, config_at, image_at + rtimage::STINT_RT_INIT, elf.entry)?);
+    pad_to(&mut seg, 16);
+    let slow_stub = seg_vaddr + seg.len() as u64;
+    seg.extend(codegen::slow_stub(slow_stub, config_at, image_at + rtimage::STINT_RT_SLOW)?);
+    pad_to(&mut seg, 16);
+    let trampolines = seg_vaddr + seg.len() as u64;
+
+    // 4. Trampolines, and the windows that jump to them.
+    let mut out = elf.data.to_vec();
+    for p in &plan.points {
+        let at = seg_vaddr + seg.len() as u64;
+        let env = TrampolineEnv {
+            gate: control + gate_offset(n_points, METRIC_CALLS, p.id),
+            counter: counter_offset(n_points, 0, p.id) as u32,
+            tid_offset: inp.tid_offset,
+            slow_stub,
+        };
+        seg.extend(codegen::trampoline(p, env, at)?);
+        pad_to(&mut seg, 16);
+        patch_window(elf, &mut out, p.address, p.window_len, at)?;
+    }
+    let seg_len = seg.len() as u64;
+
+    // 5. Headers.
+    out.resize(seg_off as usize, 0);
+    out.extend_from_slice(&seg);
+    write_phdrs(elf, &mut out, last, rw_end, slot, Segment {
+        index: slot,
+        p_type: elf::PT_LOAD,
+        flags: elf::PF_R | elf::PF_X,
+        offset: seg_off,
+        vaddr: seg_vaddr,
+        filesz: seg_len,
+        memsz: seg_len,
+        align: PAGE,
+    });
+    out[24..32].copy_from_slice(&entry_stub.to_le_bytes()); // e_entry
+    Ok((out, Layout {
+        state,
+        control,
+        control_len,
+        segment_vaddr: seg_vaddr,
+        segment_offset: seg_off,
+        segment_len: seg_len,
+        entry_stub,
+        trampolines,
+    }))
+}
+
+fn pad_to(v: &mut Vec<u8>, align: usize) {
+    let n = v.len().div_ceil(align) * align;
+    v.resize(n, 0);
+}
+
+/// The index of a program header we may turn into the new PT_LOAD.
+fn spare_phdr_slot(elf: &InputElf) -> Result<usize> {
+    let prop = elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_PROPERTY);
+    if let Some(prop) = prop {
+        if let Some(n) = elf
+            .segments
+            .iter()
+            .find(|s| s.p_type == elf::PT_NOTE && s.offset == prop.offset && s.filesz == prop.filesz)
+        {
+            return Ok(n.index);
+        }
+    }
+    if let Some(n) = elf.segments.iter().find(|s| s.p_type == elf::PT_NULL) {
+        return Ok(n.index);
+    }
+    Err(Error::NoRoom(
+        "no spare program header (stint needs a PT_NOTE that duplicates PT_GNU_PROPERTY, as binutils ≥ 2.32 emits, or a PT_NULL); cannot add the runtime segment".into(),
+    ))
+}
+
+/// `jmp rel32` to the trampoline at `window`, the rest of the window `int3`.
+fn patch_window(elf: &InputElf, out: &mut [u8], window: u64, len: u64, target: u64) -> Result<()> {
+    let off = elf
+        .vaddr_to_offset(window)
+        .ok_or_else(|| Error::Internal(format!("window 0x{window:x} is not in the file")))? as usize;
+    let end = off + len as usize;
+    if end > out.len() || elf.vaddr_to_offset(window + len - 1).is_none() {
+        return Err(Error::Internal(format!("window 0x{window:x}+{len} leaves the file")));
+    }
+    let rel = target as i64 - (window + JMP_LEN) as i64;
+    let rel = i32::try_from(rel).map_err(|_| Error::NoRoom(format!("0x{window:x}: trampoline out of rel32 reach")))?;
+    out[off] = 0xe9;
+    out[off + 1..off + 5].copy_from_slice(&rel.to_le_bytes());
+    out[off + 5..end].fill(0xcc);
+    Ok(())
+}
+
+/// Rewrite the program-header table: grow the data segment, turn `slot` into the code
+/// segment and move it right after the last PT_LOAD.
+fn write_phdrs(elf: &InputElf, out: &mut [u8], data: &Segment, rw_end: u64, slot: usize, code: Segment) {
+    let mut segs: Vec<Segment> = elf.segments.clone();
+    for s in segs.iter_mut() {
+        if s.index == data.index {
+            s.memsz = rw_end - s.vaddr;
+        }
+    }
+    segs.remove(slot);
+    let last_load = segs.iter().rposition(|s| s.is_load()).map_or(0, |i| i + 1);
+    segs.insert(last_load, code);
+    for (i, s) in segs.iter().enumerate() {
+        let o = elf.phoff as usize + i * 56;
+        let b = &mut out[o..o + 56];
+        b[0..4].copy_from_slice(&s.p_type.to_le_bytes());
+        b[4..8].copy_from_slice(&s.flags.to_le_bytes());
+        b[8..16].copy_from_slice(&s.offset.to_le_bytes());
+        b[16..24].copy_from_slice(&s.vaddr.to_le_bytes());
+        b[24..32].copy_from_slice(&s.vaddr.to_le_bytes()); // p_paddr
+        b[32..40].copy_from_slice(&s.filesz.to_le_bytes());
+        b[40..48].copy_from_slice(&s.memsz.to_le_bytes());
+        b[48..56].copy_from_slice(&s.align.to_le_bytes());
+    }
+}

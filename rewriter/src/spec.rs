@@ -1,0 +1,156 @@
+//! Specs (D13): which metrics exist, where they are measured, and whether they are on at
+//! start. A spec is data; this module turns YAML into a checked [`Spec`] and answers "is
+//! function f selected by metric m". `specs/default.yaml` is compiled into the binary.
+
+use crate::error::{Error, Result};
+use serde::Deserialize;
+
+/// The built-in default spec.
+pub const DEFAULT_SPEC: &str = include_str!("../../specs/default.yaml");
+
+/// Metrics this version can generate code for, with their runtime ids.
+const KNOWN: &[(&str, u32)] = &[("calls", stint_layout::METRIC_CALLS)];
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    metrics: Vec<RawMetric>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetric {
+    name: String,
+    kind: String,
+    at: String,
+    #[serde(default = "all")]
+    functions: Vec<String>,
+    #[serde(default)]
+    exclude: Vec<String>,
+    #[serde(default)]
+    on_at_start: bool,
+}
+
+fn all() -> Vec<String> {
+    vec!["*".into()]
+}
+
+/// One metric of a checked spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metric {
+    pub name: String,
+    /// Row in the control region.
+    pub id: u32,
+    pub functions: Vec<String>,
+    pub exclude: Vec<String>,
+    pub on_at_start: bool,
+}
+
+impl Metric {
+    /// Whether function `name` gets this metric.
+    pub fn selects(&self, name: &str) -> bool {
+        self.functions.iter().any(|g| glob(g, name)) && !self.exclude.iter().any(|g| glob(g, name))
+    }
+}
+
+/// A checked spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub metrics: Vec<Metric>,
+}
+
+impl Spec {
+    /// Parse and check a spec. Errors name the metric and the problem.
+    pub fn parse(text: &str) -> Result<Spec> {
+        let raw: RawSpec = serde_yaml_ng::from_str(text).map_err(|e| Error::Spec(e.to_string()))?;
+        if raw.metrics.is_empty() {
+            return Err(Error::Spec("no metrics: nothing to measure".into()));
+        }
+        let mut metrics = Vec::new();
+        for m in raw.metrics {
+            let Some(&(_, id)) = KNOWN.iter().find(|(n, _)| *n == m.name) else {
+                let known: Vec<_> = KNOWN.iter().map(|(n, _)| *n).collect();
+                return Err(Error::Spec(format!("metric {:?}: unknown (this version knows: {})", m.name, known.join(", "))));
+            };
+            if m.kind != "counter" {
+                return Err(Error::Spec(format!("metric {:?}: kind {:?} not supported (expected counter)", m.name, m.kind)));
+            }
+            if m.at != "entry" {
+                return Err(Error::Spec(format!("metric {:?}: at {:?} not supported (expected entry)", m.name, m.at)));
+            }
+            if metrics.iter().any(|x: &Metric| x.name == m.name) {
+                return Err(Error::Spec(format!("metric {:?}: defined twice", m.name)));
+            }
+            for g in m.functions.iter().chain(&m.exclude) {
+                if g.is_empty() {
+                    return Err(Error::Spec(format!("metric {:?}: empty function glob", m.name)));
+                }
+            }
+            metrics.push(Metric { name: m.name, id, functions: m.functions, exclude: m.exclude, on_at_start: m.on_at_start });
+        }
+        Ok(Spec { metrics })
+    }
+
+    pub fn default_spec() -> Spec {
+        Spec::parse(DEFAULT_SPEC).expect("built-in default spec is valid")
+    }
+
+    /// The `calls` metric, if the spec has it.
+    pub fn calls(&self) -> Option<&Metric> {
+        self.metrics.iter().find(|m| m.id == stint_layout::METRIC_CALLS)
+    }
+}
+
+/// Shell-style glob: `*` any run, `?` any one character, everything else literal.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_spec_counts_everything() {
+        let s = Spec::default_spec();
+        let calls = s.calls().unwrap();
+        assert!(calls.on_at_start && calls.selects("main") && calls.selects("ns::f"));
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob("parse_*", "parse_header"));
+        assert!(!glob("parse_*", "xparse_header"));
+        assert!(glob("a?c*", "abcdef"));
+        assert!(glob("*", ""));
+        assert!(!glob("?", ""));
+    }
+
+    #[test]
+    fn bad_specs_are_explained() {
+        let e = Spec::parse("metrics: [{name: cycles, kind: counter, at: entry}]").unwrap_err().to_string();
+        assert!(e.contains("\"cycles\": unknown"), "{e}");
+        let e = Spec::parse("metrics: [{name: calls, kind: timer, at: entry}]").unwrap_err().to_string();
+        assert!(e.contains("kind \"timer\""), "{e}");
+        assert!(Spec::parse("metrics: [").is_err());
+        assert!(Spec::parse("metrics: [{name: calls, kind: counter, at: entry, colour: red}]").is_err());
+    }
+}
