@@ -41,7 +41,7 @@ pub use stint_layout::RtConfig;
 #[no_mangle]
 pub unsafe extern "C" fn stint_rt_init(config: *const RtConfig, sp: *const usize) {
     // Safety: forwarded contract.
-    unsafe { runtime::init(&*config, sp) }
+    unsafe { runtime::init(runtime::Cfg(config), sp) }
 }
 
 /// Slow path of a point: register the calling thread (or notice a fork). Returns 1 if the
@@ -53,5 +53,5 @@ pub unsafe extern "C" fn stint_rt_init(config: *const RtConfig, sp: *const usize
 #[no_mangle]
 pub unsafe extern "C" fn stint_rt_slow(config: *const RtConfig, point: u32) -> u32 {
     // Safety: forwarded contract.
-    unsafe { runtime::slow(&*config, point) as u32 }
+    unsafe { runtime::slow(runtime::Cfg(config), point) as u32 }
 }

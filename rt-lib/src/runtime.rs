@@ -71,18 +71,33 @@ pub struct RtState {
 
 const _: () = assert!(size_of::<RtState>() as u64 <= RT_STATE_SIZE);
 
-fn at<T>(config: &RtConfig, rel: i64) -> *mut T {
-    (config as *const RtConfig as *const u8).wrapping_offset(rel as isize) as *mut T
+/// The program's config block, kept as the raw pointer the stub passed in: memory around
+/// it (state, control pages) is reached from this pointer, so it must not be narrowed to a
+/// `&RtConfig`, whose provenance covers only the block itself (writes through a pointer
+/// derived from a shared reference are undefined behaviour, and LLVM deletes them).
+#[derive(Clone, Copy)]
+pub struct Cfg(pub *const RtConfig);
+
+impl core::ops::Deref for Cfg {
+    type Target = RtConfig;
+    fn deref(&self) -> &RtConfig {
+        // Safety: the block is valid and read-only for the whole run.
+        unsafe { &*self.0 }
+    }
+}
+
+fn at<T>(config: Cfg, rel: i64) -> *mut T {
+    (config.0 as *mut u8).wrapping_offset(rel as isize) as *mut T
 }
 
 /// # Safety
 /// `config` is the rewriter-emitted block; its `state_rel` names RT_STATE_SIZE writable bytes.
-unsafe fn state(config: &RtConfig) -> &'static mut RtState {
+unsafe fn state(config: Cfg) -> &'static mut RtState {
     // Safety: per the contract the state page is ours, zero-initialised and never moved.
     unsafe { &mut *at::<RtState>(config, config.state_rel) }
 }
 
-fn bytes(config: &RtConfig, rel: i64, len: u64) -> &'static [u8] {
+fn bytes(config: Cfg, rel: i64, len: u64) -> &'static [u8] {
     // Safety: the rewriter emitted `len` bytes at `rel` inside the read-only segment.
     unsafe { core::slice::from_raw_parts(at::<u8>(config, rel), len as usize) }
 }
@@ -91,7 +106,7 @@ fn bytes(config: &RtConfig, rel: i64, len: u64) -> &'static [u8] {
 ///
 /// # Safety
 /// `config` is this program's block; `sp` is the initial process stack.
-pub unsafe fn init(config: &RtConfig, sp: *const usize) {
+pub unsafe fn init(config: Cfg, sp: *const usize) {
     if config.magic != CONFIG_MAGIC {
         return;
     }
@@ -231,7 +246,7 @@ fn expand_path(st: &mut RtState, pid: u32) -> Option<usize> {
     Some(n)
 }
 
-fn warn(config: &RtConfig, what: &[u8], path: &[u8], err: Option<Errno>) {
+fn warn(config: Cfg, what: &[u8], path: &[u8], err: Option<Errno>) {
     let mut buf = [0u8; 512 + PATH_MAX];
     let name = bytes(config, config.name_rel, config.name_len);
     let e: &[u8] = err.map(|e| e.name().as_bytes()).unwrap_or(b"");
@@ -245,7 +260,7 @@ fn warn(config: &RtConfig, what: &[u8], path: &[u8], err: Option<Errno>) {
 
 /// Create, size and map a profile file for this process; on success set the gates and
 /// mark the runtime active. On failure print one line and leave every gate off.
-fn create_profile(config: &RtConfig, st: &mut RtState, extra_flags: u32) -> bool {
+fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
     let pid = sys::getpid();
     st.pid = pid;
     if st.template_len == 0 {
@@ -390,7 +405,7 @@ impl<'a> TcLock<'a> {
 ///
 /// # Safety
 /// `config` is this program's block, and start-up has run.
-pub unsafe fn slow(config: &RtConfig, point: u32) -> bool {
+pub unsafe fn slow(config: Cfg, point: u32) -> bool {
     // Safety: see `state`.
     let st = unsafe { state(config) };
     if st.active == 0 {
@@ -454,7 +469,7 @@ pub unsafe fn slow(config: &RtConfig, point: u32) -> bool {
 }
 
 /// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
-fn key(config: &RtConfig, tp: u64) -> u32 {
+fn key(config: Cfg, tp: u64) -> u32 {
     if config.tid_offset != 0 {
         // Safety: tid_offset is only set for glibc programs (see init).
         unsafe { sys::fs_u32(config.tid_offset) }
@@ -464,7 +479,7 @@ fn key(config: &RtConfig, tp: u64) -> u32 {
 }
 
 /// If GS already points at this thread's own column, refresh its key word and say so.
-fn refresh_if_owner(config: &RtConfig, st: &RtState, tp: u64, tid: u32, pid: u32) -> bool {
+fn refresh_if_owner(config: Cfg, st: &RtState, tp: u64, tid: u32, pid: u32) -> bool {
     // Safety: every thread's GS base points at a column header (init set the main thread's;
     // others inherit and only ever move to new columns).
     let cur = unsafe { sys::gs_self() } as *mut ColumnHeader;
@@ -500,7 +515,7 @@ fn grow(st: &mut RtState, hdr: &mut FileHeader) -> bool {
 
 /// We are the child of a fork: the mappings are still the parent's file. Detach from it
 /// (private zero gates, GS back to the dummy) and start a profile of our own.
-fn fork_child(config: &RtConfig, st: &mut RtState) {
+fn fork_child(config: Cfg, st: &mut RtState) {
     let ctl_addr = at::<u8>(config, config.ctl_rel) as usize;
     let rw = sys::PROT_READ | sys::PROT_WRITE;
     let private = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_FIXED;
