@@ -59,7 +59,9 @@ struct RewriteArgs {
 
 /// Show what `rewrite` would instrument, and how.
 #[derive(Parser, Debug)]
-#[command(after_help = "EXAMPLES:\n  stint inspect /usr/bin/pigz\n  stint inspect /usr/bin/pigz --json | jq .summary")]
+#[command(
+    after_help = "EXAMPLES:\n  stint inspect /usr/bin/pigz\n  stint inspect /usr/bin/pigz --json | jq .summary"
+)]
 struct InspectArgs {
     input: PathBuf,
     /// Print the full report as JSON (functions, points with tactics, summary).
@@ -80,7 +82,9 @@ enum Format {
 
 /// Show the per-thread profile a rewritten program wrote.
 #[derive(Parser, Debug)]
-#[command(after_help = "EXAMPLES:\n  stint report /tmp/pigz.1234.stint\n  stint report /tmp/pigz.1234.stint --format json --top 20")]
+#[command(
+    after_help = "EXAMPLES:\n  stint report /tmp/pigz.1234.stint\n  stint report /tmp/pigz.1234.stint --format json --top 20"
+)]
 struct ReportArgs {
     /// A profile file (it may belong to a running process).
     profile: PathBuf,
@@ -128,7 +132,9 @@ fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
 }
 
 fn program_name(path: &Path) -> String {
-    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into())
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "program".into())
 }
 
 fn rewrite(a: RewriteArgs) -> anyhow::Result<()> {
@@ -136,8 +142,12 @@ fn rewrite(a: RewriteArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let opts = stint::Options { program: &program, spec: &spec };
-    let (out, report) = stint::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
+    let opts = stint::Options {
+        program: &program,
+        spec: &spec,
+    };
+    let (out, report) =
+        stint::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a.input)?.permissions());
     write_atomically(&a.output, &out, (mode & 0o777) | 0o100)?;
     if let Some(rp) = &a.report {
@@ -166,10 +176,21 @@ fn rewrite(a: RewriteArgs) -> anyhow::Result<()> {
 /// run never leaves a half-written output.
 fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.stint-tmp.{}", program_name(path), std::process::id()));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.stint-tmp.{}",
+        program_name(path),
+        std::process::id()
+    ));
     let res = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -185,8 +206,14 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let report =
-        stint::inspect(&data, &stint::Options { program: &program, spec: &spec }).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
+    let report = stint::inspect(
+        &data,
+        &stint::Options {
+            program: &program,
+            spec: &spec,
+        },
+    )
+    .map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mut out = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
