@@ -36,8 +36,7 @@
 use crate::error::{Error, Result};
 use crate::plan::Point;
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock,
-    MemoryOperand, Register,
+    BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
 use stint_layout::{COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET};
 
@@ -53,11 +52,7 @@ struct Block {
 
 impl Block {
     fn new() -> Self {
-        Block {
-            ins: Vec::new(),
-            next_label: LABEL_BASE,
-            pending: None,
-        }
+        Block { ins: Vec::new(), next_label: LABEL_BASE, pending: None }
     }
 
     fn label(&mut self) -> u64 {
@@ -95,15 +90,7 @@ impl Block {
 
 /// `seg:[disp32]` with no base register (absolute within the segment).
 fn seg_abs(seg: Register, disp: u32) -> MemoryOperand {
-    MemoryOperand::new(
-        Register::None,
-        Register::None,
-        1,
-        disp as i64,
-        4,
-        false,
-        seg,
-    )
+    MemoryOperand::new(Register::None, Register::None, 1, disp as i64, 4, false, seg)
 }
 
 fn rip(target: u64) -> MemoryOperand {
@@ -136,49 +123,22 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>>
     displaced_code(&mut b, point)?; // the program's own instructions, then back
     b.bind(on);
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?; // scratch
-    b.op(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RAX,
-        seg_abs(Register::FS, 0),
-    ))?; // thread pointer
-    b.op(Instruction::with2(
-        Code::Cmp_r64_rm64,
-        Register::RAX,
-        seg_abs(Register::GS, COL_OWNER_TP_OFFSET),
-    ))?; // our column?
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, seg_abs(Register::FS, 0)))?; // thread pointer
+    b.op(Instruction::with2(Code::Cmp_r64_rm64, Register::RAX, seg_abs(Register::GS, COL_OWNER_TP_OFFSET)))?; // our column?
     b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
     if env.tid_offset != 0 {
-        b.op(Instruction::with2(
-            Code::Mov_r32_rm32,
-            Register::EAX,
-            seg_abs(Register::FS, env.tid_offset),
-        ))?; // libc tid
-        b.op(Instruction::with2(
-            Code::Cmp_r32_rm32,
-            Register::EAX,
-            seg_abs(Register::GS, COL_OWNER_KEY_OFFSET),
-        ))?;
+        b.op(Instruction::with2(Code::Mov_r32_rm32, Register::EAX, seg_abs(Register::FS, env.tid_offset)))?; // libc tid
+        b.op(Instruction::with2(Code::Cmp_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_OWNER_KEY_OFFSET)))?;
         b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
     }
     b.bind(count);
-    b.op(Instruction::with1(
-        Code::Inc_rm64,
-        seg_abs(Register::GS, env.counter),
-    ))?; // calls += 1
+    b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     b.add(Instruction::with_branch(Code::Jmp_rel32_64, displaced).map_err(internal)?);
     b.bind(slow);
-    b.op(Instruction::with2(
-        Code::Mov_r32_imm32,
-        Register::EAX,
-        point.id,
-    ))?; // which point
+    b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?; // which point
     b.add(Instruction::with_branch(Code::Call_rel32_64, env.slow_stub).map_err(internal)?);
-    b.op(Instruction::with2(
-        Code::Test_rm32_r32,
-        Register::EAX,
-        Register::EAX,
-    ))?; // count it?
+    b.op(Instruction::with2(Code::Test_rm32_r32, Register::EAX, Register::EAX))?; // count it?
     b.add(Instruction::with_branch(Code::Jne_rel32_64, count).map_err(internal)?);
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     b.add(Instruction::with_branch(Code::Jmp_rel32_64, displaced).map_err(internal)?);
@@ -201,10 +161,7 @@ fn displaced_code(b: &mut Block, point: &Point) -> Result<()> {
         b.add(*ins);
     }
     let ends = point.displaced.last().is_some_and(|i| {
-        matches!(
-            i.flow_control(),
-            FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
-        )
+        matches!(i.flow_control(), FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch)
     });
     if !ends {
         let back = point.address + point.window_len;
@@ -223,39 +180,21 @@ fn displaced_code(b: &mut Block, point: &Point) -> Result<()> {
 ///   jmp  <callee>               ; same operand as the call
 /// ```
 fn emulate_call(b: &mut Block, call: &Instruction) -> Result<()> {
-    b.op(Instruction::with2(
-        Code::Lea_r64_m,
-        Register::RSP,
-        mem(Register::RSP, -8),
-    ))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RSP, mem(Register::RSP, -8)))?;
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
-    b.op(Instruction::with2(
-        Code::Lea_r64_m,
-        Register::RAX,
-        rip(call.next_ip()),
-    ))?;
-    b.op(Instruction::with2(
-        Code::Mov_rm64_r64,
-        mem(Register::RSP, 8),
-        Register::RAX,
-    ))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RAX, rip(call.next_ip())))?;
+    b.op(Instruction::with2(Code::Mov_rm64_r64, mem(Register::RSP, 8), Register::RAX))?;
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     match call.code() {
-        Code::Call_rel32_64 | Code::Call_rel16 => b.add(
-            Instruction::with_branch(Code::Jmp_rel32_64, call.near_branch_target())
-                .map_err(internal)?,
-        ),
+        Code::Call_rel32_64 | Code::Call_rel16 => {
+            b.add(Instruction::with_branch(Code::Jmp_rel32_64, call.near_branch_target()).map_err(internal)?)
+        }
         Code::Call_rm64 => {
             let mut j = *call;
             j.set_code(Code::Jmp_rm64);
             b.add(j);
         }
-        c => {
-            return Err(Error::Internal(format!(
-                "cannot emulate call {c:?} at 0x{:x}",
-                call.ip()
-            )))
-        }
+        c => return Err(Error::Internal(format!("cannot emulate call {c:?} at 0x{:x}", call.ip()))),
     }
     Ok(())
 }
@@ -279,41 +218,15 @@ pub fn slow_stub(at: u64, config: u64, rt_slow: u64) -> Result<Vec<u8>> {
         b.op(Instruction::with1(Code::Push_r64, r))?;
     }
     b.op(Instruction::with1(Code::Push_r64, Register::RBP))?;
-    b.op(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RBP,
-        Register::RSP,
-    ))?; // frame
-    b.op(Instruction::with2(
-        Code::And_rm64_imm8,
-        Register::RSP,
-        -16i32,
-    ))?; // psABI alignment
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RBP, Register::RSP))?; // frame
+    b.op(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32))?; // psABI alignment
     b.op(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, 512))?; // fxsave area
-    b.op(Instruction::with1(
-        Code::Fxsave64_m512byte,
-        mem(Register::RSP, 0),
-    ))?; // x87 + SSE state
-    b.op(Instruction::with2(
-        Code::Lea_r64_m,
-        Register::RDI,
-        rip(config),
-    ))?; // arg 1: config
-    b.op(Instruction::with2(
-        Code::Mov_r32_rm32,
-        Register::ESI,
-        Register::EAX,
-    ))?; // arg 2: point
+    b.op(Instruction::with1(Code::Fxsave64_m512byte, mem(Register::RSP, 0)))?; // x87 + SSE state
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RDI, rip(config)))?; // arg 1: config
+    b.op(Instruction::with2(Code::Mov_r32_rm32, Register::ESI, Register::EAX))?; // arg 2: point
     b.add(Instruction::with_branch(Code::Call_rel32_64, rt_slow).map_err(internal)?);
-    b.op(Instruction::with1(
-        Code::Fxrstor64_m512byte,
-        mem(Register::RSP, 0),
-    ))?;
-    b.op(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RSP,
-        Register::RBP,
-    ))?;
+    b.op(Instruction::with1(Code::Fxrstor64_m512byte, mem(Register::RSP, 0)))?;
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBP))?;
     b.op(Instruction::with1(Code::Pop_r64, Register::RBP))?;
     for r in SAVED.iter().rev() {
         b.op(Instruction::with1(Code::Pop_r64, *r))?;
@@ -329,32 +242,12 @@ pub fn entry_stub(at: u64, config: u64, rt_init: u64, original_entry: u64) -> Re
     b.op(Ok(Instruction::with(Code::Endbr64)))?;
     b.op(Instruction::with1(Code::Push_r64, Register::RDX))?; // ld.so's fini pointer
     b.op(Instruction::with1(Code::Push_r64, Register::RBP))?;
-    b.op(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RBP,
-        Register::RSP,
-    ))?;
-    b.op(Instruction::with2(
-        Code::And_rm64_imm8,
-        Register::RSP,
-        -16i32,
-    ))?;
-    b.op(Instruction::with2(
-        Code::Lea_r64_m,
-        Register::RDI,
-        rip(config),
-    ))?; // arg 1: config
-    b.op(Instruction::with2(
-        Code::Lea_r64_m,
-        Register::RSI,
-        mem(Register::RBP, 16),
-    ))?; // arg 2: initial sp
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RBP, Register::RSP))?;
+    b.op(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RDI, rip(config)))?; // arg 1: config
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RSI, mem(Register::RBP, 16)))?; // arg 2: initial sp
     b.add(Instruction::with_branch(Code::Call_rel32_64, rt_init).map_err(internal)?);
-    b.op(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RSP,
-        Register::RBP,
-    ))?;
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBP))?;
     b.op(Instruction::with1(Code::Pop_r64, Register::RBP))?;
     b.op(Instruction::with1(Code::Pop_r64, Register::RDX))?;
     b.add(Instruction::with_branch(Code::Jmp_rel32_64, original_entry).map_err(internal)?);
@@ -383,9 +276,7 @@ mod tests {
     fn trampoline_reads_fs_and_gs_absolute_and_jumps_back() {
         // push rbp; mov rbp, rsp; sub rsp, 0x10  at 0x401000
         let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10];
-        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE)
-            .into_iter()
-            .collect();
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
         let p = Point {
             id: 3,
             function: 0,
@@ -395,12 +286,7 @@ mod tests {
             emulate_call: false,
             tactic: Tactic::Window,
         };
-        let env = TrampolineEnv {
-            gate: 0x500000,
-            counter: 152,
-            tid_offset: 0x2d0,
-            slow_stub: 0x600000,
-        };
+        let env = TrampolineEnv { gate: 0x500000, counter: 152, tid_offset: 0x2d0, slow_stub: 0x600000 };
         let out = trampoline(&p, env, 0x700000).unwrap();
         let text = disasm(&out, 0x700000).join("\n");
         assert!(text.contains("cmp byte ptr [500000h],0"), "{text}");
@@ -416,9 +302,7 @@ mod tests {
     fn emulated_call_pushes_original_return_address() {
         // push rbx; call 0x402000  at 0x401000 (call ends at 0x401006)
         let code = [0x53, 0xe8, 0xfa, 0x0f, 0x00, 0x00];
-        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE)
-            .into_iter()
-            .collect();
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
         let p = Point {
             id: 0,
             function: 0,
@@ -428,12 +312,7 @@ mod tests {
             emulate_call: true,
             tactic: Tactic::Window,
         };
-        let env = TrampolineEnv {
-            gate: 0x500000,
-            counter: 128,
-            tid_offset: 0,
-            slow_stub: 0x600000,
-        };
+        let env = TrampolineEnv { gate: 0x500000, counter: 128, tid_offset: 0, slow_stub: 0x600000 };
         let text = disasm(&trampoline(&p, env, 0x700000).unwrap(), 0x700000).join("\n");
         assert!(text.contains("lea rax,[401006h]"), "{text}");
         assert!(text.contains("jmp 0000000000402000h"), "{text}");

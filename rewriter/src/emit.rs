@@ -28,8 +28,8 @@ use crate::plan::{Plan, JMP_LEN};
 use crate::rtimage;
 use object::elf;
 use stint_layout::{
-    align_up, counter_offset, ctl_len, gate_offset, RtConfig, CONFIG_MAGIC, CONFIG_VERSION,
-    METRIC_CALLS, N_COUNTER_SLOTS, N_METRICS, PAGE, RT_STATE_SIZE, SEGMENT_MAGIC,
+    align_up, counter_offset, ctl_len, gate_offset, RtConfig, CONFIG_MAGIC, CONFIG_VERSION, METRIC_CALLS,
+    N_COUNTER_SLOTS, N_METRICS, PAGE, RT_STATE_SIZE, SEGMENT_MAGIC,
 };
 
 /// What the emitter needs besides the plan.
@@ -60,10 +60,7 @@ pub struct Layout {
 pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, Layout)> {
     let n_points = plan.points.len() as u32;
     // 1. Writable memory: grow the last RW segment's bss.
-    let last = elf
-        .loads()
-        .max_by_key(|s| s.vaddr + s.memsz)
-        .ok_or_else(|| Error::Malformed("no PT_LOAD".into()))?;
+    let last = elf.loads().max_by_key(|s| s.vaddr + s.memsz).ok_or_else(|| Error::Malformed("no PT_LOAD".into()))?;
     if last.flags & elf::PF_W == 0 || last.flags & elf::PF_X != 0 {
         return Err(Error::NoRoom(format!(
             "the highest PT_LOAD (at 0x{:x}) is not a data segment; cannot add the runtime's data",
@@ -119,19 +116,10 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     seg[c..c + config_size].copy_from_slice(&config.to_bytes());
 
     let entry_stub = seg_vaddr + seg.len() as u64;
-    seg.extend(codegen::entry_stub(
-        entry_stub,
-        config_at,
-        image_at + rtimage::STINT_RT_INIT,
-        elf.entry,
-    )?);
+    seg.extend(codegen::entry_stub(entry_stub, config_at, image_at + rtimage::STINT_RT_INIT, elf.entry)?);
     pad_to(&mut seg, 16);
     let slow_stub = seg_vaddr + seg.len() as u64;
-    seg.extend(codegen::slow_stub(
-        slow_stub,
-        config_at,
-        image_at + rtimage::STINT_RT_SLOW,
-    )?);
+    seg.extend(codegen::slow_stub(slow_stub, config_at, image_at + rtimage::STINT_RT_SLOW)?);
     pad_to(&mut seg, 16);
     let trampolines = seg_vaddr + seg.len() as u64;
 
@@ -194,14 +182,11 @@ fn pad_to(v: &mut Vec<u8>, align: usize) {
 
 /// The index of a program header we may turn into the new PT_LOAD.
 fn spare_phdr_slot(elf: &InputElf) -> Result<usize> {
-    let prop = elf
-        .segments
-        .iter()
-        .find(|s| s.p_type == elf::PT_GNU_PROPERTY);
+    let prop = elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_PROPERTY);
     if let Some(prop) = prop {
-        if let Some(n) = elf.segments.iter().find(|s| {
-            s.p_type == elf::PT_NOTE && s.offset == prop.offset && s.filesz == prop.filesz
-        }) {
+        if let Some(n) =
+            elf.segments.iter().find(|s| s.p_type == elf::PT_NOTE && s.offset == prop.offset && s.filesz == prop.filesz)
+        {
             return Ok(n.index);
         }
     }
@@ -217,17 +202,13 @@ fn spare_phdr_slot(elf: &InputElf) -> Result<usize> {
 fn patch_window(elf: &InputElf, out: &mut [u8], window: u64, len: u64, target: u64) -> Result<()> {
     let off = elf
         .vaddr_to_offset(window)
-        .ok_or_else(|| Error::Internal(format!("window 0x{window:x} is not in the file")))?
-        as usize;
+        .ok_or_else(|| Error::Internal(format!("window 0x{window:x} is not in the file")))? as usize;
     let end = off + len as usize;
     if end > out.len() || elf.vaddr_to_offset(window + len - 1).is_none() {
-        return Err(Error::Internal(format!(
-            "window 0x{window:x}+{len} leaves the file"
-        )));
+        return Err(Error::Internal(format!("window 0x{window:x}+{len} leaves the file")));
     }
     let rel = target as i64 - (window + JMP_LEN) as i64;
-    let rel = i32::try_from(rel)
-        .map_err(|_| Error::NoRoom(format!("0x{window:x}: trampoline out of rel32 reach")))?;
+    let rel = i32::try_from(rel).map_err(|_| Error::NoRoom(format!("0x{window:x}: trampoline out of rel32 reach")))?;
     out[off] = 0xe9;
     out[off + 1..off + 5].copy_from_slice(&rel.to_le_bytes());
     out[off + 5..end].fill(0xcc);
@@ -236,14 +217,7 @@ fn patch_window(elf: &InputElf, out: &mut [u8], window: u64, len: u64, target: u
 
 /// Rewrite the program-header table: grow the data segment, turn `slot` into the code
 /// segment and move it right after the last PT_LOAD.
-fn write_phdrs(
-    elf: &InputElf,
-    out: &mut [u8],
-    data: &Segment,
-    rw_end: u64,
-    slot: usize,
-    code: Segment,
-) {
+fn write_phdrs(elf: &InputElf, out: &mut [u8], data: &Segment, rw_end: u64, slot: usize, code: Segment) {
     let mut segs: Vec<Segment> = elf.segments.clone();
     for s in segs.iter_mut() {
         if s.index == data.index {

@@ -56,8 +56,7 @@ pub struct Section {
 
 impl Section {
     pub fn is_exec(&self) -> bool {
-        self.flags & u64::from(elf::SHF_EXECINSTR) != 0
-            && self.flags & u64::from(elf::SHF_ALLOC) != 0
+        self.flags & u64::from(elf::SHF_EXECINSTR) != 0 && self.flags & u64::from(elf::SHF_ALLOC) != 0
     }
     pub fn is_alloc(&self) -> bool {
         self.flags & u64::from(elf::SHF_ALLOC) != 0
@@ -99,41 +98,26 @@ impl<'a> InputElf<'a> {
             return Err(Error::Foreign("big-endian ELF".into()));
         }
         if data.len() < EHDR_SIZE {
-            return Err(Error::Truncated(format!(
-                "ELF header needs {EHDR_SIZE} bytes, file has {}",
-                data.len()
-            )));
+            return Err(Error::Truncated(format!("ELF header needs {EHDR_SIZE} bytes, file has {}", data.len())));
         }
-        let hdr = elf::FileHeader64::<Endianness>::parse(data)
-            .map_err(|e| Error::Malformed(format!("ELF header: {e}")))?;
-        let en = hdr
-            .endian()
-            .map_err(|e| Error::Malformed(format!("ELF header: {e}")))?;
+        let hdr =
+            elf::FileHeader64::<Endianness>::parse(data).map_err(|e| Error::Malformed(format!("ELF header: {e}")))?;
+        let en = hdr.endian().map_err(|e| Error::Malformed(format!("ELF header: {e}")))?;
         let machine = hdr.e_machine(en);
         if machine != elf::EM_X86_64 {
-            return Err(Error::Foreign(format!(
-                "machine {} ({})",
-                machine,
-                machine_name(machine)
-            )));
+            return Err(Error::Foreign(format!("machine {} ({})", machine, machine_name(machine))));
         }
         let e_type = hdr.e_type(en);
         let phoff = hdr.e_phoff(en);
         let phnum = hdr.e_phnum(en) as usize;
         if hdr.e_phentsize(en) as usize != PHDR_SIZE || phnum == 0 {
-            return Err(Error::Malformed(
-                "program header table is missing or has a foreign entry size".into(),
-            ));
+            return Err(Error::Malformed("program header table is missing or has a foreign entry size".into()));
         }
         let ph_end = phoff.checked_add((phnum * PHDR_SIZE) as u64);
         if !ph_end.is_some_and(|end| end <= data.len() as u64) {
-            return Err(Error::Truncated(
-                "program header table runs past the end of the file".into(),
-            ));
+            return Err(Error::Truncated("program header table runs past the end of the file".into()));
         }
-        let phdrs = hdr
-            .program_headers(en, data)
-            .map_err(|e| Error::Malformed(format!("program headers: {e}")))?;
+        let phdrs = hdr.program_headers(en, data).map_err(|e| Error::Malformed(format!("program headers: {e}")))?;
         let mut segments = Vec::with_capacity(phnum);
         for (index, p) in phdrs.iter().enumerate() {
             let s = Segment {
@@ -146,13 +130,8 @@ impl<'a> InputElf<'a> {
                 memsz: p.p_memsz(en),
                 align: p.p_align(en),
             };
-            if s.p_type == elf::PT_LOAD || s.p_type == elf::PT_INTERP || s.p_type == elf::PT_DYNAMIC
-            {
-                if !s
-                    .offset
-                    .checked_add(s.filesz)
-                    .is_some_and(|e| e <= data.len() as u64)
-                {
+            if s.p_type == elf::PT_LOAD || s.p_type == elf::PT_INTERP || s.p_type == elf::PT_DYNAMIC {
+                if !s.offset.checked_add(s.filesz).is_some_and(|e| e <= data.len() as u64) {
                     return Err(Error::Truncated(format!(
                         "segment {index} (file 0x{:x}+0x{:x}) runs past the end of the file (0x{:x} bytes)",
                         s.offset,
@@ -161,54 +140,37 @@ impl<'a> InputElf<'a> {
                     )));
                 }
                 if s.p_type == elf::PT_LOAD && s.memsz < s.filesz {
-                    return Err(Error::Malformed(format!(
-                        "segment {index} has p_memsz < p_filesz"
-                    )));
+                    return Err(Error::Malformed(format!("segment {index} has p_memsz < p_filesz")));
                 }
             }
             segments.push(s);
         }
-        let interp = segments
-            .iter()
-            .find(|s| s.p_type == elf::PT_INTERP)
-            .map(|s| {
-                let b = &data[s.offset as usize..(s.offset + s.filesz) as usize];
-                String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(b)).into_owned()
-            });
+        let interp = segments.iter().find(|s| s.p_type == elf::PT_INTERP).map(|s| {
+            let b = &data[s.offset as usize..(s.offset + s.filesz) as usize];
+            String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(b)).into_owned()
+        });
         let has_dynamic = segments.iter().any(|s| s.p_type == elf::PT_DYNAMIC);
         let kind = match (e_type, interp.is_some()) {
             (elf::ET_EXEC, true) => ElfKind::Exec,
             (elf::ET_DYN, true) => ElfKind::Pie,
             (elf::ET_EXEC, false) => {
                 return Err(Error::UnsupportedKind(
-                    "static executable: not supported yet (only dynamically linked executables)"
-                        .into(),
+                    "static executable: not supported yet (only dynamically linked executables)".into(),
                 ))
             }
             (elf::ET_DYN, false) if has_dynamic && !is_static_pie(data, en, &segments) => {
+                return Err(Error::UnsupportedKind("shared library: stint rewrites executables, not libraries".into()))
+            }
+            (elf::ET_DYN, false) => {
                 return Err(Error::UnsupportedKind(
-                    "shared library: stint rewrites executables, not libraries".into(),
+                    "static-pie executable: not supported yet (only dynamically linked executables)".into(),
                 ))
             }
-            (elf::ET_DYN, false) => return Err(Error::UnsupportedKind(
-                "static-pie executable: not supported yet (only dynamically linked executables)"
-                    .into(),
-            )),
             (elf::ET_REL, _) => {
-                return Err(Error::UnsupportedKind(
-                    "relocatable object file: link it into an executable first".into(),
-                ))
+                return Err(Error::UnsupportedKind("relocatable object file: link it into an executable first".into()))
             }
-            (elf::ET_CORE, _) => {
-                return Err(Error::UnsupportedKind(
-                    "core dump, not an executable".into(),
-                ))
-            }
-            (t, _) => {
-                return Err(Error::UnsupportedKind(format!(
-                    "ELF type {t} is not an executable"
-                )))
-            }
+            (elf::ET_CORE, _) => return Err(Error::UnsupportedKind("core dump, not an executable".into())),
+            (t, _) => return Err(Error::UnsupportedKind(format!("ELF type {t} is not an executable"))),
         };
         if !segments.iter().any(|s| s.is_load()) {
             return Err(Error::Malformed("no PT_LOAD segment".into()));
@@ -218,10 +180,8 @@ impl<'a> InputElf<'a> {
         match hdr.sections(en, data) {
             Ok(table) => {
                 for (i, sh) in table.iter().enumerate() {
-                    let name = table
-                        .section_name(en, sh)
-                        .map(|n| String::from_utf8_lossy(n).into_owned())
-                        .unwrap_or_default();
+                    let name =
+                        table.section_name(en, sh).map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
                     let s = Section {
                         index: i,
                         name,
@@ -233,31 +193,16 @@ impl<'a> InputElf<'a> {
                     };
                     if s.has_bits()
                         && s.sh_type != elf::SHT_NULL
-                        && !s
-                            .offset
-                            .checked_add(s.size)
-                            .is_some_and(|e| e <= data.len() as u64)
+                        && !s.offset.checked_add(s.size).is_some_and(|e| e <= data.len() as u64)
                     {
-                        return Err(Error::Truncated(format!(
-                            "section {} runs past the end of the file",
-                            s.name
-                        )));
+                        return Err(Error::Truncated(format!("section {} runs past the end of the file", s.name)));
                     }
                     sections.push(s);
                 }
             }
             Err(e) => return Err(Error::Malformed(format!("section headers: {e}"))),
         }
-        let me = InputElf {
-            data,
-            kind,
-            entry: hdr.e_entry(en),
-            interp,
-            phoff,
-            phnum,
-            segments,
-            sections,
-        };
+        let me = InputElf { data, kind, entry: hdr.e_entry(en), interp, phoff, phnum, segments, sections };
         if me.find_segment_magic() {
             return Err(Error::AlreadyRewritten);
         }
@@ -268,8 +213,7 @@ impl<'a> InputElf<'a> {
     fn find_segment_magic(&self) -> bool {
         self.segments.iter().filter(|s| s.is_load()).any(|s| {
             let m = &stint_layout::SEGMENT_MAGIC;
-            s.filesz >= m.len() as u64
-                && &self.data[s.offset as usize..s.offset as usize + m.len()] == m
+            s.filesz >= m.len() as u64 && &self.data[s.offset as usize..s.offset as usize + m.len()] == m
         })
     }
 
@@ -280,16 +224,12 @@ impl<'a> InputElf<'a> {
 
     /// File offset of a virtual address backed by file bytes.
     pub fn vaddr_to_offset(&self, vaddr: u64) -> Option<u64> {
-        self.loads()
-            .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)
-            .map(|s| vaddr - s.vaddr + s.offset)
+        self.loads().find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz).map(|s| vaddr - s.vaddr + s.offset)
     }
 
     /// `len` file-backed bytes at `vaddr`, or None if any of them is not in the file.
     pub fn bytes_at(&self, vaddr: u64, len: u64) -> Option<&'a [u8]> {
-        let seg = self
-            .loads()
-            .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)?;
+        let seg = self.loads().find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)?;
         if vaddr.checked_add(len)? > seg.vaddr + seg.filesz {
             return None;
         }
@@ -299,9 +239,7 @@ impl<'a> InputElf<'a> {
 
     /// The executable section containing `vaddr`.
     pub fn exec_section_at(&self, vaddr: u64) -> Option<&Section> {
-        self.sections
-            .iter()
-            .find(|s| s.is_exec() && vaddr >= s.addr && vaddr < s.addr + s.size)
+        self.sections.iter().find(|s| s.is_exec() && vaddr >= s.addr && vaddr < s.addr + s.size)
     }
 
     /// A section by name.
@@ -319,9 +257,7 @@ impl<'a> InputElf<'a> {
 
     /// Whether the program's libc is glibc (the interpreter is glibc's ld.so).
     pub fn is_glibc(&self) -> bool {
-        self.interp
-            .as_deref()
-            .is_some_and(|i| i.contains("ld-linux-x86-64.so"))
+        self.interp.as_deref().is_some_and(|i| i.contains("ld-linux-x86-64.so"))
     }
 }
 

@@ -49,15 +49,9 @@ pub struct Planned<'a> {
 pub fn plan_program<'a>(data: &'a [u8], spec: &Spec) -> Result<Planned<'a>> {
     let elf = InputElf::parse(data)?;
     let analysis = analysis::analyze(&elf)?;
-    let opts = PlanOptions {
-        shadow_stack: rewrite_report::has_shadow_stack(&elf),
-    };
+    let opts = PlanOptions { shadow_stack: rewrite_report::has_shadow_stack(&elf) };
     let plan = plan::plan(&elf, &analysis, spec, opts);
-    Ok(Planned {
-        elf,
-        analysis,
-        plan,
-    })
+    Ok(Planned { elf, analysis, plan })
 }
 
 /// What would be instrumented, and how (`stint inspect`).
@@ -73,17 +67,8 @@ pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> 
     let calls_on = opts.spec.calls().is_some_and(|m| m.on_at_start);
     let n = p.plan.points.len();
     let gates = vec![calls_on as u8; n * stint_layout::N_METRICS as usize];
-    let tid_offset = if p.elf.is_glibc() {
-        stint_layout::GLIBC_TID_OFFSET
-    } else {
-        0
-    };
-    let inp = emit::EmitInput {
-        meta_json: &meta,
-        program: opts.program,
-        gates,
-        tid_offset,
-    };
+    let tid_offset = if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 };
+    let inp = emit::EmitInput { meta_json: &meta, program: opts.program, gates, tid_offset };
     let (out, layout) = emit::emit(&p.elf, &p.plan, &inp)?;
     Ok((out, RewriteReport::new(&p, opts.program, Some(layout))))
 }

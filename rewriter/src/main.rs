@@ -59,9 +59,7 @@ struct RewriteArgs {
 
 /// Show what `rewrite` would instrument, and how.
 #[derive(Parser, Debug)]
-#[command(
-    after_help = "EXAMPLES:\n  stint inspect /usr/bin/pigz\n  stint inspect /usr/bin/pigz --json | jq .summary"
-)]
+#[command(after_help = "EXAMPLES:\n  stint inspect /usr/bin/pigz\n  stint inspect /usr/bin/pigz --json | jq .summary")]
 struct InspectArgs {
     input: PathBuf,
     /// Print the full report as JSON (functions, points with tactics, summary).
@@ -132,9 +130,7 @@ fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
 }
 
 fn program_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "program".into())
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into())
 }
 
 fn rewrite(a: RewriteArgs) -> anyhow::Result<()> {
@@ -142,12 +138,8 @@ fn rewrite(a: RewriteArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let opts = stint::Options {
-        program: &program,
-        spec: &spec,
-    };
-    let (out, report) =
-        stint::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
+    let opts = stint::Options { program: &program, spec: &spec };
+    let (out, report) = stint::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a.input)?.permissions());
     write_atomically(&a.output, &out, (mode & 0o777) | 0o100)?;
     if let Some(rp) = &a.report {
@@ -176,21 +168,10 @@ fn rewrite(a: RewriteArgs) -> anyhow::Result<()> {
 /// run never leaves a half-written output.
 fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.stint-tmp.{}",
-        program_name(path),
-        std::process::id()
-    ));
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}.stint-tmp.{}", program_name(path), std::process::id()));
     let res = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -206,14 +187,8 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let report = stint::inspect(
-        &data,
-        &stint::Options {
-            program: &program,
-            spec: &spec,
-        },
-    )
-    .map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
+    let report = stint::inspect(&data, &stint::Options { program: &program, spec: &spec })
+        .map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mut out = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer_pretty(&mut out, &report)?;

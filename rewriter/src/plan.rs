@@ -66,9 +66,7 @@ impl std::fmt::Display for SkipReason {
             SkipReason::NotSelected => f.write_str("not selected by the spec"),
             SkipReason::TooSmall => f.write_str("function too small for a 5-byte window"),
             SkipReason::BranchTarget(a) => write!(f, "branch target at 0x{a:x} inside the window"),
-            SkipReason::UnresolvedIndirectJump => {
-                f.write_str("unresolved indirect jump in the function")
-            }
+            SkipReason::UnresolvedIndirectJump => f.write_str("unresolved indirect jump in the function"),
             SkipReason::Undecodable(a) => write!(f, "undecodable instruction at 0x{a:x}"),
             SkipReason::Unrelocatable(a, why) => {
                 write!(f, "cannot relocate instruction at 0x{a:x}: {why}")
@@ -125,17 +123,9 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
         if f.is_cold_part() {
             continue; // never a call: counted under its parent's entry
         }
-        let start = if f.has_endbr {
-            f.address + 4
-        } else {
-            f.address
-        };
+        let start = if f.has_endbr { f.address + 4 } else { f.address };
         if !calls.is_some_and(|m| m.selects(&f.name)) {
-            plan.skipped.push(Skipped {
-                function: i,
-                address: start,
-                reason: SkipReason::NotSelected,
-            });
+            plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NotSelected });
             continue;
         }
         match entry_window(elf, analysis, f, start, opts) {
@@ -151,11 +141,7 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
                     tactic,
                 });
             }
-            Err(reason) => plan.skipped.push(Skipped {
-                function: i,
-                address: start,
-                reason,
-            }),
+            Err(reason) => plan.skipped.push(Skipped { function: i, address: start, reason }),
         }
     }
     plan
@@ -179,9 +165,7 @@ fn entry_window(
     }
     // Decode at most 15 bytes past the 5 we need.
     let avail = (end - start).min(JMP_LEN + 15);
-    let bytes = elf
-        .bytes_at(start, avail)
-        .ok_or(SkipReason::Undecodable(start))?;
+    let bytes = elf.bytes_at(start, avail).ok_or(SkipReason::Undecodable(start))?;
     let mut dec = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
     let mut displaced = Vec::new();
     let mut len = 0u64;
@@ -197,29 +181,19 @@ fn entry_window(
             return Err(SkipReason::BranchTarget(ins.ip()));
         }
         check_relocatable(&ins)?;
-        let is_call = ins.flow_control() == FlowControl::Call
-            || ins.flow_control() == FlowControl::IndirectCall;
+        let is_call = ins.flow_control() == FlowControl::Call || ins.flow_control() == FlowControl::IndirectCall;
         len += ins.len() as u64;
         let flow_ends = ends_flow(&ins);
         displaced.push(ins);
         if is_call {
             if len < JMP_LEN {
-                return Err(SkipReason::Unrelocatable(
-                    ins.ip(),
-                    "call before the window is complete".into(),
-                ));
+                return Err(SkipReason::Unrelocatable(ins.ip(), "call before the window is complete".into()));
             }
             if opts.shadow_stack {
-                return Err(SkipReason::Unrelocatable(
-                    ins.ip(),
-                    "call in window of a shadow-stack program".into(),
-                ));
+                return Err(SkipReason::Unrelocatable(ins.ip(), "call in window of a shadow-stack program".into()));
             }
             if ins.flow_control() == FlowControl::IndirectCall && uses_rsp(&ins) {
-                return Err(SkipReason::Unrelocatable(
-                    ins.ip(),
-                    "stack-relative indirect call".into(),
-                ));
+                return Err(SkipReason::Unrelocatable(ins.ip(), "stack-relative indirect call".into()));
             }
             return Ok((len, displaced, true, Tactic::Window));
         }
@@ -239,10 +213,7 @@ fn entry_window(
 fn ends_flow(i: &Instruction) -> bool {
     matches!(
         i.flow_control(),
-        FlowControl::Return
-            | FlowControl::UnconditionalBranch
-            | FlowControl::IndirectBranch
-            | FlowControl::Exception
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch | FlowControl::Exception
     ) || i.mnemonic() == Mnemonic::Hlt
 }
 

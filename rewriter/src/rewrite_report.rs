@@ -83,11 +83,7 @@ impl RewriteReport {
                 address: hex(f.address),
                 size: f.size,
                 source: f.source,
-                kind: if f.is_cold_part() {
-                    "cold_part"
-                } else {
-                    "function"
-                },
+                kind: if f.is_cold_part() { "cold_part" } else { "function" },
                 parent: match f.kind {
                     FunctionKind::ColdPart { parent: Some(a) } => Some(hex(a)),
                     _ => None,
@@ -95,14 +91,9 @@ impl RewriteReport {
                 endbr: f.has_endbr,
             })
             .collect();
-        let mut s = Summary {
-            functions: fs.len(),
-            ..Default::default()
-        };
+        let mut s = Summary { functions: fs.len(), ..Default::default() };
         for f in fs {
-            *s.by_source
-                .entry(format!("{:?}", f.source).to_lowercase())
-                .or_default() += 1;
+            *s.by_source.entry(format!("{:?}", f.source).to_lowercase()).or_default() += 1;
             s.cold_parts += f.is_cold_part() as usize;
         }
         let mut points = Vec::new();
@@ -125,9 +116,7 @@ impl RewriteReport {
                 s.not_selected += 1;
                 continue;
             }
-            *s.skipped_by_reason
-                .entry(reason_class(&sk.reason))
-                .or_default() += 1;
+            *s.skipped_by_reason.entry(reason_class(&sk.reason)).or_default() += 1;
             points.push(PointRow {
                 kind: "entry",
                 function: f.name.clone(),
@@ -142,11 +131,7 @@ impl RewriteReport {
         s.patched = p.plan.points.len();
         s.skipped = points.len() - s.patched;
         s.entries = points.len();
-        s.entry_coverage_pct = if s.entries == 0 {
-            100.0
-        } else {
-            100.0 * s.patched as f64 / s.entries as f64
-        };
+        s.entry_coverage_pct = if s.entries == 0 { 100.0 } else { 100.0 * s.patched as f64 / s.entries as f64 };
         RewriteReport {
             schema: "stint-inspect/1",
             program: program.to_string(),
@@ -163,11 +148,7 @@ impl RewriteReport {
     pub fn to_text(&self, list_skipped: bool) -> String {
         let s = &self.summary;
         let mut out = String::new();
-        let by_source: Vec<String> = s
-            .by_source
-            .iter()
-            .map(|(k, v)| format!("{v} from {k}"))
-            .collect();
+        let by_source: Vec<String> = s.by_source.iter().map(|(k, v)| format!("{v} from {k}")).collect();
         out += &format!(
             "{}: {:?} executable, {} functions ({}), {} cold parts\n",
             self.program,
@@ -176,28 +157,16 @@ impl RewriteReport {
             by_source.join(", "),
             s.cold_parts
         );
-        let tactics: Vec<String> = s
-            .by_tactic
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
+        let tactics: Vec<String> = s.by_tactic.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out += &format!(
             "entries: {} patched of {} ({:.2}%): {}\n",
             s.patched,
             s.entries,
             s.entry_coverage_pct,
-            if tactics.is_empty() {
-                "-".into()
-            } else {
-                tactics.join(", ")
-            }
+            if tactics.is_empty() { "-".into() } else { tactics.join(", ") }
         );
         if s.skipped > 0 {
-            let reasons: Vec<String> = s
-                .skipped_by_reason
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
+            let reasons: Vec<String> = s.skipped_by_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
             out += &format!("skipped: {} ({})\n", s.skipped, reasons.join(", "));
         }
         if s.not_selected > 0 {
@@ -257,23 +226,13 @@ pub fn has_shadow_stack(elf: &InputElf) -> bool {
     const NT_GNU_PROPERTY_TYPE_0: u32 = 5;
     const X86_FEATURE_1_AND: u32 = 0xc000_0002;
     const SHSTK: u32 = 1 << 1;
-    let Some(seg) = elf
-        .segments
-        .iter()
-        .find(|s| s.p_type == object::elf::PT_GNU_PROPERTY)
-    else {
+    let Some(seg) = elf.segments.iter().find(|s| s.p_type == object::elf::PT_GNU_PROPERTY) else {
         return false;
     };
-    let Some(b) = elf
-        .data
-        .get(seg.offset as usize..(seg.offset + seg.filesz) as usize)
-    else {
+    let Some(b) = elf.data.get(seg.offset as usize..(seg.offset + seg.filesz) as usize) else {
         return false;
     };
-    let u32_at = |o: usize| {
-        b.get(o..o + 4)
-            .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
-    };
+    let u32_at = |o: usize| b.get(o..o + 4).map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]));
     let mut o = 0;
     while let (Some(namesz), Some(descsz), Some(ty)) = (u32_at(o), u32_at(o + 4), u32_at(o + 8)) {
         let desc = o + 12 + (namesz as usize).div_ceil(8) * 8;

@@ -83,20 +83,14 @@ impl Spec {
                 )));
             }
             if m.at != "entry" {
-                return Err(Error::Spec(format!(
-                    "metric {:?}: at {:?} not supported (expected entry)",
-                    m.name, m.at
-                )));
+                return Err(Error::Spec(format!("metric {:?}: at {:?} not supported (expected entry)", m.name, m.at)));
             }
             if metrics.iter().any(|x: &Metric| x.name == m.name) {
                 return Err(Error::Spec(format!("metric {:?}: defined twice", m.name)));
             }
             for g in m.functions.iter().chain(&m.exclude) {
                 if g.is_empty() {
-                    return Err(Error::Spec(format!(
-                        "metric {:?}: empty function glob",
-                        m.name
-                    )));
+                    return Err(Error::Spec(format!("metric {:?}: empty function glob", m.name)));
                 }
             }
             metrics.push(Metric {
@@ -116,9 +110,7 @@ impl Spec {
 
     /// The `calls` metric, if the spec has it.
     pub fn calls(&self) -> Option<&Metric> {
-        self.metrics
-            .iter()
-            .find(|m| m.id == stint_layout::METRIC_CALLS)
+        self.metrics.iter().find(|m| m.id == stint_layout::METRIC_CALLS)
     }
 }
 
@@ -167,17 +159,11 @@ mod tests {
 
     #[test]
     fn bad_specs_are_explained() {
-        let e = Spec::parse("metrics: [{name: cycles, kind: counter, at: entry}]")
-            .unwrap_err()
-            .to_string();
+        let e = Spec::parse("metrics: [{name: cycles, kind: counter, at: entry}]").unwrap_err().to_string();
         assert!(e.contains("\"cycles\": unknown"), "{e}");
-        let e = Spec::parse("metrics: [{name: calls, kind: timer, at: entry}]")
-            .unwrap_err()
-            .to_string();
+        let e = Spec::parse("metrics: [{name: calls, kind: timer, at: entry}]").unwrap_err().to_string();
         assert!(e.contains("kind \"timer\""), "{e}");
         assert!(Spec::parse("metrics: [").is_err());
-        assert!(
-            Spec::parse("metrics: [{name: calls, kind: counter, at: entry, colour: red}]").is_err()
-        );
+        assert!(Spec::parse("metrics: [{name: calls, kind: counter, at: entry, colour: red}]").is_err());
     }
 }

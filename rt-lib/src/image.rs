@@ -9,7 +9,9 @@ use core::arch::asm;
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
     // Safety: rep movsb copies exactly n bytes forward; DF is clear per the psABI.
-    unsafe { asm!("rep movsb", inout("rdi") dst => _, inout("rsi") src => _, inout("rcx") n => _, options(nostack, preserves_flags)) };
+    unsafe {
+        asm!("rep movsb", inout("rdi") dst => _, inout("rsi") src => _, inout("rcx") n => _, options(nostack, preserves_flags))
+    };
     dst
 }
 
@@ -33,7 +35,9 @@ pub unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut
 #[no_mangle]
 pub unsafe extern "C" fn memset(dst: *mut u8, c: i32, n: usize) -> *mut u8 {
     // Safety: rep stosb stores exactly n bytes forward.
-    unsafe { asm!("rep stosb", inout("rdi") dst => _, inout("rcx") n => _, in("al") c as u8, options(nostack, preserves_flags)) };
+    unsafe {
+        asm!("rep stosb", inout("rdi") dst => _, inout("rcx") n => _, in("al") c as u8, options(nostack, preserves_flags))
+    };
     dst
 }
 

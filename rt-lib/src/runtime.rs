@@ -275,14 +275,17 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
     for (d, s) in path_copy.iter_mut().zip(st.path.iter()) {
         *d = *s;
     }
-    let (Some(path), Some(path_nul)) = (path_copy.get(..plen), path_copy.get(..plen + 1)) else { return false };
-    let fd = match sys::open(path_nul, sys::O_RDWR | sys::O_CREAT | sys::O_EXCL | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0o600) {
-        Ok(fd) => fd as i32,
-        Err(e) => {
-            warn(config, b"cannot create profile", path, Some(e));
-            return false;
-        }
+    let (Some(path), Some(path_nul)) = (path_copy.get(..plen), path_copy.get(..plen + 1)) else {
+        return false;
     };
+    let fd =
+        match sys::open(path_nul, sys::O_RDWR | sys::O_CREAT | sys::O_EXCL | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0o600) {
+            Ok(fd) => fd as i32,
+            Err(e) => {
+                warn(config, b"cannot create profile", path, Some(e));
+                return false;
+            }
+        };
 
     let n_points = config.n_points;
     let ctl_off = HEADER_RESERVED;
@@ -303,7 +306,14 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
     if let Err(e) = sys::ftruncate(fd, file_len) {
         return fail(st, b"cannot size profile", e);
     }
-    let base = match sys::mmap(0, RESERVE, sys::PROT_NONE, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE, -1, 0) {
+    let base = match sys::mmap(
+        0,
+        RESERVE,
+        sys::PROT_NONE,
+        sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE,
+        -1,
+        0,
+    ) {
         Ok(b) => b,
         Err(e) => return fail(st, b"cannot reserve address space for profile", e),
     };
@@ -504,7 +514,9 @@ fn grow(st: &mut RtState, hdr: &mut FileHeader) -> bool {
     }
     let old = st.mapped;
     let prot = sys::PROT_READ | sys::PROT_WRITE;
-    if sys::mmap(st.base + old, new_len as usize - old, prot, sys::MAP_SHARED | sys::MAP_FIXED, st.fd, old as u64).is_err() {
+    if sys::mmap(st.base + old, new_len as usize - old, prot, sys::MAP_SHARED | sys::MAP_FIXED, st.fd, old as u64)
+        .is_err()
+    {
         return false;
     }
     st.mapped = new_len as usize;

@@ -204,7 +204,9 @@ pub fn thread_pointer() -> u64 {
 pub unsafe fn fs_u32(off: u32) -> u32 {
     let v: u32;
     // Safety: guaranteed by the caller.
-    unsafe { asm!("mov {:e}, dword ptr fs:[{}]", out(reg) v, in(reg) off as u64, options(nostack, readonly, preserves_flags)) };
+    unsafe {
+        asm!("mov {:e}, dword ptr fs:[{}]", out(reg) v, in(reg) off as u64, options(nostack, readonly, preserves_flags))
+    };
     v
 }
 

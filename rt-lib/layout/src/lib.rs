@@ -251,7 +251,9 @@ impl core::fmt::Display for FormatError {
         match self {
             FormatError::Truncated => f.write_str("file is truncated"),
             FormatError::BadMagic => f.write_str("not a stint profile (bad magic)"),
-            FormatError::Version(v) => write!(f, "profile layout version {v} is not supported (this stint reads {FILE_VERSION})"),
+            FormatError::Version(v) => {
+                write!(f, "profile layout version {v} is not supported (this stint reads {FILE_VERSION})")
+            }
             FormatError::Inconsistent(what) => write!(f, "corrupt header: {what}"),
         }
     }
@@ -286,14 +288,35 @@ impl FileHeader {
         if b.len() < size_of::<FileHeader>() {
             return Err(FormatError::Truncated);
         }
-        let h = read_fields!(b, FileHeader {
-            magic: bytes8, version: u32, header_size: u32, pid: u32, ppid: u32, flags: u32,
-            n_points: u32, n_metrics: u32, n_counter_slots: u32, ctl_offset: u64, ctl_len: u64,
-            meta_offset: u64, meta_len: u64, columns_offset: u64, column_size: u64,
-            n_columns: u32, capacity_columns: u32, start_realtime_ns: u64,
-            start_monotonic_ns: u64, skipped_reentrant: u64, lost_threads: u64,
-            reg_lock: u32, tid_offset: u32, file_len: u64,
-        });
+        let h = read_fields!(
+            b,
+            FileHeader {
+                magic: bytes8,
+                version: u32,
+                header_size: u32,
+                pid: u32,
+                ppid: u32,
+                flags: u32,
+                n_points: u32,
+                n_metrics: u32,
+                n_counter_slots: u32,
+                ctl_offset: u64,
+                ctl_len: u64,
+                meta_offset: u64,
+                meta_len: u64,
+                columns_offset: u64,
+                column_size: u64,
+                n_columns: u32,
+                capacity_columns: u32,
+                start_realtime_ns: u64,
+                start_monotonic_ns: u64,
+                skipped_reentrant: u64,
+                lost_threads: u64,
+                reg_lock: u32,
+                tid_offset: u32,
+                file_len: u64,
+            }
+        );
         if h.magic != FILE_MAGIC {
             return Err(FormatError::BadMagic);
         }
@@ -330,11 +353,22 @@ impl ColumnHeader {
         if b.len() < size_of::<ColumnHeader>() {
             return Err(FormatError::Truncated);
         }
-        Ok(read_fields!(b, ColumnHeader {
-            self_addr: u64, owner_tp: u64, owner_key: u32, tid: u32, index: u32, state: u32,
-            pid: u32, first_point: u32, registered_monotonic_ns: u64, start_routine: u64,
-            name: bytes16,
-        }))
+        Ok(read_fields!(
+            b,
+            ColumnHeader {
+                self_addr: u64,
+                owner_tp: u64,
+                owner_key: u32,
+                tid: u32,
+                index: u32,
+                state: u32,
+                pid: u32,
+                first_point: u32,
+                registered_monotonic_ns: u64,
+                start_routine: u64,
+                name: bytes16,
+            }
+        ))
     }
 
     /// Counter (`slot`, `point`) of a column given the column's bytes.
