@@ -240,3 +240,44 @@ fn write_phdrs(elf: &InputElf, out: &mut [u8], data: &Segment, rw_end: u64, slot
         b[48..56].copy_from_slice(&s.align.to_le_bytes());
     }
 }
+
+/// Re-read an output and check what the emitter promises (STYLE 12): no segment both
+/// writable and executable, PT_LOADs sorted and disjoint in memory, `e_entry` inside the new
+/// code segment, and every window starting with a `jmp rel32` into it.
+pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
+    use object::read::elf::{FileHeader as _, ProgramHeader as _};
+    let bad = |m: String| Err(Error::Internal(format!("output check: {m}")));
+    let hdr = elf::FileHeader64::<object::Endianness>::parse(out).map_err(|e| Error::Internal(e.to_string()))?;
+    let en = hdr.endian().map_err(|e| Error::Internal(e.to_string()))?;
+    let phdrs = hdr.program_headers(en, out).map_err(|e| Error::Internal(e.to_string()))?;
+    let mut prev_end = 0u64;
+    let mut loads = Vec::new();
+    for p in phdrs.iter().filter(|p| p.p_type(en) == elf::PT_LOAD) {
+        let (f, v, m) = (p.p_flags(en), p.p_vaddr(en), p.p_memsz(en));
+        if f & elf::PF_W != 0 && f & elf::PF_X != 0 {
+            return bad(format!("segment at 0x{v:x} is writable and executable"));
+        }
+        if v < prev_end {
+            return bad(format!("PT_LOAD at 0x{v:x} overlaps or is out of order"));
+        }
+        prev_end = v + m;
+        loads.push((v, m, f, p.p_offset(en), p.p_filesz(en)));
+    }
+    let entry = hdr.e_entry(en);
+    let seg = (layout.segment_vaddr, layout.segment_vaddr + layout.segment_len);
+    if !(seg.0..seg.1).contains(&entry) {
+        return bad(format!("e_entry 0x{entry:x} is outside the new code segment"));
+    }
+    for p in &plan.points {
+        let Some(&(v, _, _, off, _)) = loads.iter().find(|l| p.address >= l.0 && p.address < l.0 + l.4) else {
+            return bad(format!("window 0x{:x} is not in a file-backed segment", p.address));
+        };
+        let o = (p.address - v + off) as usize;
+        let rel = i32::from_le_bytes(out[o + 1..o + 5].try_into().unwrap_or_default()) as i64;
+        let target = (p.address as i64 + JMP_LEN as i64 + rel) as u64;
+        if out[o] != 0xe9 || !(seg.0..seg.1).contains(&target) {
+            return bad(format!("window 0x{:x} does not jump into the new code segment", p.address));
+        }
+    }
+    Ok(())
+}

@@ -70,5 +70,8 @@ pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> 
     let tid_offset = if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 };
     let inp = emit::EmitInput { meta_json: &meta, program: opts.program, gates, tid_offset };
     let (out, layout) = emit::emit(&p.elf, &p.plan, &inp)?;
+    if cfg!(debug_assertions) {
+        emit::validate_output(&out, &p.plan, &layout)?;
+    }
     Ok((out, RewriteReport::new(&p, opts.program, Some(layout))))
 }
