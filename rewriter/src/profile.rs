@@ -1,0 +1,825 @@
+//! Reading a profile file: the bytes a rewritten program's runtime wrote (DESIGN D9), turned
+//! into a [`Profile`]: which process ran, which threads it had, and how often each thread
+//! reached each instrumentation point.
+//!
+//! The file's layout comes only from `stint-layout` (`FileHeader::parse`,
+//! `ColumnHeader::parse`, `ColumnHeader::counter`, `column_range`); this module restates no
+//! offset. What the file says about itself (program, metrics, points with function names and
+//! addresses) is the meta JSON the rewriter wrote, `stint-meta/1`:
+//!
+//! ```json
+//! {"schema":"stint-meta/1","program":"pigz","input":"/usr/bin/pigz",
+//!  "metrics":[{"name":"calls","kind":"counter","slot":0}],
+//!  "points":[{"id":0,"kind":"entry","function":"main","address":"0x1189"}]}
+//! ```
+//!
+//! Fields this version does not know are ignored, so later rewriters may add some.
+//!
+//! # Live files
+//! The file may belong to a running process that keeps writing it. [`load`] reads it once,
+//! front to back, into memory and works on that copy. The runtime fills a column, then marks
+//! it `COLUMN_LIVE`, then raises `n_columns` in the header; the header is read before the
+//! columns, so every column below the `n_columns` we saw is complete. Columns in any other
+//! state are skipped. The counters of threads still running are a snapshot.
+//!
+//! # Corrupt files
+//! Nothing here panics on bad input: every problem is a [`ProfileError`] with a one-line
+//! message (the caller prefixes the path). The one computation in the layout crate that could
+//! overflow on absurd header values, the column size for `n_points × n_counter_slots`, is
+//! checked here before the header is handed to `FileHeader::parse`.
+//!
+//! # Synthetic files
+//! [`write_synthetic`] lays out a file as the runtime would, for tests of everything that reads
+//! profiles; [`patch_header`] and [`patch_column`] change one of its records.
+
+use std::mem::{offset_of, size_of};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use stint_layout::{
+    align_up, column_size, counter_offset, ctl_len, gate_offset, ColumnHeader, FileHeader, FormatError,
+    COLUMN_HEADER_RESERVED, COLUMN_LIVE, FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED,
+    GLIBC_TID_OFFSET, HEADER_RESERVED, METRIC_CALLS, N_COUNTER_SLOTS, N_METRICS, PAGE,
+};
+use thiserror::Error;
+
+/// The `schema` of the meta JSON this version reads.
+pub const META_SCHEMA: &str = "stint-meta/1";
+/// Name of the metric whose counters are the call counts.
+pub const CALLS_METRIC: &str = "calls";
+
+/// Why a file could not be read as a profile. Messages name the problem only; the caller
+/// prefixes the path.
+#[derive(Debug, Error)]
+pub enum ProfileError {
+    /// The file could not be read at all.
+    #[error("cannot read: {0}")]
+    Read(std::io::Error),
+    /// The header is missing, foreign, of another version or contradicts itself.
+    #[error("{0}")]
+    Format(FormatError),
+    /// The self-description (meta JSON) is unusable.
+    #[error("meta: {0}")]
+    Meta(String),
+    /// A column holds values that cannot be right.
+    #[error("{0}")]
+    Corrupt(String),
+}
+
+impl From<FormatError> for ProfileError {
+    fn from(e: FormatError) -> Self {
+        ProfileError::Format(e)
+    }
+}
+
+/// Everything a profile file says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Program name given to the rewriter.
+    pub program: String,
+    /// Path of the input the rewriter read, when the meta names it.
+    pub input: Option<String>,
+    pub pid: u32,
+    pub ppid: u32,
+    /// `FLAG_*` bits of the header.
+    pub flags: u32,
+    /// CLOCK_REALTIME at start, ns since the epoch.
+    pub start_realtime_ns: u64,
+    /// CLOCK_MONOTONIC at start, ns (compare with `ThreadProfile::registered_monotonic_ns`).
+    pub start_monotonic_ns: u64,
+    /// Events skipped because a signal handler interrupted the runtime (D7).
+    pub skipped_reentrant: u64,
+    /// Threads that could not get a column.
+    pub lost_threads: u64,
+    pub metrics: Vec<MetricMeta>,
+    /// Indexed by point id.
+    pub points: Vec<PointMeta>,
+    /// In column order, which is registration order.
+    pub threads: Vec<ThreadProfile>,
+}
+
+impl Profile {
+    /// The process was created by `fork` of a rewritten program (`ppid` is the parent).
+    pub fn fork_child(&self) -> bool {
+        self.flags & FLAG_FORK_CHILD != 0
+    }
+
+    pub fn point(&self, id: u32) -> Option<&PointMeta> {
+        self.points.get(id as usize)
+    }
+
+    /// Calls over all threads.
+    pub fn total_calls(&self) -> u64 {
+        self.threads.iter().fold(0u64, |s, t| s.saturating_add(t.total_calls()))
+    }
+}
+
+/// A metric as the meta JSON describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricMeta {
+    pub name: String,
+    /// `counter` (later: `timer`, …).
+    pub kind: String,
+    /// Counter slot of the metric in each column.
+    pub slot: u32,
+}
+
+/// An instrumentation point as the meta JSON describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointMeta {
+    /// Equal to the point's index in `Profile::points`.
+    pub id: u32,
+    /// `entry` (later: `exit`, `call`, …).
+    pub kind: String,
+    /// Demangled function name (D14).
+    pub function: String,
+    /// The function's address in the input ELF, as the rewriter wrote it (`0x1189`).
+    pub address: String,
+}
+
+impl PointMeta {
+    /// `address` as a number, if it is `0x` followed by hex digits.
+    pub fn address_value(&self) -> Option<u64> {
+        let hex = self.address.strip_prefix("0x").or_else(|| self.address.strip_prefix("0X"))?;
+        u64::from_str_radix(hex, 16).ok()
+    }
+}
+
+/// One thread incarnation: one live column of the file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadProfile {
+    /// Column index in the file.
+    pub index: u32,
+    /// Kernel thread id.
+    pub tid: u32,
+    pub pid: u32,
+    /// `pthread_setname_np` name, if the runtime recorded one.
+    pub name: Option<String>,
+    /// Start routine address in the input ELF, if known.
+    pub start_routine: Option<u64>,
+    /// Point whose event registered the thread.
+    pub first_point: Option<u32>,
+    /// CLOCK_MONOTONIC at registration, ns.
+    pub registered_monotonic_ns: u64,
+    /// (point id, calls), ascending by point, non-zero counts only.
+    pub counts: Vec<(u32, u64)>,
+}
+
+impl ThreadProfile {
+    pub fn total_calls(&self) -> u64 {
+        self.counts.iter().fold(0u64, |s, &(_, c)| s.saturating_add(c))
+    }
+
+    /// Whether this is the process's main thread.
+    pub fn is_main(&self, p: &Profile) -> bool {
+        self.tid == p.pid
+    }
+}
+
+/// The meta JSON as written by the rewriter.
+#[derive(Deserialize)]
+struct Meta {
+    schema: String,
+    program: String,
+    #[serde(default)]
+    input: Option<String>,
+    metrics: Vec<MetricMeta>,
+    points: Vec<PointMeta>,
+}
+
+/// Read a profile file (once; it may be live) and parse it.
+pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+    let bytes = std::fs::read(path).map_err(ProfileError::Read)?;
+    parse(&bytes)
+}
+
+/// Parse the bytes of a profile file.
+pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
+    check_column_arithmetic(b)?;
+    let h = FileHeader::parse(b, b.len() as u64)?;
+    let meta_bytes = region(b, h.meta_offset, h.meta_len).ok_or(FormatError::Truncated)?;
+    let meta = parse_meta(meta_bytes, &h)?;
+    let calls_slot = match meta.metrics.iter().find(|m| m.name == CALLS_METRIC) {
+        Some(m) if m.slot >= h.n_counter_slots => {
+            return Err(ProfileError::Meta(format!(
+                "metric {} uses counter slot {}, but columns have {} slots",
+                m.name, m.slot, h.n_counter_slots
+            )));
+        }
+        Some(m) => Some(m.slot),
+        // A spec without the calls metric: threads, but no counts.
+        None => None,
+    };
+
+    let mut threads = Vec::new();
+    for i in 0..h.n_columns {
+        let col = b.get(h.column_range(i)).ok_or(FormatError::Truncated)?;
+        let c = ColumnHeader::parse(col)?;
+        if c.state != COLUMN_LIVE {
+            continue;
+        }
+        if c.index != i {
+            return Err(ProfileError::Corrupt(format!("column {i} says it is column {}", c.index)));
+        }
+        let first_point = match c.first_point {
+            u32::MAX => None,
+            p if p >= h.n_points => {
+                return Err(ProfileError::Corrupt(format!(
+                    "point {p} in column {i} is out of range (the file has {} points)",
+                    h.n_points
+                )));
+            }
+            p => Some(p),
+        };
+        let mut counts = Vec::new();
+        if let Some(slot) = calls_slot {
+            for point in 0..h.n_points {
+                let n = ColumnHeader::counter(col, h.n_points, slot, point).ok_or_else(|| {
+                    ProfileError::Corrupt(format!("counter of point {point} lies outside column {i}"))
+                })?;
+                if n != 0 {
+                    counts.push((point, n));
+                }
+            }
+        }
+        threads.push(ThreadProfile {
+            index: i,
+            tid: c.tid,
+            pid: c.pid,
+            name: thread_name(&c.name),
+            start_routine: (c.start_routine != 0).then_some(c.start_routine),
+            first_point,
+            registered_monotonic_ns: c.registered_monotonic_ns,
+            counts,
+        });
+    }
+
+    Ok(Profile {
+        program: meta.program,
+        input: meta.input,
+        pid: h.pid,
+        ppid: h.ppid,
+        flags: h.flags,
+        start_realtime_ns: h.start_realtime_ns,
+        start_monotonic_ns: h.start_monotonic_ns,
+        skipped_reentrant: h.skipped_reentrant,
+        lost_threads: h.lost_threads,
+        metrics: meta.metrics,
+        points: meta.points,
+        threads,
+    })
+}
+
+fn region(b: &[u8], offset: u64, len: u64) -> Option<&[u8]> {
+    let start = usize::try_from(offset).ok()?;
+    let end = start.checked_add(usize::try_from(len).ok()?)?;
+    b.get(start..end)
+}
+
+fn le_u32(b: &[u8], off: usize) -> Option<u32> {
+    let x = b.get(off..off + 4)?;
+    Some(u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+}
+
+/// `FileHeader::parse` computes `column_size(n_points, n_counter_slots)` without overflow
+/// checks; refuse values for which that would overflow (only corrupt files have them). Files
+/// without our magic and version are left to `FileHeader::parse` so they get its message.
+fn check_column_arithmetic(b: &[u8]) -> Result<(), ProfileError> {
+    let magic = b.get(offset_of!(FileHeader, magic)..offset_of!(FileHeader, magic) + FILE_MAGIC.len());
+    if magic != Some(&FILE_MAGIC[..]) || le_u32(b, offset_of!(FileHeader, version)) != Some(FILE_VERSION) {
+        return Ok(());
+    }
+    let (Some(n_points), Some(slots)) =
+        (le_u32(b, offset_of!(FileHeader, n_points)), le_u32(b, offset_of!(FileHeader, n_counter_slots)))
+    else {
+        return Ok(());
+    };
+    let fits = (n_points as u64)
+        .checked_mul(slots as u64)
+        .and_then(|x| x.checked_mul(8))
+        .and_then(|x| x.checked_add(COLUMN_HEADER_RESERVED + PAGE));
+    match fits {
+        Some(_) => Ok(()),
+        None => Err(FormatError::Inconsistent("points times counter slots overflows the column size").into()),
+    }
+}
+
+fn parse_meta(bytes: &[u8], h: &FileHeader) -> Result<Meta, ProfileError> {
+    let meta: Meta = serde_json::from_slice(bytes).map_err(meta_json_error)?;
+    if meta.schema != META_SCHEMA {
+        return Err(ProfileError::Meta(format!(
+            "schema {:?} is not supported (this stint reads {META_SCHEMA})",
+            meta.schema
+        )));
+    }
+    if meta.points.len() as u64 != h.n_points as u64 {
+        return Err(ProfileError::Meta(format!("{} points, but the header says {}", meta.points.len(), h.n_points)));
+    }
+    if let Some((i, p)) = meta.points.iter().enumerate().find(|(i, p)| p.id as usize != *i) {
+        return Err(ProfileError::Meta(format!("point at index {i} has id {}", p.id)));
+    }
+    Ok(meta)
+}
+
+fn meta_json_error(e: serde_json::Error) -> ProfileError {
+    use serde_json::error::Category;
+    let text = e.to_string();
+    let location = format!(" at line {} column {}", e.line(), e.column());
+    let what = text.strip_suffix(&location).unwrap_or(&text);
+    match e.classify() {
+        Category::Syntax | Category::Eof => {
+            ProfileError::Meta(format!("invalid JSON at line {} column {}: {what}", e.line(), e.column()))
+        }
+        Category::Data | Category::Io => ProfileError::Meta(text),
+    }
+}
+
+/// The NUL-padded name of a column, `None` if empty.
+fn thread_name(raw: &[u8]) -> Option<String> {
+    let len = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
+    (len > 0).then(|| String::from_utf8_lossy(&raw[..len]).into_owned())
+}
+
+// ---------------------------------------------------------------------------------------
+// Synthetic files for tests.
+
+/// Columns a synthetic file has room for at least (the runtime starts with 16 and doubles).
+const SYNTHETIC_INITIAL_COLUMNS: u32 = 16;
+/// pid of a synthetic file without threads.
+const SYNTHETIC_PID: u32 = 4242;
+/// Start times of synthetic files (fixed, so snapshots are stable).
+const SYNTHETIC_REALTIME_NS: u64 = 1_700_000_000_000_000_000;
+const SYNTHETIC_MONOTONIC_NS: u64 = 1_000_000_000;
+/// Pretend address of the file's mapping in the writer (for `ColumnHeader::self_addr`).
+const SYNTHETIC_MAP_BASE: u64 = 0x7f00_0000_0000;
+
+/// Meta JSON in the rewriter's format with one entry point per `(function, address)`, in
+/// order: point `i` is `functions[i]`.
+#[doc(hidden)]
+pub fn synthetic_meta(program: &str, functions: &[(&str, &str)]) -> String {
+    let points: Vec<_> = functions
+        .iter()
+        .enumerate()
+        .map(|(i, (f, a))| serde_json::json!({"id": i, "kind": "entry", "function": f, "address": a}))
+        .collect();
+    serde_json::json!({
+        "schema": META_SCHEMA,
+        "program": program,
+        "input": format!("/usr/bin/{program}"),
+        "metrics": [{"name": CALLS_METRIC, "kind": "counter", "slot": METRIC_CALLS}],
+        "points": points,
+    })
+    .to_string()
+}
+
+/// A complete profile file laid out as the runtime lays it out: the header, the control
+/// region at `HEADER_RESERVED` with every gate on, the meta, then page-aligned columns with
+/// room for at least 16. Column `i` belongs to `threads[i]`: `(tid, [(point, calls)])`. The
+/// first thread is the main thread (its tid is the pid); a thread's first point is the first
+/// point in its list. `n_points` is the length of the meta's `points` array (0 when the meta
+/// is not JSON, so broken metas can be written too), and counts go to the counter slot the
+/// meta gives the `calls` metric.
+///
+/// # Panics
+/// If a thread counts calls at a point the meta does not have, or the meta's `calls` slot is
+/// outside the column (a bug in the test).
+#[doc(hidden)]
+pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> Vec<u8> {
+    let meta: Option<serde_json::Value> = serde_json::from_str(meta_json).ok();
+    let n_points = meta.as_ref().and_then(|m| m.get("points")?.as_array()).map_or(0, |a| a.len() as u32);
+    let calls_slot = meta
+        .as_ref()
+        .and_then(|m| {
+            m.get("metrics")?
+                .as_array()?
+                .iter()
+                .find(|x| x.get("name").is_some_and(|n| n == CALLS_METRIC))?
+                .get("slot")?
+                .as_u64()
+        })
+        .map_or(METRIC_CALLS, |s| s as u32);
+
+    let ctl_offset = HEADER_RESERVED;
+    let ctl = ctl_len(n_points, N_METRICS);
+    let meta_offset = ctl_offset + ctl;
+    let meta_len = meta_json.len() as u64;
+    let columns_offset = align_up(meta_offset + meta_len, PAGE);
+    let col_size = column_size(n_points, N_COUNTER_SLOTS);
+    let n_columns = threads.len() as u32;
+    let mut capacity = SYNTHETIC_INITIAL_COLUMNS;
+    while capacity < n_columns {
+        capacity *= 2;
+    }
+    let file_len = columns_offset + capacity as u64 * col_size;
+    let pid = threads.first().map_or(SYNTHETIC_PID, |t| t.0);
+
+    let mut out = vec![0u8; file_len as usize];
+    let h = FileHeader {
+        magic: FILE_MAGIC,
+        version: FILE_VERSION,
+        header_size: size_of::<FileHeader>() as u32,
+        pid,
+        ppid: 1,
+        flags: FLAG_TID_KEY_VERIFIED,
+        n_points,
+        n_metrics: N_METRICS,
+        n_counter_slots: N_COUNTER_SLOTS,
+        ctl_offset,
+        ctl_len: ctl,
+        meta_offset,
+        meta_len,
+        columns_offset,
+        column_size: col_size,
+        n_columns,
+        capacity_columns: capacity,
+        start_realtime_ns: SYNTHETIC_REALTIME_NS,
+        start_monotonic_ns: SYNTHETIC_MONOTONIC_NS,
+        skipped_reentrant: 0,
+        lost_threads: 0,
+        reg_lock: 0,
+        tid_offset: GLIBC_TID_OFFSET,
+        file_len,
+    };
+    out[..size_of::<FileHeader>()].copy_from_slice(&file_header_bytes(&h));
+    for metric in 0..N_METRICS {
+        for point in 0..n_points {
+            out[(ctl_offset + gate_offset(n_points, metric, point)) as usize] = 1;
+        }
+    }
+    out[meta_offset as usize..(meta_offset + meta_len) as usize].copy_from_slice(meta_json.as_bytes());
+
+    for (i, (tid, counts)) in threads.iter().enumerate() {
+        let i = i as u32;
+        let range = h.column_range(i);
+        let col = &mut out[range.clone()];
+        let c = ColumnHeader {
+            self_addr: SYNTHETIC_MAP_BASE + range.start as u64,
+            owner_tp: SYNTHETIC_MAP_BASE - (i as u64 + 1) * 0x10_0000,
+            owner_key: *tid,
+            tid: *tid,
+            index: i,
+            state: COLUMN_LIVE,
+            pid,
+            first_point: counts.first().map_or(u32::MAX, |&(p, _)| p),
+            registered_monotonic_ns: SYNTHETIC_MONOTONIC_NS + (i as u64 + 1) * 1000,
+            start_routine: 0,
+            name: [0; 16],
+        };
+        col[..size_of::<ColumnHeader>()].copy_from_slice(&column_header_bytes(&c));
+        for &(point, calls) in counts {
+            assert!(point < n_points, "write_synthetic: thread {tid} names point {point} of {n_points}");
+            assert!(calls_slot < N_COUNTER_SLOTS, "write_synthetic: calls slot {calls_slot} out of range");
+            let off = counter_offset(n_points, calls_slot, point) as usize;
+            let old = u64::from_le_bytes(col[off..off + 8].try_into().unwrap_or_default());
+            col[off..off + 8].copy_from_slice(&(old + calls).to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Change the header of a valid profile file in place.
+///
+/// # Panics
+/// If `file` does not start with a valid header.
+#[doc(hidden)]
+pub fn patch_header(file: &mut [u8], f: impl FnOnce(&mut FileHeader)) {
+    let mut h = FileHeader::parse(file, file.len() as u64).expect("patch_header: not a valid profile");
+    f(&mut h);
+    file[..size_of::<FileHeader>()].copy_from_slice(&file_header_bytes(&h));
+}
+
+/// Change the header of column `i` of a valid profile file in place.
+///
+/// # Panics
+/// If `file` is not a valid profile or has no column `i`.
+#[doc(hidden)]
+pub fn patch_column(file: &mut [u8], i: u32, f: impl FnOnce(&mut ColumnHeader)) {
+    let h = FileHeader::parse(file, file.len() as u64).expect("patch_column: not a valid profile");
+    assert!(i < h.capacity_columns, "patch_column: no column {i}");
+    let col = &mut file[h.column_range(i)];
+    let mut c = ColumnHeader::parse(col).expect("patch_column: column too small");
+    f(&mut c);
+    col[..size_of::<ColumnHeader>()].copy_from_slice(&column_header_bytes(&c));
+}
+
+/// Writes `$v` (bytes) at the offset of field `$f` of `$ty` in `$out`.
+macro_rules! put {
+    ($out:ident, $ty:ident, $f:ident, $v:expr) => {{
+        let bytes = $v;
+        let off = offset_of!($ty, $f);
+        $out[off..off + bytes.len()].copy_from_slice(&bytes);
+    }};
+}
+
+/// The header as the runtime leaves it in the file (all fields little-endian).
+#[doc(hidden)]
+pub fn file_header_bytes(h: &FileHeader) -> [u8; size_of::<FileHeader>()] {
+    let mut out = [0u8; size_of::<FileHeader>()];
+    put!(out, FileHeader, magic, h.magic);
+    put!(out, FileHeader, version, h.version.to_le_bytes());
+    put!(out, FileHeader, header_size, h.header_size.to_le_bytes());
+    put!(out, FileHeader, pid, h.pid.to_le_bytes());
+    put!(out, FileHeader, ppid, h.ppid.to_le_bytes());
+    put!(out, FileHeader, flags, h.flags.to_le_bytes());
+    put!(out, FileHeader, n_points, h.n_points.to_le_bytes());
+    put!(out, FileHeader, n_metrics, h.n_metrics.to_le_bytes());
+    put!(out, FileHeader, n_counter_slots, h.n_counter_slots.to_le_bytes());
+    put!(out, FileHeader, ctl_offset, h.ctl_offset.to_le_bytes());
+    put!(out, FileHeader, ctl_len, h.ctl_len.to_le_bytes());
+    put!(out, FileHeader, meta_offset, h.meta_offset.to_le_bytes());
+    put!(out, FileHeader, meta_len, h.meta_len.to_le_bytes());
+    put!(out, FileHeader, columns_offset, h.columns_offset.to_le_bytes());
+    put!(out, FileHeader, column_size, h.column_size.to_le_bytes());
+    put!(out, FileHeader, n_columns, h.n_columns.to_le_bytes());
+    put!(out, FileHeader, capacity_columns, h.capacity_columns.to_le_bytes());
+    put!(out, FileHeader, start_realtime_ns, h.start_realtime_ns.to_le_bytes());
+    put!(out, FileHeader, start_monotonic_ns, h.start_monotonic_ns.to_le_bytes());
+    put!(out, FileHeader, skipped_reentrant, h.skipped_reentrant.to_le_bytes());
+    put!(out, FileHeader, lost_threads, h.lost_threads.to_le_bytes());
+    put!(out, FileHeader, reg_lock, h.reg_lock.to_le_bytes());
+    put!(out, FileHeader, tid_offset, h.tid_offset.to_le_bytes());
+    put!(out, FileHeader, file_len, h.file_len.to_le_bytes());
+    out
+}
+
+/// A column header as the runtime leaves it in the file (all fields little-endian).
+#[doc(hidden)]
+pub fn column_header_bytes(c: &ColumnHeader) -> [u8; size_of::<ColumnHeader>()] {
+    let mut out = [0u8; size_of::<ColumnHeader>()];
+    put!(out, ColumnHeader, self_addr, c.self_addr.to_le_bytes());
+    put!(out, ColumnHeader, owner_tp, c.owner_tp.to_le_bytes());
+    put!(out, ColumnHeader, owner_key, c.owner_key.to_le_bytes());
+    put!(out, ColumnHeader, tid, c.tid.to_le_bytes());
+    put!(out, ColumnHeader, index, c.index.to_le_bytes());
+    put!(out, ColumnHeader, state, c.state.to_le_bytes());
+    put!(out, ColumnHeader, pid, c.pid.to_le_bytes());
+    put!(out, ColumnHeader, first_point, c.first_point.to_le_bytes());
+    put!(out, ColumnHeader, registered_monotonic_ns, c.registered_monotonic_ns.to_le_bytes());
+    put!(out, ColumnHeader, start_routine, c.start_routine.to_le_bytes());
+    put!(out, ColumnHeader, name, c.name);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stint_layout::{COLUMN_EMPTY, FLAG_FORK_CHILD};
+
+    fn meta5() -> String {
+        synthetic_meta(
+            "pigz",
+            &[("main", "0x1139"), ("worker", "0x1189"), ("mid", "0x11c0"), ("leaf", "0x1200"), ("mid", "0x11c0")],
+        )
+    }
+
+    fn sample() -> Vec<u8> {
+        write_synthetic(
+            &meta5(),
+            &[(100, vec![(0, 1), (2, 3)]), (101, vec![(1, 1), (2, 1000), (3, 500)]), (102, vec![])],
+        )
+    }
+
+    fn err(b: &[u8]) -> String {
+        parse(b).expect_err("corrupt input accepted").to_string()
+    }
+
+    /// A temporary file that removes itself.
+    struct TempFile(std::path::PathBuf);
+
+    impl TempFile {
+        fn new(tag: &str, bytes: &[u8]) -> TempFile {
+            let path = std::env::temp_dir().join(format!("stint-profile-test-{}-{tag}.stint", std::process::id()));
+            std::fs::write(&path, bytes).unwrap();
+            TempFile(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn header_and_column_bytes_round_trip() {
+        let h = FileHeader {
+            magic: FILE_MAGIC,
+            version: FILE_VERSION,
+            header_size: 2,
+            pid: 3,
+            ppid: 4,
+            flags: 5,
+            n_points: 6,
+            n_metrics: 7,
+            n_counter_slots: 8,
+            ctl_offset: 9,
+            ctl_len: 10,
+            meta_offset: 11,
+            meta_len: 12,
+            columns_offset: 13,
+            column_size: PAGE,
+            n_columns: 15,
+            capacity_columns: 16,
+            start_realtime_ns: 17,
+            start_monotonic_ns: 18,
+            skipped_reentrant: 19,
+            lost_threads: 20,
+            reg_lock: 21,
+            tid_offset: 22,
+            file_len: 23,
+        };
+        assert_eq!(FileHeader::parse(&file_header_bytes(&h), u64::MAX), Ok(h));
+
+        let c = ColumnHeader {
+            self_addr: 1,
+            owner_tp: 2,
+            owner_key: 3,
+            tid: 4,
+            index: 5,
+            state: 6,
+            pid: 7,
+            first_point: 8,
+            registered_monotonic_ns: 9,
+            start_routine: 10,
+            name: *b"0123456789abcdef",
+        };
+        assert_eq!(ColumnHeader::parse(&column_header_bytes(&c)), Ok(c));
+    }
+
+    #[test]
+    fn synthetic_file_has_the_runtime_layout() {
+        let b = sample();
+        let h = FileHeader::parse(&b, b.len() as u64).unwrap();
+        assert_eq!(h.ctl_offset, HEADER_RESERVED);
+        assert_eq!(h.meta_offset, h.ctl_offset + ctl_len(5, N_METRICS));
+        assert_eq!(h.columns_offset % PAGE, 0);
+        assert_eq!(h.column_size, column_size(5, N_COUNTER_SLOTS));
+        assert_eq!((h.n_columns, h.capacity_columns), (3, 16));
+        assert_eq!(h.file_len, b.len() as u64);
+        let many: Vec<_> = (0..17).map(|t| (1000 + t, vec![])).collect();
+        let b = write_synthetic(&meta5(), &many);
+        assert_eq!(FileHeader::parse(&b, b.len() as u64).unwrap().capacity_columns, 32);
+    }
+
+    #[test]
+    fn loads_what_was_written() {
+        let f = TempFile::new("load", &sample());
+        let p = load(&f.0).unwrap();
+        assert_eq!(p.program, "pigz");
+        assert_eq!(p.input.as_deref(), Some("/usr/bin/pigz"));
+        assert_eq!((p.pid, p.ppid, p.flags), (100, 1, FLAG_TID_KEY_VERIFIED));
+        assert!(!p.fork_child());
+        assert_eq!((p.start_realtime_ns, p.skipped_reentrant, p.lost_threads), (SYNTHETIC_REALTIME_NS, 0, 0));
+        assert_eq!(p.metrics, vec![MetricMeta { name: "calls".into(), kind: "counter".into(), slot: 0 }]);
+        assert_eq!(p.points.len(), 5);
+        assert_eq!(p.points[4].function, "mid");
+        assert_eq!(p.points[4].address_value(), Some(0x11c0));
+        let t: Vec<_> = p.threads.iter().map(|t| (t.index, t.tid, t.pid, t.first_point, t.counts.clone())).collect();
+        assert_eq!(
+            t,
+            vec![
+                (0, 100, 100, Some(0), vec![(0, 1), (2, 3)]),
+                (1, 101, 100, Some(1), vec![(1, 1), (2, 1000), (3, 500)]),
+                (2, 102, 100, None, vec![]),
+            ]
+        );
+        assert!(p.threads[0].is_main(&p) && !p.threads[1].is_main(&p));
+        assert_eq!((p.threads[1].name.clone(), p.threads[1].start_routine), (None, None));
+        assert_eq!(p.threads[1].registered_monotonic_ns, SYNTHETIC_MONOTONIC_NS + 2000);
+        assert_eq!(p.total_calls(), 1505);
+    }
+
+    #[test]
+    fn names_start_routines_flags_and_empty_columns() {
+        let mut b = sample();
+        patch_column(&mut b, 1, |c| {
+            c.name[..8].copy_from_slice(b"compress");
+            c.start_routine = 0x1189;
+        });
+        patch_column(&mut b, 2, |c| c.state = COLUMN_EMPTY);
+        patch_header(&mut b, |h| {
+            h.flags |= FLAG_FORK_CHILD;
+            h.skipped_reentrant = 3;
+            h.lost_threads = 2;
+        });
+        let p = parse(&b).unwrap();
+        assert_eq!(p.threads.len(), 2);
+        assert_eq!(p.threads[1].name.as_deref(), Some("compress"));
+        assert_eq!(p.threads[1].start_routine, Some(0x1189));
+        assert!(p.fork_child());
+        assert_eq!((p.skipped_reentrant, p.lost_threads), (3, 2));
+        // Full 16-byte names carry no NUL.
+        patch_column(&mut b, 0, |c| c.name = *b"0123456789abcdef");
+        assert_eq!(parse(&b).unwrap().threads[0].name.as_deref(), Some("0123456789abcdef"));
+    }
+
+    #[test]
+    fn serde_round_trip() {
+        let p = parse(&sample()).unwrap();
+        let back: Profile = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        let e = load(Path::new("/nonexistent/stint/profile")).unwrap_err();
+        assert!(e.to_string().starts_with("cannot read: "), "{e}");
+    }
+
+    #[test]
+    fn truncated_files() {
+        let b = sample();
+        assert_eq!(err(&[]), "file is truncated");
+        assert_eq!(err(&b[..10]), "file is truncated");
+        let h = FileHeader::parse(&b, b.len() as u64).unwrap();
+        let mid_columns = h.columns_offset as usize + h.column_size as usize + 100;
+        assert_eq!(err(&b[..mid_columns]), "file is truncated");
+        assert_eq!(err(&b[..h.meta_offset as usize + 3]), "file is truncated");
+    }
+
+    #[test]
+    fn bad_magic_and_version() {
+        let mut b = sample();
+        b[0] ^= 0xff;
+        assert_eq!(err(&b), "not a stint profile (bad magic)");
+        let mut b = sample();
+        patch_header(&mut b, |h| h.version = 2);
+        assert_eq!(err(&b), "profile layout version 2 is not supported (this stint reads 1)");
+        assert_eq!(err(&vec![0u8; 8192]), "not a stint profile (bad magic)");
+    }
+
+    #[test]
+    fn bad_meta() {
+        let b = write_synthetic("{not json", &[]);
+        assert_eq!(err(&b), "meta: invalid JSON at line 1 column 2: key must be a string");
+        let b = write_synthetic(r#"{"schema":"stint-meta/1","program":"x","metrics":[]"#, &[]);
+        assert_eq!(err(&b), "meta: invalid JSON at line 1 column 51: EOF while parsing an object");
+        let b = write_synthetic(r#"{"schema":"stint-meta/1","program":"x","metrics":[]}"#, &[]);
+        assert_eq!(err(&b), "meta: missing field `points` at line 1 column 52");
+        let b = write_synthetic(&meta5().replace("stint-meta/1", "stint-meta/9"), &[]);
+        assert_eq!(err(&b), "meta: schema \"stint-meta/9\" is not supported (this stint reads stint-meta/1)");
+        let b = write_synthetic(&meta5().replace("\"id\":3", "\"id\":7"), &[]);
+        assert_eq!(err(&b), "meta: point at index 3 has id 7");
+        let b = write_synthetic(&meta5().replace("\"slot\":0", "\"slot\":1"), &[]);
+        assert_eq!(err(&b), "meta: metric calls uses counter slot 1, but columns have 1 slots");
+    }
+
+    #[test]
+    fn meta_point_count_mismatch() {
+        let mut b = sample();
+        patch_header(&mut b, |h| h.n_points = 4);
+        assert_eq!(err(&b), "meta: 5 points, but the header says 4");
+    }
+
+    #[test]
+    fn header_contradictions() {
+        let mut b = sample();
+        patch_header(&mut b, |h| h.n_columns = h.capacity_columns + 1);
+        assert_eq!(err(&b), "corrupt header: more columns than capacity");
+        let mut b = sample();
+        patch_header(&mut b, |h| {
+            h.n_points = u32::MAX;
+            h.n_counter_slots = u32::MAX;
+        });
+        assert_eq!(err(&b), "corrupt header: points times counter slots overflows the column size");
+    }
+
+    #[test]
+    fn corrupt_columns() {
+        let mut b = sample();
+        patch_column(&mut b, 2, |c| c.first_point = 7);
+        assert_eq!(err(&b), "point 7 in column 2 is out of range (the file has 5 points)");
+        let mut b = sample();
+        patch_column(&mut b, 1, |c| c.index = 5);
+        assert_eq!(err(&b), "column 1 says it is column 5");
+    }
+
+    #[test]
+    fn no_calls_metric_means_no_counts() {
+        let meta = meta5().replace("\"name\":\"calls\"", "\"name\":\"other\"");
+        let p = parse(&write_synthetic(&meta, &[(100, vec![(0, 1)])])).unwrap();
+        assert_eq!(p.threads[0].counts, vec![]);
+    }
+
+    /// Flip every byte of the header page, the meta and the first column header in turn:
+    /// each result loads or fails, and what loads renders.
+    #[test]
+    fn flipped_bytes_never_panic() {
+        let good = sample();
+        let h = FileHeader::parse(&good, good.len() as u64).unwrap();
+        let meta = h.meta_offset as usize..(h.meta_offset + h.meta_len) as usize;
+        let col = h.columns_offset as usize..h.columns_offset as usize + COLUMN_HEADER_RESERVED as usize;
+        let mut b = good.clone();
+        for i in (0..512).chain(meta).chain(col) {
+            for flip in [0xff, 0x01, 0x80] {
+                b[i] ^= flip;
+                if let Ok(p) = parse(&b) {
+                    let _ = crate::report::to_json(&p);
+                    let _ = crate::report::to_table(&p);
+                }
+                b[i] ^= flip;
+            }
+        }
+        assert_eq!(b, good);
+    }
+}
