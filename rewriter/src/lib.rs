@@ -19,6 +19,8 @@ pub mod emit;
 pub mod error;
 pub mod input;
 pub mod plan;
+pub mod profile;
+pub mod report;
 pub mod rewrite_report;
 pub mod rtimage;
 pub mod spec;

@@ -200,8 +200,19 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
 }
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
-    let _ = (a.profile, a.format, a.top);
-    Err(anyhow!("report: not wired yet"))
+    let p = stint::profile::load(&a.profile).map_err(|e| anyhow!("{}: {e}", a.profile.display()))?;
+    let mut out = std::io::stdout().lock();
+    match a.format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, &stint::report::to_json(&p))?;
+            writeln!(out)?;
+        }
+        Format::Table => {
+            let opts = stint::report::TableOptions { top: a.top };
+            write!(out, "{}", stint::report::to_table_with(&p, &opts))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -327,6 +327,10 @@ impl FileHeader {
         if !region_ok(h.ctl_offset, h.ctl_len) || !region_ok(h.meta_offset, h.meta_len) {
             return Err(FormatError::Truncated);
         }
+        let counters = (h.n_points as u64).checked_mul(h.n_counter_slots as u64).and_then(|n| n.checked_mul(8));
+        if counters.is_none_or(|c| c > u32::MAX as u64) {
+            return Err(FormatError::Inconsistent("point and counter counts out of range"));
+        }
         if h.column_size < column_size(h.n_points, h.n_counter_slots) {
             return Err(FormatError::Inconsistent("column size too small for the points"));
         }
