@@ -117,6 +117,14 @@ fn main() -> ExitCode {
     }
 }
 
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    let pipe = std::io::ErrorKind::BrokenPipe;
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == pipe)
+            || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(pipe))
+    })
+}
+
 /// Errors print as `subject: problem: cause` on one line.
 fn one_line(e: &anyhow::Error) -> String {
     let parts: Vec<String> = e.chain().map(|c| c.to_string()).collect();
