@@ -472,3 +472,78 @@ fn directive_parser() {
         }
     }
 }
+
+/// A report that satisfies a program's checks of one scope, as a working rewriter would
+/// write it: the main thread, then the threads the `threads from` checks ask for.
+fn synthetic_report(p: &Program, scope: Scope, variant: Variant, addr_of: &BTreeMap<String, u64>) -> serde_json::Value {
+    use serde_json::json;
+    let pid = 4242u64;
+    let entry =
+        |f: &str, n: u64| json!({"name": report_name(f, addr_of[f], variant), "address": hex(addr_of[f]), "calls": n});
+    let mut main_funcs = Vec::new();
+    let mut starts: Vec<(String, u64)> = Vec::new();
+    for e in p.expects_in(scope) {
+        match &e.check {
+            Check::MainCalls { func, n } if *n > 0 => main_funcs.push(entry(func, *n)),
+            Check::ThreadsFrom { first, n } => starts.push((first.clone(), *n)),
+            _ => {}
+        }
+    }
+    let first_of_main = main_funcs[0]["name"].clone();
+    let mut threads = vec![json!({"tid": pid, "name": null, "start_routine": null, "first_function": first_of_main,
+                                  "main": true, "functions": main_funcs})];
+    for (first, n) in starts {
+        let mut funcs: Vec<serde_json::Value> = p
+            .expects_in(scope)
+            .filter_map(|e| match &e.check {
+                Check::ThreadCalls { first: f, func, n } if *f == first && *n > 0 => Some(entry(func, *n)),
+                _ => None,
+            })
+            .collect();
+        if !funcs.iter().any(|f| f["address"] == hex(addr_of[&first])) {
+            funcs.push(entry(&first, 1));
+        }
+        for _ in 0..n {
+            let tid = pid + threads.len() as u64;
+            threads.push(json!({"tid": tid, "name": null, "start_routine": hex(addr_of[&first]),
+                                "first_function": report_name(&first, addr_of[&first], variant), "main": false,
+                                "functions": funcs.clone()}));
+        }
+    }
+    json!({"schema": "stint-profile/1", "program": p.name, "pid": pid, "ppid": 1, "fork_child": scope == Scope::Child,
+           "threads": threads, "skipped_reentrant": 0, "lost_threads": 0})
+}
+
+/// Needs no rewriter: the checks accept a report that matches every program's directives
+/// (by name, or by `sub_<hex>` in the stripped variant, and by nm address), and reject one
+/// whose first non-zero main-thread count is off by one, or whose function is misnamed.
+#[test]
+fn checks_against_synthetic_reports() {
+    for name in all_programs() {
+        let p = program(&name);
+        for &v in &p.variants {
+            let ctx = format!("{name} {v}");
+            let addr_of = resolve_counted(&p, &symbols(&p, v), &ctx);
+            for scope in [Scope::Main, Scope::Child] {
+                if p.expects_in(scope).next().is_none() {
+                    continue;
+                }
+                let good = synthetic_report(&p, scope, v, &addr_of);
+                let mut bad = report_invariants(&good, &name, 4242, scope == Scope::Child);
+                bad.extend(check_expects(&p, scope, &good, v, &addr_of));
+                assert!(bad.is_empty(), "{ctx} {scope:?}: a matching report is rejected:\n  {}", bad.join("\n  "));
+
+                let mut off = good.clone();
+                let f = &mut off["threads"][0]["functions"][0];
+                f["calls"] = (f["calls"].as_u64().unwrap() + 1).into();
+                let found = check_expects(&p, scope, &off, v, &addr_of);
+                assert!(found.len() == 1 && found[0].contains("main calls"), "{ctx} {scope:?}: off by one: {found:?}");
+
+                let mut misnamed = good.clone();
+                misnamed["threads"][0]["functions"][0]["name"] = "wrong_name".into();
+                let found = check_expects(&p, scope, &misnamed, v, &addr_of);
+                assert!(found.iter().any(|m| m.contains("is named")), "{ctx} {scope:?}: misnamed: {found:?}");
+            }
+        }
+    }
+}

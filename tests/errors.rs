@@ -181,8 +181,16 @@ fn report_rejects_truncated_profiles() {
     assert_report_refuses(&t100, "profile truncated to 100 bytes");
     let header_only = patched(&profile, &dir.join("p-header.stint"), |b| b.truncate(4096));
     assert_report_refuses(&header_only, "profile truncated after its header page");
+    let bytes = std::fs::read(&profile).unwrap();
+    let h = stint_layout::FileHeader::parse(&bytes, len as u64).expect("the runtime wrote a valid header");
+    let cut = (h.meta_offset + h.meta_len / 2) as usize;
+    let in_meta = patched(&profile, &dir.join("p-meta.stint"), |b| b.truncate(cut));
+    assert_report_refuses(&in_meta, "profile truncated inside its self-description");
+    // Every region the header names may still lie inside the first half; the header's
+    // file_len (the runtime grows the file before it raises file_len) says it is cut short.
+    assert!(h.file_len == len as u64, "{}: file_len {} but {len} bytes", profile.display(), h.file_len);
     let half = patched(&profile, &dir.join("p-half.stint"), |b| b.truncate(len / 2));
-    assert_report_refuses(&half, "profile truncated to half its size");
+    assert_report_refuses(&half, "profile truncated to half its size (shorter than its header's file_len)");
     let mut v = std::fs::read(&profile).unwrap();
     v[8] ^= 0xff; // version
     let foreign = dir.join("p-version.stint");
