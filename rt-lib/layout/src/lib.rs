@@ -323,6 +323,10 @@ impl FileHeader {
         if h.version != FILE_VERSION {
             return Err(FormatError::Version(h.version));
         }
+        // The runtime grows the file before it raises file_len, so a shorter file was cut.
+        if h.file_len > total_len {
+            return Err(FormatError::Truncated);
+        }
         let region_ok = |off: u64, len: u64| off.checked_add(len).is_some_and(|end| end <= total_len);
         if !region_ok(h.ctl_offset, h.ctl_len) || !region_ok(h.meta_offset, h.meta_len) {
             return Err(FormatError::Truncated);
