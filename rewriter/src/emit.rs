@@ -17,8 +17,12 @@
 //!   control region over them.
 //! - The new code segment takes the program-header slot of the PT_NOTE that duplicates
 //!   PT_GNU_PROPERTY (the kernel and ld.so read the property through PT_GNU_PROPERTY), so the
-//!   header table keeps its place and AT_PHDR stays right on every kernel. The slot moves
-//!   to just after the last PT_LOAD, keeping PT_LOADs sorted by address.
+//!   header table keeps its place. The slot moves to just after the last PT_LOAD, keeping
+//!   PT_LOADs sorted by address.
+//! - Without such a slot (older toolchains emit no PT_GNU_PROPERTY) the table moves into the
+//!   new segment, one entry longer, at a vaddr - offset equal to the first PT_LOAD's, so
+//!   AT_PHDR is right both on kernels that compute it from the first PT_LOAD and on those that
+//!   look for the PT_LOAD holding e_phoff. The file grows by the bss size in zeros for that.
 //! - No segment is both writable and executable.
 
 use crate::codegen::{self, TrampolineEnv};
@@ -72,15 +76,31 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     let control_len = ctl_len(n_points, N_METRICS);
     let rw_end = control + control_len;
 
-    // 2. The program-header slot for the code segment.
-    let slot = spare_phdr_slot(elf)?;
+    // 2. The program-header slot for the code segment, or a new table inside it.
+    let slot = spare_phdr_slot(elf);
 
     // 3. The code segment: after everything, in memory and in the file.
-    let seg_off = align_up(elf.data.len() as u64, PAGE);
-    let seg_vaddr = align_up(rw_end, PAGE) + PAGE; // a guard page between data and code
+    let mut seg_off = align_up(elf.data.len() as u64, PAGE);
+    let mut seg_vaddr = align_up(rw_end, PAGE) + PAGE; // a guard page between data and code
+    let first = elf.loads().next().ok_or_else(|| Error::Malformed("no PT_LOAD".into()))?;
+    if slot.is_none() {
+        // The moved table must sit where every kernel computes AT_PHDR: old kernels take
+        // the first PT_LOAD's (vaddr - offset) + e_phoff, new ones use the PT_LOAD that
+        // holds e_phoff. Give the new segment the first PT_LOAD's vaddr - offset.
+        let delta = first.vaddr.wrapping_sub(first.offset);
+        let off = seg_off.max(seg_vaddr.wrapping_sub(delta));
+        seg_off = off;
+        seg_vaddr = off.wrapping_add(delta);
+    }
     let mut seg: Vec<u8> = Vec::new();
     seg.extend_from_slice(&SEGMENT_MAGIC);
     pad_to(&mut seg, 64);
+    let phdr_table_at = seg.len() as u64;
+    let n_phdrs = elf.segments.len() + slot.is_none() as usize;
+    if slot.is_none() {
+        seg.resize(seg.len() + n_phdrs * 56, 0);
+        pad_to(&mut seg, 64);
+    }
     let config_at = seg_vaddr + seg.len() as u64;
     let config_size = std::mem::size_of::<RtConfig>();
     seg.resize(seg.len() + config_size, 0);
@@ -140,25 +160,32 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     let seg_len = seg.len() as u64;
 
     // 5. Headers.
+    let code = Segment {
+        index: usize::MAX,
+        p_type: elf::PT_LOAD,
+        flags: elf::PF_R | elf::PF_X,
+        offset: seg_off,
+        vaddr: seg_vaddr,
+        filesz: seg_len,
+        memsz: seg_len,
+        align: PAGE,
+    };
+    let moved = slot.is_none().then_some((seg_off + phdr_table_at, seg_vaddr + phdr_table_at));
+    let table = phdr_table(elf, last, rw_end, slot, code, moved);
+    match moved {
+        None => {
+            let o = elf.phoff as usize;
+            out[o..o + table.len()].copy_from_slice(&table);
+        }
+        Some((table_off, _)) => {
+            let o = phdr_table_at as usize;
+            seg[o..o + table.len()].copy_from_slice(&table);
+            out[32..40].copy_from_slice(&table_off.to_le_bytes()); // e_phoff
+            out[56..58].copy_from_slice(&(n_phdrs as u16).to_le_bytes()); // e_phnum
+        }
+    }
     out.resize(seg_off as usize, 0);
     out.extend_from_slice(&seg);
-    write_phdrs(
-        elf,
-        &mut out,
-        last,
-        rw_end,
-        slot,
-        Segment {
-            index: slot,
-            p_type: elf::PT_LOAD,
-            flags: elf::PF_R | elf::PF_X,
-            offset: seg_off,
-            vaddr: seg_vaddr,
-            filesz: seg_len,
-            memsz: seg_len,
-            align: PAGE,
-        },
-    );
     out[24..32].copy_from_slice(&entry_stub.to_le_bytes()); // e_entry
     Ok((
         out,
@@ -180,22 +207,18 @@ fn pad_to(v: &mut Vec<u8>, align: usize) {
     v.resize(n, 0);
 }
 
-/// The index of a program header we may turn into the new PT_LOAD.
-fn spare_phdr_slot(elf: &InputElf) -> Result<usize> {
+/// The index of a program header we may turn into the new PT_LOAD: a PT_NOTE duplicating
+/// PT_GNU_PROPERTY, or a PT_NULL. None: the table must move (see `emit`).
+fn spare_phdr_slot(elf: &InputElf) -> Option<usize> {
     let prop = elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_PROPERTY);
     if let Some(prop) = prop {
         if let Some(n) =
             elf.segments.iter().find(|s| s.p_type == elf::PT_NOTE && s.offset == prop.offset && s.filesz == prop.filesz)
         {
-            return Ok(n.index);
+            return Some(n.index);
         }
     }
-    if let Some(n) = elf.segments.iter().find(|s| s.p_type == elf::PT_NULL) {
-        return Ok(n.index);
-    }
-    Err(Error::NoRoom(
-        "no spare program header (stint needs a PT_NOTE that duplicates PT_GNU_PROPERTY, as binutils ≥ 2.32 emits, or a PT_NULL); cannot add the runtime segment".into(),
-    ))
+    elf.segments.iter().find(|s| s.p_type == elf::PT_NULL).map(|n| n.index)
 }
 
 /// `jmp rel32` to the trampoline at `window`, the rest of the window `int3`.
@@ -215,30 +238,44 @@ fn patch_window(elf: &InputElf, out: &mut [u8], window: u64, len: u64, target: u
     Ok(())
 }
 
-/// Rewrite the program-header table: grow the data segment, turn `slot` into the code
-/// segment and move it right after the last PT_LOAD.
-fn write_phdrs(elf: &InputElf, out: &mut [u8], data: &Segment, rw_end: u64, slot: usize, code: Segment) {
+/// The new program-header table: the data segment grown, the code segment in `slot` (or
+/// added, when the table moves to `moved` = (file offset, vaddr)), and the code segment
+/// placed right after the last PT_LOAD so PT_LOADs stay sorted by address.
+fn phdr_table(
+    elf: &InputElf,
+    data: &Segment,
+    rw_end: u64,
+    slot: Option<usize>,
+    code: Segment,
+    moved: Option<(u64, u64)>,
+) -> Vec<u8> {
     let mut segs: Vec<Segment> = elf.segments.clone();
     for s in segs.iter_mut() {
         if s.index == data.index {
             s.memsz = rw_end - s.vaddr;
         }
+        if let (Some((off, vaddr)), elf::PT_PHDR) = (moved, s.p_type) {
+            let len = (elf.segments.len() as u64 + 1) * 56;
+            (s.offset, s.vaddr, s.filesz, s.memsz) = (off, vaddr, len, len);
+        }
     }
-    segs.remove(slot);
+    if let Some(slot) = slot {
+        segs.remove(slot);
+    }
     let last_load = segs.iter().rposition(|s| s.is_load()).map_or(0, |i| i + 1);
     segs.insert(last_load, code);
-    for (i, s) in segs.iter().enumerate() {
-        let o = elf.phoff as usize + i * 56;
-        let b = &mut out[o..o + 56];
-        b[0..4].copy_from_slice(&s.p_type.to_le_bytes());
-        b[4..8].copy_from_slice(&s.flags.to_le_bytes());
-        b[8..16].copy_from_slice(&s.offset.to_le_bytes());
-        b[16..24].copy_from_slice(&s.vaddr.to_le_bytes());
-        b[24..32].copy_from_slice(&s.vaddr.to_le_bytes()); // p_paddr
-        b[32..40].copy_from_slice(&s.filesz.to_le_bytes());
-        b[40..48].copy_from_slice(&s.memsz.to_le_bytes());
-        b[48..56].copy_from_slice(&s.align.to_le_bytes());
+    let mut out = Vec::with_capacity(segs.len() * 56);
+    for s in &segs {
+        out.extend_from_slice(&s.p_type.to_le_bytes());
+        out.extend_from_slice(&s.flags.to_le_bytes());
+        out.extend_from_slice(&s.offset.to_le_bytes());
+        out.extend_from_slice(&s.vaddr.to_le_bytes());
+        out.extend_from_slice(&s.vaddr.to_le_bytes()); // p_paddr
+        out.extend_from_slice(&s.filesz.to_le_bytes());
+        out.extend_from_slice(&s.memsz.to_le_bytes());
+        out.extend_from_slice(&s.align.to_le_bytes());
     }
+    out
 }
 
 /// Re-read an output and check what the emitter promises (STYLE 12): no segment both
