@@ -174,6 +174,9 @@ SELECT g.label, count(*), round(sum(t.val), 1) FROM t JOIN g USING (grp) GROUP B
 SELECT id, name, val FROM t WHERE name LIKE 'name-1%' ORDER BY name, id LIMIT 300;
 .mode csv
 SELECT id, grp, name FROM t ORDER BY id DESC LIMIT 200;
+SELECT id, grp, name, val FROM t WHERE id % 3 = 0 ORDER BY id;
+.mode line
+SELECT * FROM g WHERE grp < 20;
 .mode list
 SELECT * FROM no_such_table;
 SELECT group_concat(label, ',') FROM (SELECT label FROM g ORDER BY grp DESC LIMIT 5);

@@ -159,15 +159,6 @@ fn with_snapshot_settings(f: impl FnOnce()) {
     });
 }
 
-/// calltree pie-O0 and its rewritten copy.
-fn calltree() -> (Program, PathBuf) {
-    let p = program("calltree");
-    let bin = build(&p, Variant::PieO0);
-    let out = run_root().join("rewritten").join("pie-O0").join("calltree");
-    rewrite(&bin, &out);
-    (p, out)
-}
-
 /// The plan of calltree pie-O0: functions found, points and tactics, summary.
 #[test]
 fn inspect_calltree_pie_o0() {
@@ -179,10 +170,13 @@ fn inspect_calltree_pie_o0() {
     with_snapshot_settings(|| insta::assert_json_snapshot!("inspect_calltree_pie_o0", v));
 }
 
-/// The profile of one run of calltree pie-O0, as JSON and as a table.
-#[test]
-fn report_calltree_pie_o0() {
-    let (p, out) = calltree();
+/// Rewrite calltree pie-O0, run it once, and return its profile file.
+fn calltree_profile() -> PathBuf {
+    let p = program("calltree");
+    let bin = build(&p, Variant::PieO0);
+    let out = run_root().join("rewritten").join("pie-O0").join("calltree");
+    static REWRITE: std::sync::Once = std::sync::Once::new();
+    REWRITE.call_once(|| rewrite(&bin, &out));
     let profiles = fresh_dir("profiles-snapshot");
     let cwd = fresh_dir("cwd-snapshot");
     let o = Run::new(&out, &cwd)
@@ -192,17 +186,28 @@ fn report_calltree_pie_o0() {
     assert_eq!(o.status, p.exit, "rewritten calltree: {o:?}");
     let file = profiles.join(format!("calltree.{}.stint", o.pid));
     assert!(file.is_file(), "no profile {}", file.display());
-    let tmp = run_root().to_string_lossy().into_owned();
+    file
+}
 
+/// The profile of one run of calltree pie-O0 as JSON.
+#[test]
+fn report_json_calltree_pie_o0() {
+    let file = calltree_profile();
     let mut json = report_json(&file);
+    redact_json(&mut json, None, &run_root().to_string_lossy());
+    with_snapshot_settings(|| insta::assert_json_snapshot!("report_calltree_pie_o0_json", json));
+}
+
+/// The profile of one run of calltree pie-O0 as a table (`stint report`).
+#[test]
+fn report_table_calltree_pie_o0() {
+    let file = calltree_profile();
+    let json = report_json(&file);
     let pids: Vec<u64> = ["pid", "ppid"].iter().filter_map(|k| json.get(*k).and_then(|x| x.as_u64())).collect();
     let tids: Vec<u64> = threads(&json).iter().filter_map(|t| t.get("tid").and_then(|x| x.as_u64())).collect();
-    redact_json(&mut json, None, &tmp);
-    with_snapshot_settings(|| insta::assert_json_snapshot!("report_calltree_pie_o0_json", json));
-
     let table = stint(&["report", file.to_str().unwrap()]);
     assert!(table.status == 0, "stint report {}: {table:?}", file.display());
-    let text = redact_text(&table.stdout_str(), &tmp, &pids, &tids);
+    let text = redact_text(&table.stdout_str(), &run_root().to_string_lossy(), &pids, &tids);
     with_snapshot_settings(|| insta::assert_snapshot!("report_calltree_pie_o0_table", text));
 }
 
