@@ -1,0 +1,80 @@
+//! The profile file's security rules (DEVELOPERS "Security"): created 0600 with O_EXCL and
+//! without following symlinks. A rewritten program that cannot create its profile says so in
+//! one line on stderr and otherwise runs exactly like the original, unmeasured.
+
+mod common;
+
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn hello(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = dir.join("hello.c");
+    std::fs::write(&src, "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 4; }\n").unwrap();
+    let bin = dir.join("hello");
+    tool("gcc", &["-O2", src.to_str().unwrap(), "-o", bin.to_str().unwrap()]);
+    let out = dir.join("hello.stint");
+    rewrite(&bin, &out);
+    (bin, out)
+}
+
+fn run(bin: &Path, profile: &Path) -> std::process::Output {
+    Command::new(bin).env("STINT_PROFILE", profile).output().expect("run")
+}
+
+/// The original's stdout and status, one stderr line naming the path and the reason.
+fn assert_refused(out: &std::process::Output, profile: &Path, reason: &str) {
+    assert_eq!(out.stdout, b"hello\n");
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "want one line on stderr: {err:?}");
+    assert!(err.contains(&profile.display().to_string()) && err.contains(reason), "{err:?} lacks {reason}");
+    assert!(err.contains("running without measurement"), "{err:?}");
+}
+
+#[test]
+fn profile_is_private_and_exclusive() {
+    let dir = fresh_dir("security-mode");
+    let (_, out) = hello(&dir);
+    let profile = dir.join("p.stint");
+    let o = run(&out, &profile);
+    assert_eq!((o.stdout.as_slice(), o.status.code(), o.stderr.len()), (&b"hello\n"[..], Some(4), 0));
+    assert_eq!(std::fs::metadata(&profile).unwrap().permissions().mode() & 0o777, 0o600);
+    // A second run with the same path must not touch the existing file.
+    let before = std::fs::read(&profile).unwrap();
+    let o = run(&out, &profile);
+    assert_refused(&o, &profile, "EEXIST");
+    assert_eq!(std::fs::read(&profile).unwrap(), before, "existing profile was modified");
+}
+
+#[test]
+fn profile_path_symlink_is_not_followed() {
+    let dir = fresh_dir("security-symlink");
+    let (_, out) = hello(&dir);
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let link = dir.join("p.stint");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let o = run(&out, &link);
+    assert_refused(&o, &link, "EEXIST");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    // A dangling symlink must not be followed to create its target either.
+    let target = dir.join("created-through-link");
+    let dangling = dir.join("q.stint");
+    std::os::unix::fs::symlink(&target, &dangling).unwrap();
+    let o = run(&out, &dangling);
+    assert_refused(&o, &dangling, "EEXIST");
+    assert!(!target.exists(), "the runtime created a file through a dangling symlink");
+}
+
+#[test]
+fn empty_profile_variable_turns_measurement_off() {
+    let dir = fresh_dir("security-off");
+    let (_, out) = hello(&dir);
+    let o = Command::new(&out).env("STINT_PROFILE", "").current_dir(&dir).output().unwrap();
+    assert_eq!((o.stdout.as_slice(), o.status.code(), o.stderr.len()), (&b"hello\n"[..], Some(4), 0));
+    let stray: Vec<_> = dir_entries(&dir).into_iter().filter(|n| n.ends_with(".stint") && n != "hello.stint").collect();
+    assert!(stray.is_empty(), "profile written although STINT_PROFILE is empty: {stray:?}");
+}
