@@ -1,12 +1,117 @@
 //! Analysis: which functions the program has, where they start and end, and every address
 //! that control flow can reach other than by falling through (the branch-target set, D2).
 //!
-//! (Being written: see the module plan in the issue note. The types below are the contract
-//! the planner uses.)
+//! # Functions
+//!
+//! Functions come from `.symtab` (`STT_FUNC`/`STT_GNU_IFUNC`, defined, size > 0), `.dynsym`
+//! (same, size taken from the FDE when the symbol has none) and `.eh_frame` FDEs (initial
+//! location + length). Distribution binaries are stripped, so FDEs are the main source. All of
+//! them must start in an executable section and outside `.plt`, `.plt.got`, `.plt.sec` and
+//! `.plt.bnd` (FDEs there describe PLT stubs). Aliases at one address give one function: the
+//! name comes from `.symtab` before `.dynsym`, and among symbols of one table a GLOBAL name
+//! wins over a WEAK one, which wins over a LOCAL one. A size-0 `.symtab` symbol never makes a
+//! function but still names the FDE at its address. The size is the chosen symbol's, else the
+//! largest size of any symbol at that address, else the FDE length. An FDE without a symbol
+//! gives `sub_<hex>`. Names are demangled: Rust first (`rustc-demangle`, alternate form without
+//! the hash), then C++ (`cpp_demangle`, without parameters), else the raw name.
+//!
+//! # Cold parts
+//!
+//! GCC moves unlikely blocks of `f` into `f.cold` in `.text.unlikely`, with its own FDE. It is
+//! entered only by jumps (or by the unwinder, as a landing pad) and must never be an entry
+//! point. The rules, in order:
+//!
+//! 1. A function named by a symbol: cold iff its raw name contains `.cold`. Its parent is the
+//!    function named by the prefix before `.cold` (if several have that name, the one that
+//!    jumps into the part), else the function that jumps into it.
+//! 2. A function known only from `.eh_frame`:
+//!    - the target of a direct `call` is a function;
+//!    - (b) if the CFI row at its first byte (CIE initial instructions + FDE instructions up to
+//!      the first row, evaluated with gimli) has a CFA other than `rsp+8`, or saves a
+//!      callee-saved register (rbx, rbp, r12–r15), it starts in the middle of a frame: cold;
+//!    - if its address is taken (RIP-relative `lea`/memory operand, an immediate in ET_EXEC,
+//!      a dynamic relocation, a code pointer in data in ET_EXEC — except words that belong to
+//!      a resolved jump table — the ELF entry, DT_INIT/DT_FINI, a `.dynsym` symbol): function;
+//!    - (a) and (d) below do not apply to a range that is 16-byte aligned and 64 bytes or
+//!      longer: GCC places cold parts without alignment, while hand-written assembly (OpenSSL)
+//!      is aligned, dispatches with `jcc` and jumps between its functions;
+//!    - (a) if it contains a direct `jmp`/`jcc` into the interior (not the entry) of another
+//!      function F, it is cold — unless F looks like *its* cold part: F is not itself known to
+//!      be a function (called, address-taken, named) and F never jumps to this function's
+//!      entry. (A parent jumps into its cold part too, but the cold part jumps back into the
+//!      parent's middle, never to its entry, while the parent jumps to the cold part's entry.)
+//!    - (c) if it is the target of jumps (direct or through a jump table) from exactly one
+//!      other function, has no `ret`, and its straight-line path from the entry (stepping over
+//!      calls that return) ends in `ud2`/`hlt` or a call to a function that never returns
+//!      (a known libc/libstdc++/libgcc import such as `abort`, `__stack_chk_fail`,
+//!      `__cxa_throw`, `_Unwind_Resume`, or a local function found not to return): cold;
+//!    - (d) if it is entered only by conditional jumps, all from one other function, and
+//!      `.comment` names no LLVM-based compiler (clang, rustc): GCC never emits a conditional
+//!      tail call, so a `jcc` to an FDE start is a jump to a cold part — typically a frameless
+//!      one such as `xor eax, eax; ret` for a switch's out-of-range case;
+//!    - otherwise a function. In particular a function that is only tail-called (`jmp f`
+//!      with CFA = rsp+8 at its start) stays a function.
+//!
+//!    The parent is the non-cold function that jumps to the part's entry (most jumps wins,
+//!    then the lowest address), else one that jumps into its interior or owns a landing pad
+//!    in it, else the function the part jumps back into.
+//!
+//! # Branch targets
+//!
+//! Every function entry (cold parts included), every direct `jmp`/`jcc`/`call`/`loop`/
+//! `jrcxz`/`xbegin` target, every return address (the instruction after a `call` inside its
+//! function: a `ret` goes there, and a displaced call pushes it), every landing pad from the
+//! LSDAs in `.gcc_except_table`, every RIP-relative reference into an executable section, the
+//! ELF entry, DT_INIT/DT_FINI, the starts of `.init`/`.fini`, every code address stored by a
+//! dynamic relocation (`R_X86_64_RELATIVE`/`IRELATIVE` addends, `R_X86_64_64`/`GLOB_DAT`/
+//! `JUMP_SLOT` symbol + addend), and in ET_EXEC every immediate or absolute displacement and
+//! every 8-byte aligned word of allocated non-executable data that points into code.
+//!
+//! Jump tables, for each indirect `jmp`:
+//! - `jmp reg` whose value (followed backwards inside the basic block, through 64-bit register
+//!   copies) is `sext(dword [B + I*4]) + C` with B and C constants (`lea r, [rip+T]`): GCC's and
+//!   clang's PIC tables (GCC may hoist the `lea` out of the block, even out of a loop).
+//! - `jmp qword [I*8 + T]`, `jmp qword [B + I*8]`, `mov reg, qword [I*8 + T]; jmp reg` (and
+//!   4-byte zero/sign-extended absolute entries): absolute tables. In PIE the entries are read
+//!   from their `R_X86_64_RELATIVE` relocation.
+//!
+//! Entries are read from the table until one points outside the owning function, its cold
+//! parts and the functions it is connected to by direct jumps (cold parts we failed to
+//! recognise), or the table runs into another table's start or the end of its section. All
+//! targets are added.
+//!
+//! Not tables: `jmp qword [rip+X]` and `jmp qword [reg+disp]` (tail calls through the GOT or a
+//! function pointer), and — heuristic — `jmp reg` where reg was loaded from memory without an
+//! index scaled by 4 or 8 (`mov rax, [rdi+16]; jmp rax`: a tail call through a pointer), or is
+//! a copy of an argument register's value on entry, reached straight-line from the entry
+//! (`mov rbp, rdx; …; mov rax, rbp; jmp rax`: a tail call of a function-pointer argument), or
+//! is `rax` as returned by a call, or is a known constant or one of two (`cmov`) (a direct
+//! jump in disguise: the constants are added). The slice looks
+//! back at most 48 instructions, stops at the start of the basic block (after a `jmp`/`ret`/
+//! `ud2`), and treats a call as clobbering the caller-saved registers. A base register not
+//! defined in the block counts as constant only if every write to it in the function is the
+//! same RIP-relative `lea` — `pop`s that restore it right before an exit excepted. Any other
+//! indirect jump
+//! makes the function `unresolved_indirect_jump` and all its instruction starts targets.
+//! A function whose bytes stop decoding, or whose LSDA cannot be parsed, is also unresolved.
+//!
+//! # Padding
+//!
+//! After each function, up to the next function or the end of its section: counted (at most
+//! 64) only if every byte is `int3`, a (multi-byte) `nop` or zero and no byte is a target.
 
-use crate::error::Result;
-use crate::input::InputElf;
-use std::collections::BTreeSet;
+mod code;
+mod cold;
+mod dynrel;
+mod symbols;
+#[cfg(test)]
+mod tests;
+mod unwind;
+
+use crate::error::{Error, Result};
+use crate::input::{ElfKind, InputElf};
+use iced_x86::{Decoder, DecoderOptions, Instruction};
+use std::collections::{BTreeSet, HashMap};
 
 /// Where a function was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -52,6 +157,21 @@ impl Function {
     pub fn is_cold_part(&self) -> bool {
         matches!(self.kind, FunctionKind::ColdPart { .. })
     }
+    /// Whether `addr` lies in `[address, end)`.
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.address && addr - self.address < self.size
+    }
+}
+
+/// A PLT stub and the imported function it jumps to.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PltStub {
+    /// Address of the stub (its `endbr64` when it has one).
+    pub address: u64,
+    /// The GOT slot the stub jumps through.
+    pub got_slot: u64,
+    /// The imported symbol (from the slot's dynamic relocation).
+    pub name: String,
 }
 
 /// What analysis found.
@@ -62,9 +182,359 @@ pub struct Analysis {
     /// Every address that may be reached by a jump or call (direct targets, resolved jump
     /// tables, address-taken code, function entries).
     pub branch_targets: BTreeSet<u64>,
+    /// PLT stubs (`.plt`, `.plt.sec`, `.plt.got`, `.plt.bnd`) by address.
+    pub plt_stubs: Vec<PltStub>,
+}
+
+impl Analysis {
+    /// The function or cold part whose range contains `addr` (the innermost if they nest).
+    pub fn function_at(&self, addr: u64) -> Option<&Function> {
+        let i = self.functions.partition_point(|f| f.address <= addr);
+        self.functions[..i].iter().rev().take(64).find(|f| f.contains(addr))
+    }
+}
+
+/// Decode up to `max_len` bytes at `addr`, stopping before the first invalid or cut-short
+/// instruction (or where the file-backed bytes of the segment end).
+pub fn decode_at(elf: &InputElf, addr: u64, max_len: u64) -> Vec<Instruction> {
+    let mut len = max_len;
+    let bytes = loop {
+        if len == 0 {
+            return Vec::new();
+        }
+        if let Some(b) = elf.bytes_at(addr, len) {
+            break b;
+        }
+        // Shorten to what the segment holds.
+        match elf.loads().find(|s| addr >= s.vaddr && addr - s.vaddr < s.filesz) {
+            Some(s) if s.vaddr.saturating_add(s.filesz) - addr < len => len = s.vaddr.saturating_add(s.filesz) - addr,
+            _ => return Vec::new(),
+        }
+    };
+    let mut out = Vec::new();
+    let mut dec = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
+    let mut ins = Instruction::default();
+    while dec.can_decode() {
+        dec.decode_out(&mut ins);
+        if ins.is_invalid() {
+            break;
+        }
+        out.push(ins);
+    }
+    out
+}
+
+/// Executable ranges of the program, by section.
+pub(crate) struct CodeMap {
+    /// `(start, end, is_plt)` of executable sections, sorted by start.
+    exec: Vec<(u64, u64, bool)>,
+    lo: u64,
+    hi: u64,
+}
+
+const PLT_SECTIONS: [&str; 4] = [".plt", ".plt.got", ".plt.sec", ".plt.bnd"];
+
+impl CodeMap {
+    fn new(elf: &InputElf) -> Self {
+        let mut exec: Vec<(u64, u64, bool)> = elf
+            .sections
+            .iter()
+            .filter(|s| s.is_exec() && s.size > 0)
+            .map(|s| (s.addr, s.addr.saturating_add(s.size), PLT_SECTIONS.contains(&s.name.as_str())))
+            .collect();
+        exec.sort_unstable();
+        let lo = exec.iter().map(|r| r.0).min().unwrap_or(u64::MAX);
+        let hi = exec.iter().map(|r| r.1).max().unwrap_or(0);
+        CodeMap { exec, lo, hi }
+    }
+
+    fn section(&self, a: u64) -> Option<(u64, u64, bool)> {
+        if a < self.lo || a >= self.hi {
+            return None;
+        }
+        let i = self.exec.partition_point(|r| r.0 <= a);
+        self.exec[..i].iter().rev().take(4).find(|r| a < r.1).copied()
+    }
+
+    /// In an executable section (PLT included).
+    pub(crate) fn is_exec(&self, a: u64) -> bool {
+        self.section(a).is_some()
+    }
+
+    /// In an executable section other than a PLT: where functions live.
+    pub(crate) fn is_code(&self, a: u64) -> bool {
+        self.section(a).is_some_and(|r| !r.2)
+    }
+
+    /// End of the executable section containing `a`.
+    pub(crate) fn section_end(&self, a: u64) -> Option<u64> {
+        self.section(a).map(|r| r.1)
+    }
+}
+
+/// A function while it is being analysed.
+#[derive(Clone, Debug)]
+pub(crate) struct Cand {
+    pub address: u64,
+    pub size: u64,
+    pub source: FunctionSource,
+    /// The symbol name before demangling.
+    pub raw_name: Option<String>,
+    /// Index into the FDE list.
+    pub fde: Option<usize>,
+}
+
+impl Cand {
+    fn end(&self) -> u64 {
+        self.address + self.size
+    }
+}
+
+/// Where an address falls among the functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loc {
+    Entry(usize),
+    Interior(usize),
+    Outside,
+}
+
+/// Sorted function ranges with lookups.
+pub(crate) struct FuncIndex {
+    starts: Vec<u64>,
+    ends: Vec<u64>,
+    /// Largest end among functions `0..=i`.
+    max_end: Vec<u64>,
+}
+
+impl FuncIndex {
+    fn new(cands: &[Cand]) -> Self {
+        let starts: Vec<u64> = cands.iter().map(|c| c.address).collect();
+        let ends: Vec<u64> = cands.iter().map(|c| c.end()).collect();
+        let mut max_end = Vec::with_capacity(ends.len());
+        let mut m = 0;
+        for &e in &ends {
+            m = m.max(e);
+            max_end.push(m);
+        }
+        FuncIndex { starts, ends, max_end }
+    }
+
+    pub(crate) fn entry(&self, a: u64) -> Option<usize> {
+        self.starts.binary_search(&a).ok()
+    }
+
+    /// The innermost function whose range contains `a`.
+    pub(crate) fn containing(&self, a: u64) -> Option<usize> {
+        let i = self.starts.partition_point(|&s| s <= a);
+        let mut j = i;
+        let mut steps = 0;
+        while j > 0 && steps < 64 {
+            j -= 1;
+            steps += 1;
+            if self.max_end[j] <= a {
+                return None;
+            }
+            if a < self.ends[j] {
+                return Some(j);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn locate(&self, a: u64) -> Loc {
+        if let Some(i) = self.entry(a) {
+            return Loc::Entry(i);
+        }
+        match self.containing(a) {
+            Some(i) => Loc::Interior(i),
+            None => Loc::Outside,
+        }
+    }
 }
 
 /// Analyse a validated executable.
-pub fn analyze(_elf: &InputElf) -> Result<Analysis> {
-    Ok(Analysis::default())
+pub fn analyze(elf: &InputElf) -> Result<Analysis> {
+    let codemap = CodeMap::new(elf);
+    let file = object::read::elf::ElfFile64::<object::Endianness>::parse(elf.data)
+        .map_err(|e| Error::Malformed(format!("symbol tables: {e}")))?;
+
+    // 1. Candidates from symbols and FDEs.
+    let syms = symbols::collect(&file, &codemap)?;
+    let fdes = unwind::read_fdes(elf)?;
+    let cands = symbols::merge(&syms, &fdes, &codemap);
+    let index = FuncIndex::new(&cands);
+    let n = cands.len();
+
+    // 2. Code pointers in data and relocations, PLT stubs.
+    let dynrefs = dynrel::collect(elf, &file, &codemap)?;
+    let plt_stubs = dynrel::plt_stubs(elf, &dynrefs.got_names);
+    let plt_by_addr: HashMap<u64, &str> = plt_stubs.iter().map(|s| (s.address, s.name.as_str())).collect();
+
+    // 3. Decode every function once; direct targets, references, edges.
+    let exec_kind = elf.kind == ElfKind::Exec;
+    let mut code = code::decode_all(elf, &codemap, &cands, exec_kind);
+
+    // 4. Landing pads (the unwinder jumps there).
+    for (i, c) in cands.iter().enumerate() {
+        let Some(lsda) = c.fde.and_then(|k| fdes.get(k)).and_then(|f| f.lsda) else {
+            continue;
+        };
+        match unwind::landing_pads(elf, lsda, c.address) {
+            Some(pads) => {
+                for p in pads {
+                    code.targets.push(p);
+                    code.edges.push(code::Edge { src: i, target: p, kind: code::EdgeKind::Pad });
+                }
+            }
+            None => code.unresolved[i] = true,
+        }
+    }
+
+    // 5. Functions that never return; jump tables.
+    let noreturn = cold::noreturn_functions(&code, &cands, &index, &plt_by_addr, &dynrefs.got_names);
+    let noreturn_call = |x: &Instruction| cold::call_noreturn(x, &index, &noreturn, &plt_by_addr, &dynrefs.got_names);
+    let name_parent = cold::name_parents(&cands, &code, &index);
+    let tables = code::resolve_indirect_jumps(
+        elf,
+        &mut code,
+        &cands,
+        &index,
+        &dynrefs.reloc_value,
+        &name_parent,
+        &noreturn_call,
+    );
+
+    // 6. Address-taken code.
+    let mut taken: Vec<u64> = code.refs.clone();
+    for &(loc, value) in &dynrefs.refs {
+        code.targets.push(value);
+        if !tables.iter().any(|t| loc >= t.0 && loc < t.1) {
+            taken.push(value);
+        }
+    }
+    taken.extend(dynrefs.init_fini.iter().copied());
+    taken.push(elf.entry);
+    for s in &syms {
+        if s.source == FunctionSource::Dynsym {
+            taken.push(s.address);
+        }
+    }
+    for name in [".init", ".fini"] {
+        if let Some(s) = elf.section(name) {
+            if s.is_exec() {
+                taken.push(s.addr);
+            }
+        }
+    }
+    taken.sort_unstable();
+    taken.dedup();
+    code.targets.extend(taken.iter().copied());
+    for s in &syms {
+        code.targets.push(s.address);
+    }
+
+    // 7. Cold parts.
+    let kinds = cold::classify(&cold::Inputs {
+        cands: &cands,
+        fdes: &fdes,
+        index: &index,
+        code: &code,
+        taken: &taken,
+        name_parent: &name_parent,
+        noreturn: &noreturn,
+        plt: &plt_by_addr,
+        got_names: &dynrefs.got_names,
+        llvm: built_by_llvm(elf),
+    });
+
+    // 8. Unresolved functions: every instruction start is a target.
+    for (i, c) in cands.iter().enumerate() {
+        if code.unresolved.get(i).copied().unwrap_or(false) {
+            let r = code.spans.get(i).cloned().unwrap_or(0..0);
+            let starts: Vec<u64> = code.ins.get(r).unwrap_or_default().iter().map(|x| x.ip()).collect();
+            code.targets.extend(starts);
+        }
+        code.targets.push(c.address);
+    }
+    let mut targets = std::mem::take(&mut code.targets);
+    targets.sort_unstable();
+    targets.dedup();
+    let branch_targets: BTreeSet<u64> = targets.into_iter().collect();
+
+    // 9. Functions.
+    let mut functions = Vec::with_capacity(n);
+    for (i, c) in cands.iter().enumerate() {
+        let name = match &c.raw_name {
+            Some(raw) => symbols::demangle(raw),
+            None => format!("sub_{:x}", c.address),
+        };
+        let has_endbr = elf.bytes_at(c.address, 4) == Some(&[0xf3, 0x0f, 0x1e, 0xfa][..]);
+        functions.push(Function {
+            name,
+            address: c.address,
+            size: c.size,
+            source: c.source,
+            kind: kinds[i],
+            has_endbr,
+            padding: padding_after(elf, &codemap, &cands, i, &branch_targets),
+            unresolved_indirect_jump: code.unresolved[i],
+        });
+    }
+    Ok(Analysis { functions, branch_targets, plt_stubs })
+}
+
+/// `.comment` names clang, rustc or another LLVM-based compiler.
+fn built_by_llvm(elf: &InputElf) -> bool {
+    let Some(c) = elf.section(".comment") else { return false };
+    let text = String::from_utf8_lossy(elf.section_data(c)).to_ascii_lowercase();
+    ["clang", "llvm", "rustc"].iter().any(|k| text.contains(k))
+}
+
+const MAX_PADDING: u64 = 64;
+
+/// Padding after function `i`: see the module documentation.
+fn padding_after(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], i: usize, targets: &BTreeSet<u64>) -> u64 {
+    let Some(c) = cands.get(i) else { return 0 };
+    let end = c.end();
+    let Some(sec_end) = codemap.section_end(c.address) else { return 0 };
+    if end >= sec_end {
+        return 0;
+    }
+    let next = cands.partition_point(|f| f.address < end);
+    let gap_end = cands.get(next).map_or(sec_end, |f| f.address.min(sec_end));
+    if gap_end <= end {
+        return 0;
+    }
+    if targets.range(end..gap_end).next().is_some() {
+        return 0;
+    }
+    let Some(bytes) = elf.bytes_at(end, gap_end - end) else { return 0 };
+    if is_padding(bytes, end) {
+        (gap_end - end).min(MAX_PADDING)
+    } else {
+        0
+    }
+}
+
+/// Whether `bytes` are all `int3`, zero, or nop instructions that end inside `bytes`.
+fn is_padding(bytes: &[u8], ip: u64) -> bool {
+    let mut pos = 0usize;
+    let mut dec = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let mut ins = Instruction::default();
+    while let Some(&b) = bytes.get(pos) {
+        if b == 0xcc || b == 0x00 {
+            pos += 1;
+            continue;
+        }
+        if dec.set_position(pos).is_err() {
+            return false;
+        }
+        dec.set_ip(ip.wrapping_add(pos as u64));
+        dec.decode_out(&mut ins);
+        if ins.is_invalid() || ins.mnemonic() != iced_x86::Mnemonic::Nop {
+            return false;
+        }
+        pos += ins.len();
+    }
+    true
 }

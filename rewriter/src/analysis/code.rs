@@ -1,0 +1,746 @@
+//! Decoding every function once, what its instructions reach, and indirect jumps.
+
+use super::{Cand, CodeMap, FuncIndex};
+use crate::input::InputElf;
+use iced_x86::{
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
+};
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// How control gets from one function to another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EdgeKind {
+    /// A direct `jmp` (or a `jmp reg` with a known constant).
+    Jump,
+    /// A direct conditional jump (`jcc`, `loop`, `jrcxz`, `xbegin`).
+    CondJump,
+    /// An entry of a jump table.
+    Table,
+    /// A landing pad of the source's LSDA.
+    Pad,
+}
+
+/// A jump from function `src` to `target` outside `src`'s range.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Edge {
+    pub src: usize,
+    pub target: u64,
+    pub kind: EdgeKind,
+}
+
+impl Edge {
+    pub(crate) fn direct(&self) -> bool {
+        matches!(self.kind, EdgeKind::Jump | EdgeKind::CondJump)
+    }
+}
+
+/// Decoded instructions of all functions and what they reach.
+#[derive(Default)]
+pub(crate) struct Code {
+    pub ins: Vec<Instruction>,
+    /// Instructions of function `i`: `ins[spans[i]]`.
+    pub spans: Vec<Range<usize>>,
+    /// Decoding stopped before the end of the function.
+    pub failed: Vec<bool>,
+    /// Unresolved indirect jump, undecodable bytes or unparsable LSDA.
+    pub unresolved: Vec<bool>,
+    /// Branch targets found so far (unsorted, with duplicates).
+    pub targets: Vec<u64>,
+    /// Direct call targets, sorted and deduplicated.
+    pub calls: Vec<u64>,
+    /// Jumps leaving their function.
+    pub edges: Vec<Edge>,
+    /// Code addresses referenced by instructions (RIP-relative operands; in ET_EXEC also
+    /// immediates and absolute displacements).
+    pub refs: Vec<u64>,
+    /// `(function, instruction index)` of every indirect jump.
+    pub indirect: Vec<(usize, usize)>,
+}
+
+fn near_target(x: &Instruction) -> Option<u64> {
+    match x.op0_kind() {
+        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Some(x.near_branch_target()),
+        _ => None,
+    }
+}
+
+/// Decode every candidate's range (linear sweep) and collect direct targets, calls, edges and
+/// references.
+pub(crate) fn decode_all(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], exec_kind: bool) -> Code {
+    // Bytes to decode: every function once, bounded for inputs whose ranges overlap wildly.
+    let file_len = elf.data.len() as u64;
+    let total: u64 = cands.iter().map(|c| c.size.min(file_len)).fold(0u64, u64::saturating_add);
+    let mut budget = file_len.saturating_mul(2).saturating_add(1 << 20);
+    let mut code = Code { ins: Vec::with_capacity((total.min(file_len) / 4) as usize), ..Code::default() };
+    let mut calls = Vec::new();
+    let mut x = Instruction::default();
+    for (i, c) in cands.iter().enumerate() {
+        let first = code.ins.len();
+        let end = c.end();
+        let stop = codemap.section_end(c.address).map_or(c.address, |e| e.min(end));
+        let mut ok = stop == end;
+        if stop - c.address > budget {
+            ok = false; // not decoded: unresolved
+        } else if stop > c.address {
+            budget -= stop - c.address;
+            match elf.bytes_at(c.address, stop - c.address) {
+                Some(bytes) => {
+                    let mut dec = Decoder::with_ip(64, bytes, c.address, DecoderOptions::NONE);
+                    while dec.can_decode() {
+                        dec.decode_out(&mut x);
+                        if x.is_invalid() {
+                            ok = false;
+                            break;
+                        }
+                        code.ins.push(x);
+                    }
+                }
+                None => ok = false,
+            }
+        }
+        let last = code.ins.len();
+        code.spans.push(first..last);
+        code.failed.push(!ok);
+        code.unresolved.push(!ok);
+        for k in first..last {
+            let x = &code.ins[k];
+            match x.flow_control() {
+                FlowControl::Call | FlowControl::IndirectCall => {
+                    if let Some(t) = near_target(x) {
+                        code.targets.push(t);
+                        calls.push(t);
+                    }
+                    // The return address (unless the call ends the function: a noreturn call).
+                    if x.next_ip() < end {
+                        code.targets.push(x.next_ip());
+                    }
+                }
+                fc @ (FlowControl::UnconditionalBranch
+                | FlowControl::ConditionalBranch
+                | FlowControl::XbeginXabortXend) => {
+                    if let Some(t) = near_target(x) {
+                        code.targets.push(t);
+                        if t < c.address || t >= end {
+                            let kind = if fc == FlowControl::UnconditionalBranch {
+                                EdgeKind::Jump
+                            } else {
+                                EdgeKind::CondJump
+                            };
+                            code.edges.push(Edge { src: i, target: t, kind });
+                        }
+                    }
+                }
+                FlowControl::IndirectBranch => code.indirect.push((i, k)),
+                _ => {}
+            }
+            if x.is_ip_rel_memory_operand() {
+                let m = x.ip_rel_memory_address();
+                if codemap.is_exec(m) {
+                    code.refs.push(m);
+                }
+            } else if exec_kind {
+                for op in 0..x.op_count() {
+                    let v = match x.op_kind(op) {
+                        OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64 => x.immediate(op),
+                        OpKind::Memory if x.memory_base() == Register::None => x.memory_displacement64(),
+                        _ => continue,
+                    };
+                    if codemap.is_exec(v) {
+                        code.refs.push(v);
+                    }
+                }
+            }
+        }
+    }
+    code.targets.extend(code.refs.iter().copied());
+    calls.sort_unstable();
+    calls.dedup();
+    code.calls = calls;
+    code
+}
+
+/// What a register holds, as far as the backward slice can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Val {
+    Const(u64),
+    /// Loaded from `[table + index*scale]`, `size` bytes.
+    Load {
+        table: u64,
+        scale: u32,
+        size: u32,
+        signed: bool,
+    },
+    /// A `Load` plus a constant: a PIC table entry plus its base.
+    Rel {
+        table: u64,
+        scale: u32,
+        size: u32,
+        signed: bool,
+        add: u64,
+    },
+    /// Loaded from memory without an index scaled by 4 or 8: a pointer.
+    Pointer,
+    /// An argument register's value on entry (straight-line from the entry): a pointer.
+    Argument,
+    /// One of two constants (`cmov`).
+    Choice(u64, u64),
+    /// An unknown index times 4 or 8 (`lea r, [i*4]`, `shl r, 3`): unoptimised code's way to
+    /// index a table with `[base + r]`.
+    Scaled(u32),
+    Unknown,
+}
+
+enum Def {
+    At(usize),
+    /// Reached the function's first instruction without a write: the value on entry.
+    Entry,
+    /// Reached the start of a basic block that only jumps enter (the instruction before it
+    /// does not fall through): its index.
+    BlockStart(usize),
+    /// Reached the slice limit without a write.
+    Boundary,
+    /// A call in between clobbers the (caller-saved) register.
+    Clobbered,
+}
+
+/// Integer argument registers of the SysV ABI.
+const ARGUMENTS: [Register; 6] =
+    [Register::RDI, Register::RSI, Register::RDX, Register::RCX, Register::R8, Register::R9];
+
+const CALLER_SAVED: [Register; 9] = [
+    Register::RAX,
+    Register::RCX,
+    Register::RDX,
+    Register::RSI,
+    Register::RDI,
+    Register::R8,
+    Register::R9,
+    Register::R10,
+    Register::R11,
+];
+
+/// How far back the slice looks for a definition.
+const SLICE_LIMIT: usize = 48;
+
+/// Backward slicing inside one function.
+struct Slicer<'a> {
+    ins: &'a [Instruction],
+    /// Whether a call never returns (the next instruction starts a block only jumps enter).
+    noreturn_call: &'a dyn Fn(&Instruction) -> bool,
+    info: InstructionInfoFactory,
+    /// Direct jumps inside the function by target (built when first needed).
+    preds: Option<HashMap<u64, Vec<usize>>>,
+    /// Instructions the slice may still look at.
+    budget: u32,
+}
+
+/// Most instructions one indirect jump's slice looks at.
+const SLICE_BUDGET: u32 = 4000;
+
+/// Most jumps into a block the slice follows.
+const MAX_PREDS: usize = 8;
+
+impl<'a> Slicer<'a> {
+    fn new(
+        ins: &'a [Instruction],
+        info: InstructionInfoFactory,
+        noreturn_call: &'a dyn Fn(&Instruction) -> bool,
+    ) -> Self {
+        Slicer { ins, noreturn_call, info, preds: None, budget: SLICE_BUDGET }
+    }
+}
+
+impl Slicer<'_> {
+    fn writes(&mut self, k: usize, reg: Register) -> bool {
+        let Some(x) = self.ins.get(k) else { return false };
+        self.info.info(x).used_registers().iter().any(|u| {
+            u.register().full_register() == reg
+                && matches!(
+                    u.access(),
+                    OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+                )
+        })
+    }
+
+    fn find_def(&mut self, reg: Register, before: usize) -> Def {
+        let mut k = before;
+        let mut steps = 0;
+        while k > 0 && steps < SLICE_LIMIT {
+            if self.budget == 0 {
+                return Def::Boundary;
+            }
+            self.budget -= 1;
+            k -= 1;
+            steps += 1;
+            let Some(x) = self.ins.get(k) else { return Def::Boundary };
+            match x.flow_control() {
+                FlowControl::UnconditionalBranch
+                | FlowControl::IndirectBranch
+                | FlowControl::Return
+                | FlowControl::Exception => return Def::BlockStart(k + 1),
+                FlowControl::Call | FlowControl::IndirectCall if (self.noreturn_call)(x) => {
+                    return Def::BlockStart(k + 1)
+                }
+                FlowControl::Call | FlowControl::IndirectCall if CALLER_SAVED.contains(&reg) => return Def::Clobbered,
+                _ if x.mnemonic() == Mnemonic::Hlt => return Def::BlockStart(k + 1),
+                _ => {}
+            }
+            if self.writes(k, reg) {
+                return Def::At(k);
+            }
+        }
+        if k == 0 {
+            Def::Entry
+        } else {
+            Def::Boundary
+        }
+    }
+
+    fn reads(&mut self, k: usize, reg: Register) -> bool {
+        let Some(x) = self.ins.get(k) else { return false };
+        self.info.info(x).used_registers().iter().any(|u| {
+            u.register().full_register() == reg
+                && matches!(
+                    u.access(),
+                    OpAccess::Read | OpAccess::CondRead | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+                )
+        })
+    }
+
+    /// `pop reg` at `k` restores the caller's value on the way out: an exit (`ret`, a tail
+    /// jump) follows in the same block before anything reads `reg`.
+    fn is_epilogue_pop(&mut self, k: usize, reg: Register) -> bool {
+        if self.ins.get(k).is_none_or(|x| x.mnemonic() != Mnemonic::Pop) {
+            return false;
+        }
+        for j in k + 1..(k + 12).min(self.ins.len()) {
+            if self.reads(j, reg) {
+                return false;
+            }
+            match self.ins[j].flow_control() {
+                FlowControl::Next => {}
+                FlowControl::Return | FlowControl::IndirectBranch | FlowControl::UnconditionalBranch => return true,
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// If every write to `reg` in the function is the same `lea reg, [rip+T]` (not counting
+    /// epilogue `pop`s): T.
+    fn function_const(&mut self, reg: Register) -> Option<u64> {
+        let mut value = None;
+        for k in 0..self.ins.len() {
+            if !self.writes(k, reg) || self.is_epilogue_pop(k, reg) {
+                continue;
+            }
+            let x = self.ins.get(k)?;
+            if x.mnemonic() != Mnemonic::Lea || !x.is_ip_rel_memory_operand() || x.op0_register() != reg {
+                return None;
+            }
+            let t = x.ip_rel_memory_address();
+            if value.is_some_and(|v| v != t) {
+                return None;
+            }
+            value = Some(t);
+        }
+        value
+    }
+
+    fn value(&mut self, reg: Register, before: usize, depth: u32) -> Val {
+        if depth > 6 || reg == Register::None {
+            return Val::Unknown;
+        }
+        let reg = reg.full_register();
+        if reg == Register::RIP || reg == Register::RSP {
+            return Val::Unknown;
+        }
+        match self.find_def(reg, before) {
+            Def::At(d) => self.eval_def(d, reg, depth),
+            Def::Entry if ARGUMENTS.contains(&reg) => Val::Argument,
+            Def::BlockStart(k) => match self.value_from_preds(reg, k, depth) {
+                Val::Unknown => self.function_const(reg).map_or(Val::Unknown, Val::Const),
+                v => v,
+            },
+            Def::Entry | Def::Boundary => self.function_const(reg).map_or(Val::Unknown, Val::Const),
+            // A call's return value: a function pointer (tables are never returned).
+            Def::Clobbered if reg == Register::RAX => Val::Pointer,
+            Def::Clobbered => Val::Unknown,
+        }
+    }
+
+    /// The value of `reg` at the start of the block at index `k`, if every direct jump to it
+    /// inside the function brings the same kind of value.
+    fn value_from_preds(&mut self, reg: Register, k: usize, depth: u32) -> Val {
+        // Jumps go past the alignment nops at the top of the block.
+        let Some(start) =
+            self.ins.get(k..).and_then(|r| r.iter().find(|x| x.mnemonic() != Mnemonic::Nop)).map(|x| x.ip())
+        else {
+            return Val::Unknown;
+        };
+        if self.preds.is_none() {
+            let mut m: HashMap<u64, Vec<usize>> = HashMap::new();
+            for (j, x) in self.ins.iter().enumerate() {
+                if matches!(x.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch) {
+                    if let Some(t) = near_target(x) {
+                        m.entry(t).or_default().push(j);
+                    }
+                }
+            }
+            self.preds = Some(m);
+        }
+        let preds: Vec<usize> = self.preds.as_ref().and_then(|m| m.get(&start)).cloned().unwrap_or_default();
+        if preds.is_empty() || preds.len() > MAX_PREDS {
+            return Val::Unknown;
+        }
+        let mut merged: Option<Val> = None;
+        for j in preds {
+            let v = match self.value(reg, j, depth + 1) {
+                Val::Argument => Val::Pointer,
+                v => v,
+            };
+            if v == Val::Unknown || merged.is_some_and(|m| m != v) {
+                return Val::Unknown;
+            }
+            merged = Some(v);
+        }
+        merged.unwrap_or(Val::Unknown)
+    }
+
+    fn eval_def(&mut self, d: usize, reg: Register, depth: u32) -> Val {
+        let Some(&x) = self.ins.get(d) else { return Val::Unknown };
+        if x.mnemonic() == Mnemonic::Cdqe && reg == Register::RAX {
+            return Self::sign_extended(self.value(Register::RAX, d, depth + 1));
+        }
+        if x.op_count() < 2 || x.op0_kind() != OpKind::Register || x.op0_register().full_register() != reg {
+            return Val::Unknown;
+        }
+        let dst64 = x.op0_register().size() == 8;
+        match x.mnemonic() {
+            Mnemonic::Lea => {
+                if x.is_ip_rel_memory_operand() {
+                    Val::Const(x.ip_rel_memory_address())
+                } else if x.memory_base() == Register::None && x.memory_index() == Register::None {
+                    Val::Const(x.memory_displacement64())
+                } else if x.memory_base() == Register::None
+                    && x.memory_displacement64() == 0
+                    && matches!(x.memory_index_scale(), 4 | 8)
+                {
+                    Val::Scaled(x.memory_index_scale())
+                } else {
+                    Val::Unknown
+                }
+            }
+            Mnemonic::Mov => match x.op1_kind() {
+                OpKind::Register if dst64 && x.op1_register().size() == 8 => self.value(x.op1_register(), d, depth + 1),
+                OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64 => Val::Const(x.immediate(1)),
+                OpKind::Memory => self.load(&x, d, false, depth),
+                _ => Val::Unknown,
+            },
+            Mnemonic::Movsxd if x.op1_kind() == OpKind::Memory && dst64 => self.load(&x, d, true, depth),
+            Mnemonic::Movsxd if x.op1_kind() == OpKind::Register && dst64 => {
+                Self::sign_extended(self.value(x.op1_register(), d, depth + 1))
+            }
+            Mnemonic::Shl if dst64 && matches!(x.op1_kind(), OpKind::Immediate8) => match x.immediate(1) {
+                2 => Val::Scaled(4),
+                3 => Val::Scaled(8),
+                _ => Val::Unknown,
+            },
+            Mnemonic::Cmove
+            | Mnemonic::Cmovne
+            | Mnemonic::Cmova
+            | Mnemonic::Cmovae
+            | Mnemonic::Cmovb
+            | Mnemonic::Cmovbe
+            | Mnemonic::Cmovg
+            | Mnemonic::Cmovge
+            | Mnemonic::Cmovl
+            | Mnemonic::Cmovle
+            | Mnemonic::Cmovs
+            | Mnemonic::Cmovns
+            | Mnemonic::Cmovo
+            | Mnemonic::Cmovno
+            | Mnemonic::Cmovp
+            | Mnemonic::Cmovnp
+                if dst64 =>
+            {
+                let moved = match x.op1_kind() {
+                    OpKind::Memory => self.load(&x, d, false, depth),
+                    OpKind::Register if x.op1_register().size() == 8 => self.value(x.op1_register(), d, depth + 1),
+                    _ => Val::Unknown,
+                };
+                let kept = self.value(reg, d, depth + 1);
+                match (kept, moved) {
+                    (Val::Pointer | Val::Argument, Val::Pointer | Val::Argument) => Val::Pointer,
+                    (Val::Const(a), Val::Const(b)) if a == b => Val::Const(a),
+                    (Val::Const(a), Val::Const(b)) => Val::Choice(a, b),
+                    _ => Val::Unknown,
+                }
+            }
+            Mnemonic::Add if dst64 => match x.op1_kind() {
+                OpKind::Register if x.op1_register().size() == 8 => {
+                    let a = self.value(reg, d, depth + 1);
+                    let b = self.value(x.op1_register(), d, depth + 1);
+                    match (a, b) {
+                        (Val::Load { table, scale, size, signed }, Val::Const(add))
+                        | (Val::Const(add), Val::Load { table, scale, size, signed }) => {
+                            Val::Rel { table, scale, size, signed, add }
+                        }
+                        (Val::Const(p), Val::Const(q)) => Val::Const(p.wrapping_add(q)),
+                        _ => Val::Unknown,
+                    }
+                }
+                OpKind::Immediate8to64 | OpKind::Immediate32to64 => match self.value(reg, d, depth + 1) {
+                    Val::Const(p) => Val::Const(p.wrapping_add(x.immediate(1))),
+                    Val::Load { table, scale, size, signed } => {
+                        Val::Rel { table, scale, size, signed, add: x.immediate(1) }
+                    }
+                    _ => Val::Unknown,
+                },
+                _ => Val::Unknown,
+            },
+            _ => Val::Unknown,
+        }
+    }
+
+    /// A 4-byte table load, sign-extended afterwards (`cdqe`, `movsxd r64, r32`).
+    fn sign_extended(v: Val) -> Val {
+        match v {
+            Val::Load { table, scale, size: 4, .. } => Val::Load { table, scale, size: 4, signed: true },
+            _ => Val::Unknown,
+        }
+    }
+
+    /// The value of a load from memory operand of `x` (at index `d`).
+    fn load(&mut self, x: &Instruction, d: usize, signed: bool, depth: u32) -> Val {
+        if x.is_ip_rel_memory_operand()
+            || x.memory_index() == Register::None
+            || matches!(x.memory_segment(), Register::FS | Register::GS)
+        {
+            return Val::Pointer;
+        }
+        let scale = x.memory_index_scale();
+        let size = x.memory_size().size() as u32;
+        if scale == 1 && x.memory_base() != Register::None {
+            // `[base + index]` with one of them a table address, the other a scaled index.
+            let b = self.value(x.memory_base(), d, depth + 1);
+            let i = self.value(x.memory_index(), d, depth + 1);
+            return match (b, i) {
+                (Val::Const(c), Val::Scaled(s)) | (Val::Scaled(s), Val::Const(c)) => {
+                    Val::Load { table: c.wrapping_add(x.memory_displacement64()), scale: s, size, signed }
+                }
+                _ => Val::Pointer,
+            };
+        }
+        if scale != 4 && scale != 8 {
+            return Val::Pointer;
+        }
+        let base = match x.memory_base() {
+            Register::None => 0,
+            b => match self.value(b, d, depth + 1) {
+                Val::Const(c) => c,
+                _ => return Val::Unknown,
+            },
+        };
+        Val::Load { table: base.wrapping_add(x.memory_displacement64()), scale, size, signed }
+    }
+}
+
+/// What an indirect jump is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Jump {
+    /// Through a table of `size`-byte entries at `base`; target = ext(entry) + `add`.
+    Table {
+        base: u64,
+        size: u32,
+        signed: bool,
+        add: u64,
+    },
+    /// A jump to known constant addresses.
+    Direct(u64, Option<u64>),
+    /// A tail call through a pointer (GOT, vtable, function pointer).
+    TailCall,
+    Unresolved,
+}
+
+fn classify_jump(sl: &mut Slicer, k: usize) -> Jump {
+    let Some(&x) = sl.ins.get(k) else { return Jump::Unresolved };
+    match x.op0_kind() {
+        OpKind::Register => match sl.value(x.op0_register(), k, 0) {
+            Val::Rel { table, scale, size, signed, add } if scale == size && (size == 4 || size == 8) => {
+                Jump::Table { base: table, size, signed, add }
+            }
+            Val::Load { table, scale, size, signed } if scale == size && (size == 4 || size == 8) => {
+                Jump::Table { base: table, size, signed, add: 0 }
+            }
+            Val::Pointer | Val::Argument => Jump::TailCall,
+            Val::Const(c) => Jump::Direct(c, None),
+            Val::Choice(a, b) => Jump::Direct(a, Some(b)),
+            _ => Jump::Unresolved,
+        },
+        OpKind::Memory => {
+            if x.is_ip_rel_memory_operand() || x.memory_index() == Register::None {
+                return Jump::TailCall;
+            }
+            if x.memory_index_scale() != 8 || x.memory_size().size() != 8 {
+                return Jump::Unresolved;
+            }
+            let base = match x.memory_base() {
+                Register::None => 0,
+                b => match sl.value(b, k, 1) {
+                    Val::Const(c) => c,
+                    _ => return Jump::Unresolved,
+                },
+            };
+            Jump::Table { base: base.wrapping_add(x.memory_displacement64()), size: 8, signed: false, add: 0 }
+        }
+        _ => Jump::Unresolved,
+    }
+}
+
+/// Most entries read from one table.
+const MAX_TABLE_ENTRIES: u64 = 1 << 16;
+
+/// Resolve every indirect jump: add table targets (and edges), mark the functions with jumps
+/// we cannot resolve. Returns the extents `[start, end)` of the tables read.
+pub(crate) fn resolve_indirect_jumps(
+    elf: &InputElf,
+    code: &mut Code,
+    cands: &[Cand],
+    index: &FuncIndex,
+    reloc_value: &HashMap<u64, u64>,
+    name_parent: &[Option<usize>],
+    noreturn_call: &dyn Fn(&Instruction) -> bool,
+) -> Vec<(u64, u64)> {
+    let n = cands.len();
+    // Functions connected by direct jumps, landing pads or `.cold` names: a table may point
+    // into any of them (cold parts, possibly unrecognised ones).
+    let mut adj: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for e in &code.edges {
+        if let Some(j) = index.containing(e.target) {
+            if j != e.src && e.src < n {
+                adj[e.src].push(j);
+                adj[j].push(e.src);
+            }
+        }
+    }
+    for (j, p) in name_parent.iter().enumerate() {
+        if let Some(p) = *p {
+            if p < n && p != j {
+                adj[j].push(p);
+                adj[p].push(j);
+            }
+        }
+    }
+    for a in &mut adj {
+        a.sort_unstable();
+        a.dedup();
+    }
+
+    // Functions that may be cold parts: named `….cold`, or unnamed and never called.
+    let maybe_cold: Vec<bool> = cands
+        .iter()
+        .map(|c| match &c.raw_name {
+            Some(r) => r.contains(".cold"),
+            None => code.calls.binary_search(&c.address).is_err(),
+        })
+        .collect();
+
+    let mut info = InstructionInfoFactory::new();
+    let mut specs: Vec<(usize, Jump)> = Vec::new();
+    for &(fi, k) in &code.indirect {
+        let Some(span) = code.spans.get(fi).cloned() else { continue };
+        let Some(ins) = code.ins.get(span.clone()) else { continue };
+        let mut sl = Slicer::new(ins, info, noreturn_call);
+        let j = classify_jump(&mut sl, k - span.start);
+        info = sl.info;
+        specs.push((fi, j));
+    }
+
+    let mut bases: Vec<u64> =
+        specs.iter().filter_map(|(_, j)| if let Jump::Table { base, .. } = j { Some(*base) } else { None }).collect();
+    bases.sort_unstable();
+    bases.dedup();
+
+    let mut extents = Vec::new();
+    for (fi, j) in specs {
+        match j {
+            Jump::TailCall => {}
+            Jump::Direct(a, b) => {
+                for t in std::iter::once(a).chain(b) {
+                    code.targets.push(t);
+                    if cands.get(fi).is_some_and(|c| t < c.address || t >= c.end()) {
+                        code.edges.push(Edge { src: fi, target: t, kind: EdgeKind::Jump });
+                    }
+                }
+            }
+            Jump::Unresolved => code.unresolved[fi] = true,
+            Jump::Table { base, size, signed, add } => {
+                let mut allowed: Vec<usize> = vec![fi];
+                if let Some(a) = adj.get(fi) {
+                    for &m in a {
+                        allowed.push(m);
+                        allowed.extend(adj[m].iter().copied());
+                    }
+                }
+                allowed.sort_unstable();
+                allowed.dedup();
+                let inside = |t: u64| {
+                    allowed.iter().any(|&m| cands.get(m).is_some_and(|c| t >= c.address && t < c.end()))
+                        || index.containing(t).is_some_and(|m| maybe_cold[m])
+                };
+                let Some(sec) = elf
+                    .sections
+                    .iter()
+                    .find(|s| s.is_alloc() && s.has_bits() && base >= s.addr && base - s.addr < s.size)
+                else {
+                    code.unresolved[fi] = true;
+                    continue;
+                };
+                let next = bases.partition_point(|&b| b <= base);
+                let limit = bases.get(next).copied().unwrap_or(u64::MAX).min(sec.addr.saturating_add(sec.size));
+                let data = elf.section_data(sec);
+                let own = cands.get(fi).map_or(0..0, |c| c.address..c.end());
+                let mut count = 0u64;
+                while count < MAX_TABLE_ENTRIES {
+                    let Some(loc) = base.checked_add(count * u64::from(size)) else { break };
+                    if loc.saturating_add(u64::from(size)) > limit {
+                        break;
+                    }
+                    let off = (loc - sec.addr) as usize;
+                    let Some(b) = data.get(off..off + size as usize) else { break };
+                    let raw = if size == 8 {
+                        let mut a = [0u8; 8];
+                        a.copy_from_slice(b);
+                        reloc_value.get(&loc).copied().unwrap_or(u64::from_le_bytes(a))
+                    } else {
+                        let mut a = [0u8; 4];
+                        a.copy_from_slice(b);
+                        let v = u32::from_le_bytes(a);
+                        if signed {
+                            v as i32 as i64 as u64
+                        } else {
+                            u64::from(v)
+                        }
+                    };
+                    let t = raw.wrapping_add(add);
+                    if !inside(t) {
+                        break;
+                    }
+                    code.targets.push(t);
+                    if !own.contains(&t) {
+                        code.edges.push(Edge { src: fi, target: t, kind: EdgeKind::Table });
+                    }
+                    count += 1;
+                }
+                if count == 0 {
+                    code.unresolved[fi] = true;
+                } else {
+                    extents.push((base, base.saturating_add(count * u64::from(size))));
+                }
+            }
+        }
+    }
+    extents
+}

@@ -1,0 +1,220 @@
+//! `.eh_frame` FDEs (function ranges, the frame state at their first byte) and the landing
+//! pads of their LSDAs.
+
+use crate::error::{Error, Result};
+use crate::input::InputElf;
+use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
+
+/// One FDE.
+#[derive(Clone, Debug)]
+pub(crate) struct Fde {
+    pub address: u64,
+    pub len: u64,
+    /// At the first byte the CFA is not `rsp+8`, or a callee-saved register is already saved:
+    /// the range starts in the middle of a frame.
+    pub mid_frame: bool,
+    /// Address of the LSDA.
+    pub lsda: Option<u64>,
+}
+
+const RSP: u16 = 7;
+/// DWARF numbers of rbx, rbp, r12–r15.
+const CALLEE_SAVED: [u16; 6] = [3, 6, 12, 13, 14, 15];
+
+/// All FDEs of `.eh_frame` (none if there is no such section).
+pub(crate) fn read_fdes(elf: &InputElf) -> Result<Vec<Fde>> {
+    let Some(sec) = elf.section(".eh_frame").filter(|s| s.is_alloc() && s.has_bits()) else {
+        return Ok(Vec::new());
+    };
+    let data = elf.section_data(sec);
+    let mut eh = EhFrame::new(data, LittleEndian);
+    eh.set_address_size(8);
+    let mut bases = BaseAddresses::default().set_eh_frame(sec.addr);
+    if let Some(t) = elf.section(".text") {
+        bases = bases.set_text(t.addr);
+    }
+    if let Some(h) = elf.section(".eh_frame_hdr") {
+        bases = bases.set_eh_frame_hdr(h.addr);
+    }
+    if let Some(g) = elf.section(".got") {
+        bases = bases.set_got(g.addr);
+    }
+    let mut ctx = UnwindContext::new();
+    let mut out = Vec::new();
+    let mut entries = eh.entries(&bases);
+    let mut last_ok = 0usize;
+    loop {
+        let entry = match entries.next() {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            Err(e) => {
+                return Err(Error::Malformed(format!(
+                    ".eh_frame: entry after offset 0x{last_ok:x} (address 0x{:x}): {e}",
+                    sec.addr.wrapping_add(last_ok as u64)
+                )))
+            }
+        };
+        let partial = match entry {
+            CieOrFde::Cie(cie) => {
+                last_ok = cie.offset();
+                continue;
+            }
+            CieOrFde::Fde(p) => p,
+        };
+        let off = partial.offset();
+        last_ok = off;
+        let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o)).map_err(|e| {
+            Error::Malformed(format!(
+                ".eh_frame: FDE at 0x{:x} (offset 0x{off:x}): {e}",
+                sec.addr.wrapping_add(off as u64)
+            ))
+        })?;
+        let address = fde.initial_address();
+        let len = fde.len();
+        let mid_frame = match fde.unwind_info_for_address(&eh, &bases, &mut ctx, address) {
+            Ok(row) => {
+                let cfa_ok = matches!(row.cfa(), CfaRule::RegisterAndOffset { register, offset }
+                    if register.0 == RSP && *offset == 8);
+                let saved = row.registers().any(|(r, rule)| {
+                    CALLEE_SAVED.contains(&r.0) && !matches!(rule, RegisterRule::Undefined | RegisterRule::SameValue)
+                });
+                !cfa_ok || saved
+            }
+            // No row (empty range) or CFI we cannot evaluate: no evidence either way.
+            Err(_) => false,
+        };
+        let lsda = match fde.lsda() {
+            Some(gimli::Pointer::Direct(a)) => Some(a),
+            Some(gimli::Pointer::Indirect(a)) => {
+                elf.bytes_at(a, 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)
+            }
+            None => None,
+        };
+        out.push(Fde { address, len, mid_frame, lsda });
+    }
+    Ok(out)
+}
+
+const DW_EH_PE_OMIT: u8 = 0xff;
+
+/// A cursor over LSDA bytes.
+struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+    /// Virtual address of `data[0]`.
+    base: u64,
+}
+
+impl Cursor<'_> {
+    fn u8(&mut self) -> Option<u8> {
+        let b = *self.data.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+    fn fixed(&mut self, n: usize) -> Option<u64> {
+        let b = self.data.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        let mut v = 0u64;
+        for (i, &x) in b.iter().enumerate() {
+            v |= u64::from(x) << (8 * i);
+        }
+        Some(v)
+    }
+    fn uleb(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        let mut shift = 0u32;
+        loop {
+            let b = self.u8()?;
+            if shift < 64 {
+                v |= u64::from(b & 0x7f) << shift;
+            }
+            shift += 7;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+            if shift > 70 {
+                return None;
+            }
+        }
+    }
+    fn sleb(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        let mut shift = 0u32;
+        loop {
+            let b = self.u8()?;
+            if shift < 64 {
+                v |= u64::from(b & 0x7f) << shift;
+            }
+            shift += 7;
+            if b & 0x80 == 0 {
+                if shift < 64 && b & 0x40 != 0 {
+                    v |= u64::MAX << shift;
+                }
+                return Some(v);
+            }
+            if shift > 70 {
+                return None;
+            }
+        }
+    }
+    fn sext(v: u64, bits: u32) -> u64 {
+        let s = 64 - bits;
+        (((v << s) as i64) >> s) as u64
+    }
+    /// A DW_EH_PE-encoded value. `pcrel` is applied; `indirect` is not supported.
+    fn encoded(&mut self, enc: u8) -> Option<u64> {
+        let at = self.base.wrapping_add(self.pos as u64);
+        let v = match enc & 0x0f {
+            0x00 => self.fixed(8)?,
+            0x01 => self.uleb()?,
+            0x02 => self.fixed(2)?,
+            0x03 => self.fixed(4)?,
+            0x04 => self.fixed(8)?,
+            0x09 => self.sleb()?,
+            0x0a => Self::sext(self.fixed(2)?, 16),
+            0x0b => Self::sext(self.fixed(4)?, 32),
+            0x0c => self.fixed(8)?,
+            _ => return None,
+        };
+        match enc & 0x70 {
+            0x00 => {}
+            0x10 => return Some(v.wrapping_add(at)),
+            _ => return None,
+        }
+        if enc & 0x80 != 0 {
+            return None;
+        }
+        Some(v)
+    }
+}
+
+/// The landing pads of the GCC-format LSDA at `lsda` for the function starting at `func`, or
+/// None if it cannot be parsed (the caller treats the function as unresolved).
+pub(crate) fn landing_pads(elf: &InputElf, lsda: u64, func: u64) -> Option<Vec<u64>> {
+    let sec = elf.sections.iter().find(|s| s.is_alloc() && s.has_bits() && lsda >= s.addr && lsda - s.addr < s.size)?;
+    let data = elf.section_data(sec).get((lsda - sec.addr) as usize..)?;
+    let mut c = Cursor { data, pos: 0, base: lsda };
+    let lp_enc = c.u8()?;
+    let lp_start = if lp_enc == DW_EH_PE_OMIT { func } else { c.encoded(lp_enc)? };
+    let tt_enc = c.u8()?;
+    if tt_enc != DW_EH_PE_OMIT {
+        c.uleb()?;
+    }
+    let cs_enc = c.u8()?;
+    let cs_len = c.uleb()?;
+    let cs_end = c.pos.checked_add(usize::try_from(cs_len).ok()?)?;
+    if cs_end > data.len() {
+        return None;
+    }
+    let mut pads = Vec::new();
+    while c.pos < cs_end {
+        let _start = c.encoded(cs_enc)?;
+        let _len = c.encoded(cs_enc)?;
+        let pad = c.encoded(cs_enc)?;
+        let _action = c.uleb()?;
+        if pad != 0 {
+            pads.push(lp_start.wrapping_add(pad));
+        }
+    }
+    Some(pads)
+}
