@@ -67,33 +67,46 @@
 //! `JUMP_SLOT` symbol + addend), and in ET_EXEC every immediate or absolute displacement and
 //! every 8-byte aligned word of allocated non-executable data that points into code.
 //!
-//! Jump tables, for each indirect `jmp`:
-//! - `jmp reg` whose value (followed backwards inside the basic block, through 64-bit register
-//!   copies) is `sext(dword [B + I*4]) + C` with B and C constants (`lea r, [rip+T]`): GCC's and
-//!   clang's PIC tables (GCC may hoist the `lea` out of the block, even out of a loop).
-//! - `jmp qword [I*8 + T]`, `jmp qword [B + I*8]`, `mov reg, qword [I*8 + T]; jmp reg` (and
-//!   4-byte zero/sign-extended absolute entries): absolute tables. In PIE the entries are read
-//!   from their `R_X86_64_RELATIVE` relocation.
+//! # Indirect jumps and jump tables
 //!
-//! Entries are read from the table until one points outside the owning function, its cold
-//! parts and the functions it is connected to by direct jumps (cold parts we failed to
-//! recognise), or the table runs into another table's start or the end of its section. All
-//! targets are added.
+//! For each indirect `jmp`, a backward slice inside its function finds what the jump register
+//! (or the memory operand's base) holds. The slice walks back through the block (at most 48
+//! instructions; crossing a `jcc` is fine), follows 64-bit register copies, `add`, `cmov`,
+//! `cdqe`/`movsxd` and `lea r, [i*4]`/`shl r, 2`, and at the top of a block that only jumps
+//! enter (the instruction before it is a `jmp`, `ret`, `ud2`, `hlt` or a call that never
+//! returns, alignment nops skipped) continues into every jump to that block (at most 8,
+//! they must agree). A call clobbers the caller-saved registers. A register the slice cannot
+//! follow is still a constant if every write to it in the function is the same RIP-relative
+//! `lea` (not counting `pop`s that restore it right before an exit): GCC hoists a table's
+//! `lea` out of loops.
 //!
-//! Not tables: `jmp qword [rip+X]` and `jmp qword [reg+disp]` (tail calls through the GOT or a
-//! function pointer), and — heuristic — `jmp reg` where reg was loaded from memory without an
-//! index scaled by 4 or 8 (`mov rax, [rdi+16]; jmp rax`: a tail call through a pointer), or is
-//! a copy of an argument register's value on entry, reached straight-line from the entry
-//! (`mov rbp, rdx; …; mov rax, rbp; jmp rax`: a tail call of a function-pointer argument), or
-//! is `rax` as returned by a call, or is a known constant or one of two (`cmov`) (a direct
-//! jump in disguise: the constants are added). The slice looks
-//! back at most 48 instructions, stops at the start of the basic block (after a `jmp`/`ret`/
-//! `ud2`), and treats a call as clobbering the caller-saved registers. A base register not
-//! defined in the block counts as constant only if every write to it in the function is the
-//! same RIP-relative `lea` — `pop`s that restore it right before an exit excepted. Any other
-//! indirect jump
-//! makes the function `unresolved_indirect_jump` and all its instruction starts targets.
-//! A function whose bytes stop decoding, or whose LSDA cannot be parsed, is also unresolved.
+//! - `sext(dword [B + I*4]) + C` (or `[B + I]` with I a scaled index, as at -O0), B and C
+//!   constants: GCC's and clang's PIC tables (`lea rA, [rip+T]; movsxd rB, [rA+rI*4];
+//!   add rB, rA; jmp rB`), and label-difference tables of computed gotos (C is a label).
+//! - `qword [I*8 + T]`, `qword [B + I*8]` (in `jmp [mem]` or loaded into the register), and
+//!   4-byte zero- or sign-extended entries plus an immediate: absolute tables. In PIE the
+//!   entries are read from their `R_X86_64_RELATIVE` relocations.
+//!
+//! Entries are read until one points outside the owning function, the functions it is
+//! connected to by direct jumps, landing pads or `.cold` names (its cold parts, its parent),
+//! and every function that may be a cold part (named `….cold`, or unnamed and never called: a
+//! table may point into a cold part we have not linked to its parent yet) — or until the table
+//! runs into another table's start or the end of its section. This reads past the end of some
+//! tables (extra targets are safe); stopping early would miss targets. All targets are added,
+//! and the words of the tables do not count as address-taken code.
+//!
+//! Not tables (nothing to add) — heuristics:
+//! - `jmp qword [rip+X]`, `jmp qword [reg+disp]`: a tail call through the GOT or a pointer;
+//! - `jmp reg` where reg was loaded from memory without an index scaled by 4 or 8 (`mov rax,
+//!   [rax+8]; jmp rax`: a virtual tail call), holds an argument register's value on entry
+//!   (reached straight-line from the function's first instruction: a function-pointer
+//!   argument), or is `rax` straight after a call (a returned function pointer);
+//! - `jmp reg` with a known constant, or one of two constants (`cmov`): direct jumps in
+//!   disguise; the constants are added.
+//!
+//! Any other indirect jump makes the function `unresolved_indirect_jump`, and all its
+//! instruction starts become targets. A function whose bytes stop decoding, or whose LSDA
+//! cannot be parsed, is unresolved as well.
 //!
 //! # Padding
 //!

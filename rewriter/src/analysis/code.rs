@@ -231,6 +231,8 @@ struct Slicer<'a> {
     info: InstructionInfoFactory,
     /// Direct jumps inside the function by target (built when first needed).
     preds: Option<HashMap<u64, Vec<usize>>>,
+    /// Results of `function_const` by register.
+    consts: HashMap<Register, Option<u64>>,
     /// Instructions the slice may still look at.
     budget: u32,
 }
@@ -247,7 +249,7 @@ impl<'a> Slicer<'a> {
         info: InstructionInfoFactory,
         noreturn_call: &'a dyn Fn(&Instruction) -> bool,
     ) -> Self {
-        Slicer { ins, noreturn_call, info, preds: None, budget: SLICE_BUDGET }
+        Slicer { ins, noreturn_call, info, preds: None, consts: HashMap::new(), budget: SLICE_BUDGET }
     }
 }
 
@@ -330,6 +332,15 @@ impl Slicer<'_> {
     /// If every write to `reg` in the function is the same `lea reg, [rip+T]` (not counting
     /// epilogue `pop`s): T.
     fn function_const(&mut self, reg: Register) -> Option<u64> {
+        if let Some(v) = self.consts.get(&reg) {
+            return *v;
+        }
+        let v = self.scan_function_const(reg);
+        self.consts.insert(reg, v);
+        v
+    }
+
+    fn scan_function_const(&mut self, reg: Register) -> Option<u64> {
         let mut value = None;
         for k in 0..self.ins.len() {
             if !self.writes(k, reg) || self.is_epilogue_pop(k, reg) {
@@ -647,14 +658,22 @@ pub(crate) fn resolve_indirect_jumps(
         })
         .collect();
 
-    let mut info = InstructionInfoFactory::new();
+    // One slicer per function (its caches serve all of the function's indirect jumps);
+    // `code.indirect` is in function order.
     let mut specs: Vec<(usize, Jump)> = Vec::new();
+    let mut slicer: Option<(usize, Slicer)> = None;
     for &(fi, k) in &code.indirect {
         let Some(span) = code.spans.get(fi).cloned() else { continue };
         let Some(ins) = code.ins.get(span.clone()) else { continue };
-        let mut sl = Slicer::new(ins, info, noreturn_call);
-        let j = classify_jump(&mut sl, k - span.start);
-        info = sl.info;
+        let sl = match &mut slicer {
+            Some((f, sl)) if *f == fi => sl,
+            _ => {
+                let info = slicer.take().map_or_else(InstructionInfoFactory::new, |(_, sl)| sl.info);
+                &mut slicer.insert((fi, Slicer::new(ins, info, noreturn_call))).1
+            }
+        };
+        sl.budget = SLICE_BUDGET;
+        let j = classify_jump(sl, k - span.start);
         specs.push((fi, j));
     }
 
