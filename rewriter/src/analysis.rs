@@ -409,6 +409,7 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
     let name_parent = cold::name_parents(&cands, &code, &index);
     let tables = code::resolve_indirect_jumps(
         elf,
+        &codemap,
         &mut code,
         &cands,
         &index,
@@ -458,14 +459,16 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
         plt: &plt_by_addr,
         got_names: &dynrefs.got_names,
         llvm: built_by_llvm(elf),
+        elf,
+        codemap: &codemap,
     });
 
     // 8. Unresolved functions: every instruction start is a target.
+    let mut ins = Vec::new();
     for (i, c) in cands.iter().enumerate() {
         if code.unresolved.get(i).copied().unwrap_or(false) {
-            let r = code.spans.get(i).cloned().unwrap_or(0..0);
-            let starts: Vec<u64> = code.ins.get(r).unwrap_or_default().iter().map(|x| x.ip()).collect();
-            code.targets.extend(starts);
+            code::decode_function(elf, &codemap, c, &mut ins);
+            code.targets.extend(ins.iter().map(|x| x.ip()));
         }
         code.targets.push(c.address);
     }

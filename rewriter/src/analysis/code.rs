@@ -6,7 +6,6 @@ use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
 use std::collections::HashMap;
-use std::ops::Range;
 
 /// How control gets from one function to another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,12 +34,16 @@ impl Edge {
     }
 }
 
-/// Decoded instructions of all functions and what they reach.
+/// What the instructions of all functions reach (the instructions themselves are not kept:
+/// the few passes that need them again decode the function again).
 #[derive(Default)]
 pub(crate) struct Code {
-    pub ins: Vec<Instruction>,
-    /// Instructions of function `i`: `ins[spans[i]]`.
-    pub spans: Vec<Range<usize>>,
+    /// The function contains a `ret`.
+    pub has_ret: Vec<bool>,
+    /// The function contains an indirect jump.
+    pub has_indirect: Vec<bool>,
+    /// The function's last decoded instruction.
+    pub last: Vec<Option<Instruction>>,
     /// Decoding stopped before the end of the function.
     pub failed: Vec<bool>,
     /// Unresolved indirect jump, undecodable bytes or unparsable LSDA.
@@ -54,8 +57,8 @@ pub(crate) struct Code {
     /// Code addresses referenced by instructions (RIP-relative operands; in ET_EXEC also
     /// immediates and absolute displacements).
     pub refs: Vec<u64>,
-    /// `(function, instruction index)` of every indirect jump.
-    pub indirect: Vec<(usize, usize)>,
+    /// `(function, address)` of every indirect jump, in function order.
+    pub indirect: Vec<(usize, u64)>,
 }
 
 fn near_target(x: &Instruction) -> Option<u64> {
@@ -65,46 +68,56 @@ fn near_target(x: &Instruction) -> Option<u64> {
     }
 }
 
-/// Decode every candidate's range (linear sweep) and collect direct targets, calls, edges and
-/// references.
+/// End of the bytes of `c` that lie in its section.
+fn decode_end(codemap: &CodeMap, c: &Cand) -> u64 {
+    codemap.section_end(c.address).map_or(c.address, |e| e.min(c.end()))
+}
+
+/// Decode function `c` (linear sweep over its range, within its section) into `out`; false if
+/// decoding stopped before its end (an invalid instruction, bytes not in the file, the range
+/// running past its section).
+pub(crate) fn decode_function(elf: &InputElf, codemap: &CodeMap, c: &Cand, out: &mut Vec<Instruction>) -> bool {
+    out.clear();
+    let stop = decode_end(codemap, c);
+    if stop <= c.address {
+        return false;
+    }
+    let Some(bytes) = elf.bytes_at(c.address, stop - c.address) else { return false };
+    let mut dec = Decoder::with_ip(64, bytes, c.address, DecoderOptions::NONE);
+    let mut x = Instruction::default();
+    while dec.can_decode() {
+        dec.decode_out(&mut x);
+        if x.is_invalid() {
+            return false;
+        }
+        out.push(x);
+    }
+    stop == c.end()
+}
+
+/// Decode every candidate's range and collect direct targets, calls, edges and references.
 pub(crate) fn decode_all(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], exec_kind: bool) -> Code {
     // Bytes to decode: every function once, bounded for inputs whose ranges overlap wildly.
-    let file_len = elf.data.len() as u64;
-    let total: u64 = cands.iter().map(|c| c.size.min(file_len)).fold(0u64, u64::saturating_add);
-    let mut budget = file_len.saturating_mul(2).saturating_add(1 << 20);
-    let mut code = Code { ins: Vec::with_capacity((total.min(file_len) / 4) as usize), ..Code::default() };
+    let mut budget = (elf.data.len() as u64).saturating_mul(2).saturating_add(1 << 20);
+    let mut code = Code::default();
     let mut calls = Vec::new();
-    let mut x = Instruction::default();
+    let mut buf: Vec<Instruction> = Vec::new();
     for (i, c) in cands.iter().enumerate() {
-        let first = code.ins.len();
         let end = c.end();
-        let stop = codemap.section_end(c.address).map_or(c.address, |e| e.min(end));
-        let mut ok = stop == end;
-        if stop - c.address > budget {
-            ok = false; // not decoded: unresolved
-        } else if stop > c.address {
-            budget -= stop - c.address;
-            match elf.bytes_at(c.address, stop - c.address) {
-                Some(bytes) => {
-                    let mut dec = Decoder::with_ip(64, bytes, c.address, DecoderOptions::NONE);
-                    while dec.can_decode() {
-                        dec.decode_out(&mut x);
-                        if x.is_invalid() {
-                            ok = false;
-                            break;
-                        }
-                        code.ins.push(x);
-                    }
-                }
-                None => ok = false,
-            }
-        }
-        let last = code.ins.len();
-        code.spans.push(first..last);
+        let len = decode_end(codemap, c) - c.address;
+        let ok = if len > budget {
+            buf.clear();
+            false // not decoded: unresolved
+        } else {
+            budget -= len;
+            decode_function(elf, codemap, c, &mut buf)
+        };
         code.failed.push(!ok);
         code.unresolved.push(!ok);
-        for k in first..last {
-            let x = &code.ins[k];
+        code.last.push(buf.last().copied());
+        let mut has_ret = false;
+        let mut has_indirect = false;
+        for x in &buf {
             match x.flow_control() {
                 FlowControl::Call | FlowControl::IndirectCall => {
                     if let Some(t) = near_target(x) {
@@ -131,7 +144,11 @@ pub(crate) fn decode_all(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], exec
                         }
                     }
                 }
-                FlowControl::IndirectBranch => code.indirect.push((i, k)),
+                FlowControl::IndirectBranch => {
+                    has_indirect = true;
+                    code.indirect.push((i, x.ip()));
+                }
+                FlowControl::Return => has_ret = true,
                 _ => {}
             }
             if x.is_ip_rel_memory_operand() {
@@ -152,6 +169,8 @@ pub(crate) fn decode_all(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], exec
                 }
             }
         }
+        code.has_ret.push(has_ret);
+        code.has_indirect.push(has_indirect);
     }
     code.targets.extend(code.refs.iter().copied());
     calls.sort_unstable();
@@ -615,8 +634,10 @@ const MAX_TABLE_ENTRIES: u64 = 1 << 16;
 
 /// Resolve every indirect jump: add table targets (and edges), mark the functions with jumps
 /// we cannot resolve. Returns the extents `[start, end)` of the tables read.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn resolve_indirect_jumps(
     elf: &InputElf,
+    codemap: &CodeMap,
     code: &mut Code,
     cands: &[Cand],
     index: &FuncIndex,
@@ -661,20 +682,27 @@ pub(crate) fn resolve_indirect_jumps(
     // One slicer per function (its caches serve all of the function's indirect jumps);
     // `code.indirect` is in function order.
     let mut specs: Vec<(usize, Jump)> = Vec::new();
-    let mut slicer: Option<(usize, Slicer)> = None;
-    for &(fi, k) in &code.indirect {
-        let Some(span) = code.spans.get(fi).cloned() else { continue };
-        let Some(ins) = code.ins.get(span.clone()) else { continue };
-        let sl = match &mut slicer {
-            Some((f, sl)) if *f == fi => sl,
-            _ => {
-                let info = slicer.take().map_or_else(InstructionInfoFactory::new, |(_, sl)| sl.info);
-                &mut slicer.insert((fi, Slicer::new(ins, info, noreturn_call))).1
-            }
-        };
-        sl.budget = SLICE_BUDGET;
-        let j = classify_jump(sl, k - span.start);
-        specs.push((fi, j));
+    let mut info = InstructionInfoFactory::new();
+    let mut ins: Vec<Instruction> = Vec::new();
+    let mut rest = &code.indirect[..];
+    while let Some(&(fi, _)) = rest.first() {
+        let group = rest.iter().take_while(|j| j.0 == fi).count();
+        let (jumps, tail) = rest.split_at(group);
+        rest = tail;
+        let Some(c) = cands.get(fi) else { continue };
+        decode_function(elf, codemap, c, &mut ins);
+        let mut sl = Slicer::new(&ins, info, noreturn_call);
+        for &(_, ip) in jumps {
+            let j = match ins.binary_search_by_key(&ip, |x| x.ip()) {
+                Ok(k) => {
+                    sl.budget = SLICE_BUDGET;
+                    classify_jump(&mut sl, k)
+                }
+                Err(_) => Jump::Unresolved,
+            };
+            specs.push((fi, j));
+        }
+        info = sl.info;
     }
 
     let mut bases: Vec<u64> =

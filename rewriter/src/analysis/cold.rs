@@ -1,8 +1,9 @@
 //! Telling cold parts (`f.cold`) from functions; see the module documentation of `analysis`.
 
-use super::code::{Code, EdgeKind};
+use super::code::{decode_function, Code, EdgeKind};
 use super::unwind::Fde;
-use super::{Cand, FuncIndex, FunctionKind, Loc};
+use super::{Cand, CodeMap, FuncIndex, FunctionKind, Loc};
+use crate::input::InputElf;
 use iced_x86::{FlowControl, Instruction, Mnemonic};
 use std::collections::HashMap;
 
@@ -111,17 +112,15 @@ pub(crate) fn noreturn_functions(
     got_names: &HashMap<u64, String>,
 ) -> Vec<bool> {
     let n = cands.len();
-    let mut disq = code.failed.clone();
+    let mut disq: Vec<bool> = (0..n)
+        .map(|i| {
+            code.failed.get(i).copied().unwrap_or(true)
+                || code.has_ret.get(i).copied().unwrap_or(true)
+                || code.has_indirect.get(i).copied().unwrap_or(true)
+                || code.last.get(i).is_none_or(|l| l.is_none())
+        })
+        .collect();
     let mut needs: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, span) in code.spans.iter().enumerate() {
-        let ins = code.ins.get(span.clone()).unwrap_or_default();
-        if ins.is_empty() {
-            disq[i] = true;
-        }
-        if ins.iter().any(|x| matches!(x.flow_control(), FlowControl::Return | FlowControl::IndirectBranch)) {
-            disq[i] = true;
-        }
-    }
     for e in code.edges.iter().filter(|e| e.direct()) {
         if let Some(name) = plt.get(&e.target) {
             if !is_noreturn_import(name) {
@@ -142,9 +141,7 @@ pub(crate) fn noreturn_functions(
             if nr[i] || disq[i] || !needs[i].iter().all(|&j| nr[j]) {
                 continue;
             }
-            let Some(last) = code.spans.get(i).and_then(|s| code.ins.get(s.clone())).and_then(|s| s.last()) else {
-                continue;
-            };
+            let Some(Some(last)) = code.last.get(i) else { continue };
             let ends = matches!(last.flow_control(), FlowControl::UnconditionalBranch | FlowControl::Exception)
                 || last.mnemonic() == Mnemonic::Hlt
                 || call_noreturn(last, index, &nr, plt, got_names);
@@ -173,6 +170,8 @@ pub(crate) struct Inputs<'a> {
     pub got_names: &'a HashMap<u64, String>,
     /// `.comment` names an LLVM-based compiler, which emits conditional tail calls.
     pub llvm: bool,
+    pub elf: &'a InputElf<'a>,
+    pub codemap: &'a CodeMap,
 }
 
 /// Whether the straight-line path from the first instruction (stepping over calls that
@@ -266,11 +265,12 @@ pub(crate) fn classify(inp: &Inputs) -> Vec<FunctionKind> {
             let mut srcs: Vec<usize> = into_entry[i].iter().chain(&into_interior[i]).copied().collect();
             srcs.sort_unstable();
             srcs.dedup();
-            let ins = code.spans.get(i).and_then(|s| code.ins.get(s.clone())).unwrap_or_default();
             // (c)
-            let rule_c = srcs.len() == 1
-                && !ins.iter().any(|x| x.flow_control() == FlowControl::Return)
-                && starts_noreturn(ins, inp);
+            let rule_c = srcs.len() == 1 && !code.has_ret.get(i).copied().unwrap_or(true) && {
+                let mut ins = Vec::new();
+                decode_function(inp.elf, inp.codemap, c, &mut ins);
+                starts_noreturn(&ins, inp)
+            };
             // (d)
             let d = !inp.llvm && !looks_handwritten(c) && srcs.len() == 1 && only_cond[i];
             rule_c || d
