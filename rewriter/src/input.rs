@@ -114,7 +114,7 @@ impl<'a> InputElf<'a> {
             return Err(Error::Malformed("program header table is missing or has a foreign entry size".into()));
         }
         let ph_end = phoff.checked_add((phnum * PHDR_SIZE) as u64);
-        if !ph_end.is_some_and(|end| end <= data.len() as u64) {
+        if ph_end.is_none_or(|end| end > data.len() as u64) {
             return Err(Error::Truncated("program header table runs past the end of the file".into()));
         }
         let phdrs = hdr.program_headers(en, data).map_err(|e| Error::Malformed(format!("program headers: {e}")))?;
@@ -131,7 +131,7 @@ impl<'a> InputElf<'a> {
                 align: p.p_align(en),
             };
             if s.p_type == elf::PT_LOAD || s.p_type == elf::PT_INTERP || s.p_type == elf::PT_DYNAMIC {
-                if !s.offset.checked_add(s.filesz).is_some_and(|e| e <= data.len() as u64) {
+                if s.offset.checked_add(s.filesz).is_none_or(|e| e > data.len() as u64) {
                     return Err(Error::Truncated(format!(
                         "segment {index} (file 0x{:x}+0x{:x}) runs past the end of the file (0x{:x} bytes)",
                         s.offset,
@@ -193,7 +193,7 @@ impl<'a> InputElf<'a> {
                     };
                     if s.has_bits()
                         && s.sh_type != elf::SHT_NULL
-                        && !s.offset.checked_add(s.size).is_some_and(|e| e <= data.len() as u64)
+                        && s.offset.checked_add(s.size).is_none_or(|e| e > data.len() as u64)
                     {
                         return Err(Error::Truncated(format!("section {} runs past the end of the file", s.name)));
                     }

@@ -396,7 +396,7 @@ impl<'a> TcLock<'a> {
                 Err(holder) if holder == tid => return TcAcquire::SelfHeld,
                 Err(_) => {
                     spins += 1;
-                    if spins % 64 == 0 {
+                    if spins.is_multiple_of(64) {
                         sys::sched_yield();
                     } else {
                         core::hint::spin_loop();

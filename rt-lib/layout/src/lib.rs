@@ -177,7 +177,7 @@ pub const fn gate_offset(n_points: u32, metric: u32, point: u32) -> u64 {
 }
 
 pub const fn align_up(x: u64, a: u64) -> u64 {
-    (x + a - 1) / a * a
+    x.div_ceil(a) * a
 }
 
 /// Metric ids known to the runtime. The spec names metrics; these are the ones the code
