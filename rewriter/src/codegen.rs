@@ -204,17 +204,9 @@ fn emulate_call(b: &mut Block, call: &Instruction) -> Result<()> {
 /// In: eax = point id (the trampoline saved rax). Out: eax = 1 to count, 0 to skip.
 pub fn slow_stub(at: u64, config: u64, rt_slow: u64) -> Result<Vec<u8>> {
     let mut b = Block::new();
-    const SAVED: [Register; 8] = [
-        Register::RCX,
-        Register::RDX,
-        Register::RSI,
-        Register::RDI,
-        Register::R8,
-        Register::R9,
-        Register::R10,
-        Register::R11,
-    ];
-    for r in SAVED {
+    // rax was saved by the trampoline and carries the point id.
+    let saved = &crate::abi::CALLER_SAVED[1..];
+    for &r in saved {
         b.op(Instruction::with1(Code::Push_r64, r))?;
     }
     b.op(Instruction::with1(Code::Push_r64, Register::RBP))?;
@@ -228,7 +220,7 @@ pub fn slow_stub(at: u64, config: u64, rt_slow: u64) -> Result<Vec<u8>> {
     b.op(Instruction::with1(Code::Fxrstor64_m512byte, mem(Register::RSP, 0)))?;
     b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBP))?;
     b.op(Instruction::with1(Code::Pop_r64, Register::RBP))?;
-    for r in SAVED.iter().rev() {
+    for r in saved.iter().rev() {
         b.op(Instruction::with1(Code::Pop_r64, *r))?;
     }
     b.op(Ok(Instruction::with(Code::Retnq)))?;

@@ -13,6 +13,7 @@
 //! runtime through the `stint-layout` crate.
 #![deny(unsafe_code)]
 
+pub mod abi;
 pub mod analysis;
 pub mod codegen;
 pub mod emit;

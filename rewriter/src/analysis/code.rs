@@ -223,21 +223,7 @@ enum Def {
     Clobbered,
 }
 
-/// Integer argument registers of the SysV ABI.
-const ARGUMENTS: [Register; 6] =
-    [Register::RDI, Register::RSI, Register::RDX, Register::RCX, Register::R8, Register::R9];
-
-const CALLER_SAVED: [Register; 9] = [
-    Register::RAX,
-    Register::RCX,
-    Register::RDX,
-    Register::RSI,
-    Register::RDI,
-    Register::R8,
-    Register::R9,
-    Register::R10,
-    Register::R11,
-];
+use crate::abi::{ARGUMENTS, CALLER_SAVED};
 
 /// How far back the slice looks for a definition.
 const SLICE_LIMIT: usize = 48;

@@ -121,23 +121,13 @@ impl Cursor<'_> {
         Some(v)
     }
     fn uleb(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let b = self.u8()?;
-            if shift < 64 {
-                v |= u64::from(b & 0x7f) << shift;
-            }
-            shift += 7;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-            if shift > 70 {
-                return None;
-            }
-        }
+        self.leb128(false)
     }
     fn sleb(&mut self) -> Option<u64> {
+        self.leb128(true)
+    }
+    /// LEB128, sign-extended from its last byte's bit 6 when `signed`.
+    fn leb128(&mut self, signed: bool) -> Option<u64> {
         let mut v = 0u64;
         let mut shift = 0u32;
         loop {
@@ -147,7 +137,7 @@ impl Cursor<'_> {
             }
             shift += 7;
             if b & 0x80 == 0 {
-                if shift < 64 && b & 0x40 != 0 {
+                if signed && shift < 64 && b & 0x40 != 0 {
                     v |= u64::MAX << shift;
                 }
                 return Some(v);
