@@ -295,6 +295,11 @@ macro_rules! behaviour_tests {
 }
 
 behaviour_tests! {
+    selfcopy_pie_o0: "selfcopy" "pie-O0";
+    selfcopy_pie_o2: "selfcopy" "pie-O2";
+    selfcopy_nopie_o0: "selfcopy" "nopie-O0";
+    selfcopy_nopie_o2: "selfcopy" "nopie-O2";
+    selfcopy_pie_o2_stripped: "selfcopy" "pie-O2-stripped";
     calltree_pie_o0: "calltree" "pie-O0";
     calltree_pie_o2: "calltree" "pie-O2";
     calltree_nopie_o0: "calltree" "nopie-O0";

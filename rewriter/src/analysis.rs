@@ -161,6 +161,10 @@ pub struct Function {
     /// Contains an indirect jump whose targets could not be resolved: all of its
     /// instruction starts are in the branch-target set.
     pub unresolved_indirect_jump: bool,
+    /// An `.eh_frame` FDE starts at `address`. Compiled code always has one on x86-64;
+    /// code without one is hand-written or generated (V8's embedded builtins, which V8 copies
+    /// at run time), and the planner leaves it alone.
+    pub has_unwind: bool,
 }
 
 impl Function {
@@ -494,6 +498,7 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
             has_endbr,
             padding: padding_after(elf, &codemap, &cands, i, &branch_targets),
             unresolved_indirect_jump: code.unresolved[i],
+            has_unwind: c.fde.is_some(),
         });
     }
     Ok(Analysis { functions, branch_targets, plt_stubs })

@@ -54,6 +54,9 @@ pub enum SkipReason {
     BranchTarget(u64),
     /// The function has an indirect jump analysis could not resolve.
     UnresolvedIndirectJump,
+    /// No unwind information in a program that has it: hand-written or generated code,
+    /// which may be copied or inspected at run time.
+    NoUnwindInfo,
     /// Bytes that do not decode.
     Undecodable(u64),
     /// An instruction we cannot move.
@@ -67,6 +70,7 @@ impl std::fmt::Display for SkipReason {
             SkipReason::TooSmall => f.write_str("function too small for a 5-byte window"),
             SkipReason::BranchTarget(a) => write!(f, "branch target at 0x{a:x} inside the window"),
             SkipReason::UnresolvedIndirectJump => f.write_str("unresolved indirect jump in the function"),
+            SkipReason::NoUnwindInfo => f.write_str("no unwind information (hand-written or generated code)"),
             SkipReason::Undecodable(a) => write!(f, "undecodable instruction at 0x{a:x}"),
             SkipReason::Unrelocatable(a, why) => {
                 write!(f, "cannot relocate instruction at 0x{a:x}: {why}")
@@ -119,6 +123,9 @@ pub struct PlanOptions {
 pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions) -> Plan {
     let mut plan = Plan::default();
     let calls = spec.calls();
+    // Compilers emit an FDE for every function on x86-64; in a program that has them, code
+    // without one is hand-written or generated.
+    let has_unwind = analysis.functions.iter().any(|f| f.has_unwind);
     for (i, f) in analysis.functions.iter().enumerate() {
         if f.is_cold_part() {
             continue; // never a call: counted under its parent's entry
@@ -126,6 +133,10 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
         let start = if f.has_endbr { f.address + 4 } else { f.address };
         if !calls.is_some_and(|m| m.selects(&f.name)) {
             plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NotSelected });
+            continue;
+        }
+        if has_unwind && !f.has_unwind {
+            plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NoUnwindInfo });
             continue;
         }
         match entry_window(elf, analysis, f, start, opts) {

@@ -195,6 +195,7 @@ fn reason_class(r: &crate::plan::SkipReason) -> String {
         TooSmall => "too small",
         BranchTarget(_) => "branch target in window",
         UnresolvedIndirectJump => "unresolved indirect jump",
+        NoUnwindInfo => "no unwind information",
         Undecodable(_) => "undecodable",
         Unrelocatable(..) => "unrelocatable instruction",
     }
