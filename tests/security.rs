@@ -78,3 +78,49 @@ fn empty_profile_variable_turns_measurement_off() {
     let stray: Vec<_> = dir_entries(&dir).into_iter().filter(|n| n.ends_with(".stint") && n != "hello.stint").collect();
     assert!(stray.is_empty(), "profile written although STINT_PROFILE is empty: {stray:?}");
 }
+
+/// A setuid program runs with AT_SECURE: the runtime must ignore `STINT_PROFILE` (an
+/// unprivileged user must not make a privileged process create files where they choose) and
+/// measure nothing, silently. Needs root (to make a setuid-root file and drop to nobody).
+#[test]
+fn setuid_process_ignores_stint_variables() {
+    // Safety: geteuid has no preconditions.
+    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
+    if !root || Command::new("setpriv").arg("--version").output().is_err() {
+        assert!(!under_ci(), "CI must run this test as root with setpriv (util-linux)");
+        eprintln!("skipped: needs root and setpriv");
+        return;
+    }
+    let dir = fresh_dir("security-setuid");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (_, out) = hello(&dir);
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // The directory chain must be searchable by nobody.
+    let mut p = dir.parent();
+    while let Some(d) = p {
+        let m = std::fs::metadata(d).unwrap().permissions().mode();
+        if m & 0o001 == 0 {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(m | 0o001)).unwrap();
+        }
+        p = d.parent();
+    }
+    let profile = dir.join("evil.%p.stint");
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&out)
+        .env("STINT_PROFILE", &profile)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.stdout, b"hello\n", "{o:?}");
+    assert_eq!(o.status.code(), Some(4));
+    assert!(o.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    let made: Vec<_> =
+        dir_entries(&dir).into_iter().filter(|n| n.starts_with("evil.") || n.starts_with("hello.stint.")).collect();
+    assert!(made.is_empty(), "a setuid process wrote a profile: {made:?}");
+    // The same binary without setuid does honour the variable (the test can fail).
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new(&out).env("STINT_PROFILE", &profile).current_dir(&dir).output().unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    assert!(dir_entries(&dir).iter().any(|n| n.starts_with("evil.")), "control run wrote no profile");
+}

@@ -128,7 +128,7 @@ pub unsafe fn init(config: Cfg, sp: *const usize) {
     // The initial stack: argc, argv[argc], NULL, envp..., NULL, auxv pairs.
     // Safety: the kernel lays out the initial stack this way.
     let (env, secure) = unsafe { scan_stack(sp) };
-    if secure {
+    if secure || sys::setid() {
         // AT_SECURE (setuid, file capabilities): ignore STINT_* and measure nothing.
         return;
     }
@@ -161,7 +161,12 @@ unsafe fn scan_stack(sp: *const usize) -> (Option<&'static [u8]>, bool) {
             }
             p = p.add(1);
         }
-        p = p.add(1);
+        // In secure mode ld.so deletes unsafe variables (LD_LIBRARY_PATH, ...) by shifting
+        // the rest of envp down, which leaves extra NULLs before auxv; auxv's first type is
+        // never 0, so skip them.
+        while *p == 0 {
+            p = p.add(1);
+        }
         let mut secure = false;
         while *p != 0 {
             const AT_SECURE: usize = 23;

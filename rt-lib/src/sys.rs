@@ -94,6 +94,10 @@ const SYS_MUNMAP: usize = 11;
 const SYS_SCHED_YIELD: usize = 24;
 const SYS_GETPID: usize = 39;
 const SYS_FTRUNCATE: usize = 77;
+const SYS_GETUID: usize = 102;
+const SYS_GETGID: usize = 104;
+const SYS_GETEUID: usize = 107;
+const SYS_GETEGID: usize = 108;
 const SYS_GETPPID: usize = 110;
 const SYS_ARCH_PRCTL: usize = 158;
 const SYS_GETTID: usize = 186;
@@ -167,6 +171,11 @@ pub fn getpid() -> u32 {
 
 pub fn getppid() -> u32 {
     syscall!(SYS_GETPPID).unwrap_or(0) as u32
+}
+
+/// Real and effective user or group ids differ (a set-id program), whatever the auxv says.
+pub fn setid() -> bool {
+    syscall!(SYS_GETUID) != syscall!(SYS_GETEUID) || syscall!(SYS_GETGID) != syscall!(SYS_GETEGID)
 }
 
 pub fn gettid() -> u32 {
