@@ -84,7 +84,7 @@ fn empty_profile_variable_turns_measurement_off() {
 /// measure nothing, silently. Needs root (to make a setuid-root file and drop to nobody).
 #[test]
 fn setuid_process_ignores_stint_variables() {
-    // Safety: geteuid has no preconditions.
+    // /proc/self belongs to the effective user.
     let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
     if !root || Command::new("setpriv").arg("--version").output().is_err() {
         assert!(!under_ci(), "CI must run this test as root with setpriv (util-linux)");
