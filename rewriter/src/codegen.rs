@@ -22,7 +22,8 @@
 //!        jne   .slow
 //! .count inc   qword gs:[counter]         ; the thread's own column: no atomics (D7)
 //!        pop   rax
-//!        jmp   .displaced
+//!        <window instructions again>      ; saves a taken branch on the counting path
+//!        jmp   <end of window>
 //! .slow  mov   eax, <point id>
 //!        call  slow_stub                  ; registers the thread, moves GS to its column
 //!        test  eax, eax
@@ -134,7 +135,7 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>>
     b.bind(count);
     b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
-    b.add(Instruction::with_branch(Code::Jmp_rel32_64, displaced).map_err(internal)?);
+    displaced_code(&mut b, point)?; // a second copy: no taken branch back to the first
     b.bind(slow);
     b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?; // which point
     b.add(Instruction::with_branch(Code::Call_rel32_64, env.slow_stub).map_err(internal)?);
