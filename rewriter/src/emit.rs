@@ -186,6 +186,8 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     }
     out.resize(seg_off as usize, 0);
     out.extend_from_slice(&seg);
+    let bss = (last.vaddr + last.memsz, rw_end, last.offset + last.memsz);
+    add_section_headers(&mut out, bss, (seg_vaddr, seg_off, seg_len))?;
     out[24..32].copy_from_slice(&entry_stub.to_le_bytes()); // e_entry
     Ok((
         out,
@@ -200,6 +202,64 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
             trampolines,
         },
     ))
+}
+
+/// Describe the added memory with sections, so tools that rebuild a file from its sections
+/// (`strip`, `objcopy`) keep it and debuggers can disassemble it:
+/// ```text
+/// [Nr] Name        Type      Flags  Address          covers
+///  n   .stint.bss  NOBITS    WA     end of old bss   runtime state + control pages
+///  n+1 .stint      PROGBITS  AX     new segment      config, meta, runtime, stubs, trampolines
+/// ```
+/// The section-name table is copied to the end of the file with the two names added, and the
+/// section header table follows it. A file without section headers stays without.
+fn add_section_headers(out: &mut Vec<u8>, bss: (u64, u64, u64), code: (u64, u64, u64)) -> Result<()> {
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(out, 40) as usize, u16_at(out, 58), u16_at(out, 60), u16_at(out, 62));
+    if shoff == 0 || shnum == 0 || shentsize != 64 || shstrndx >= shnum {
+        return Ok(());
+    }
+    let table_end = shoff + shnum as usize * 64;
+    let mut table =
+        out.get(shoff..table_end).ok_or_else(|| Error::Malformed("section headers past the end".into()))?.to_vec();
+    let str_hdr = shstrndx as usize * 64;
+    let (str_off, str_size) = (u64_at(&table, str_hdr + 24) as usize, u64_at(&table, str_hdr + 32) as usize);
+    let mut names =
+        out.get(str_off..str_off + str_size).ok_or_else(|| Error::Malformed(".shstrtab past the end".into()))?.to_vec();
+    let bss_name = names.len() as u32;
+    names.extend_from_slice(b".stint.bss\0");
+    let code_name = names.len() as u32;
+    names.extend_from_slice(b".stint\0");
+    let new_str_off = out.len() as u64;
+    out.extend_from_slice(&names);
+    table[str_hdr + 24..str_hdr + 32].copy_from_slice(&new_str_off.to_le_bytes());
+    table[str_hdr + 32..str_hdr + 40].copy_from_slice(&(names.len() as u64).to_le_bytes());
+    let shdr = |name: u32, ty: u32, flags: u64, addr: u64, off: u64, size: u64, align: u64| {
+        let mut h = Vec::with_capacity(64);
+        h.extend_from_slice(&name.to_le_bytes());
+        h.extend_from_slice(&ty.to_le_bytes());
+        h.extend_from_slice(&flags.to_le_bytes());
+        h.extend_from_slice(&addr.to_le_bytes());
+        h.extend_from_slice(&off.to_le_bytes());
+        h.extend_from_slice(&size.to_le_bytes());
+        h.extend_from_slice(&[0u8; 8]); // sh_link, sh_info
+        h.extend_from_slice(&align.to_le_bytes());
+        h.extend_from_slice(&0u64.to_le_bytes()); // sh_entsize
+        h
+    };
+    let (bss_start, bss_end, bss_off) = bss;
+    let wa = u64::from(elf::SHF_ALLOC | elf::SHF_WRITE);
+    let ax = u64::from(elf::SHF_ALLOC | elf::SHF_EXECINSTR);
+    table.extend(shdr(bss_name, elf::SHT_NOBITS, wa, bss_start, bss_off, bss_end - bss_start, 64));
+    table.extend(shdr(code_name, elf::SHT_PROGBITS, ax, code.0, code.1, code.2, PAGE));
+    pad_to(out, 8);
+    let new_shoff = out.len() as u64;
+    out.extend_from_slice(&table);
+    out[40..48].copy_from_slice(&new_shoff.to_le_bytes()); // e_shoff
+    out[60..62].copy_from_slice(&(shnum + 2).to_le_bytes()); // e_shnum
+    Ok(())
 }
 
 fn pad_to(v: &mut Vec<u8>, align: usize) {
