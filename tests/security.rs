@@ -124,3 +124,20 @@ fn setuid_process_ignores_stint_variables() {
     assert_eq!(o.status.code(), Some(4));
     assert!(dir_entries(&dir).iter().any(|n| n.starts_with("evil.")), "control run wrote no profile");
 }
+
+/// When the profile cannot be set up after it was created (here: the 64 GiB address-space
+/// reservation fails under `ulimit -v`), the runtime removes the file it made, says so in one
+/// line, and the program runs unmeasured.
+#[test]
+fn failed_profile_setup_leaves_no_file() {
+    let dir = fresh_dir("security-nomem");
+    let (_, out) = hello(&dir);
+    let profile = dir.join("p.stint");
+    let o = Command::new("bash")
+        .args(["-c", "ulimit -v 400000; exec \"$0\"", out.to_str().unwrap()])
+        .env("STINT_PROFILE", &profile)
+        .output()
+        .unwrap();
+    assert_refused(&o, &profile, "ENOMEM");
+    assert!(!profile.exists(), "an unusable profile file was left behind");
+}

@@ -303,7 +303,8 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
 
     let fail = |st: &mut RtState, what: &[u8], e: Errno| {
         warn(config, what, path, Some(e));
-        let _ = sys::ftruncate(fd, 0);
+        // We created it (O_EXCL): remove it rather than leave a file no reader accepts.
+        sys::unlink(path_nul);
         sys::close(fd);
         st.active = 0;
         false

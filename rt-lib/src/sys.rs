@@ -12,7 +12,6 @@ use core::arch::asm;
 pub struct Errno(pub i32);
 
 impl Errno {
-    pub const EEXIST: Errno = Errno(17);
     pub const EINTR: Errno = Errno(4);
 
     /// Short symbolic name for messages.
@@ -103,6 +102,7 @@ const SYS_ARCH_PRCTL: usize = 158;
 const SYS_GETTID: usize = 186;
 const SYS_CLOCK_GETTIME: usize = 228;
 const SYS_OPENAT: usize = 257;
+const SYS_UNLINKAT: usize = 263;
 
 pub const AT_FDCWD: isize = -100;
 pub const O_RDWR: usize = 0o2;
@@ -142,6 +142,12 @@ pub fn write_all(fd: i32, mut buf: &[u8]) {
 pub fn open(path: &[u8], flags: usize, mode: usize) -> SysResult {
     debug_assert!(path.last() == Some(&0));
     syscall!(SYS_OPENAT, AT_FDCWD, path.as_ptr(), flags, mode)
+}
+
+/// unlinkat(AT_FDCWD, path, 0); `path` must be NUL-terminated. Errors are dropped.
+pub fn unlink(path: &[u8]) {
+    debug_assert!(path.last() == Some(&0));
+    let _ = syscall!(SYS_UNLINKAT, AT_FDCWD, path.as_ptr(), 0usize);
 }
 
 pub fn close(fd: i32) {
