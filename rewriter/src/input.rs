@@ -158,7 +158,7 @@ impl<'a> InputElf<'a> {
                     "static executable: not supported yet (only dynamically linked executables)".into(),
                 ))
             }
-            (elf::ET_DYN, false) if has_dynamic && !is_static_pie(data, en, &segments) => {
+            (elf::ET_DYN, false) if has_dynamic && !is_static_pie(data, &segments) => {
                 return Err(Error::UnsupportedKind("shared library: stint rewrites executables, not libraries".into()))
             }
             (elf::ET_DYN, false) => {
@@ -262,7 +262,7 @@ impl<'a> InputElf<'a> {
 }
 
 /// A static-pie has DF_1_PIE in DT_FLAGS_1 and no interpreter.
-fn is_static_pie(data: &[u8], en: Endianness, segments: &[Segment]) -> bool {
+fn is_static_pie(data: &[u8], segments: &[Segment]) -> bool {
     let Some(dynamic) = segments.iter().find(|s| s.p_type == elf::PT_DYNAMIC) else {
         return false;
     };
@@ -270,7 +270,6 @@ fn is_static_pie(data: &[u8], en: Endianness, segments: &[Segment]) -> bool {
     for e in b.chunks_exact(16) {
         let tag = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
         let val = u64::from_le_bytes(e[8..].try_into().unwrap_or_default());
-        let _ = en;
         if tag == u64::from(elf::DT_FLAGS_1) {
             return val & u64::from(elf::DF_1_PIE) != 0;
         }

@@ -96,19 +96,23 @@ impl RewriteReport {
             *s.by_source.entry(format!("{:?}", f.source).to_lowercase()).or_default() += 1;
             s.cold_parts += f.is_cold_part() as usize;
         }
-        let mut points = Vec::new();
+        // (site, row): sorted by the numeric site address at the end.
+        let mut points: Vec<(u64, PointRow)> = Vec::new();
         for pt in &p.plan.points {
             let f = &fs[pt.function];
             *s.by_tactic.entry(pt.tactic.name().into()).or_default() += 1;
-            points.push(PointRow {
-                kind: "entry",
-                function: f.name.clone(),
-                address: hex(f.address),
-                site: hex(pt.address),
-                tactic: pt.tactic.name(),
-                window: Some(pt.window_len),
-                reason: None,
-            });
+            points.push((
+                pt.address,
+                PointRow {
+                    kind: "entry",
+                    function: f.name.clone(),
+                    address: hex(f.address),
+                    site: hex(pt.address),
+                    tactic: pt.tactic.name(),
+                    window: Some(pt.window_len),
+                    reason: None,
+                },
+            ));
         }
         for sk in &p.plan.skipped {
             let f = &fs[sk.function];
@@ -117,17 +121,21 @@ impl RewriteReport {
                 continue;
             }
             *s.skipped_by_reason.entry(reason_class(&sk.reason)).or_default() += 1;
-            points.push(PointRow {
-                kind: "entry",
-                function: f.name.clone(),
-                address: hex(f.address),
-                site: hex(sk.address),
-                tactic: "skipped",
-                window: None,
-                reason: Some(sk.reason.to_string()),
-            });
+            points.push((
+                sk.address,
+                PointRow {
+                    kind: "entry",
+                    function: f.name.clone(),
+                    address: hex(f.address),
+                    site: hex(sk.address),
+                    tactic: "skipped",
+                    window: None,
+                    reason: Some(sk.reason.to_string()),
+                },
+            ));
         }
-        points.sort_by(|a, b| a.site.len().cmp(&b.site.len()).then(a.site.cmp(&b.site)));
+        points.sort_by_key(|(site, _)| *site);
+        let points: Vec<PointRow> = points.into_iter().map(|(_, row)| row).collect();
         s.patched = p.plan.points.len();
         s.skipped = points.len() - s.patched;
         s.entries = points.len();

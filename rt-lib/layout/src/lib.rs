@@ -49,9 +49,6 @@ pub const FLAG_TID_KEY_VERIFIED: u32 = 1 << 0;
 /// `FileHeader::flags`: this profile belongs to a process created by `fork` of a
 /// rewritten program (`ppid` names the parent).
 pub const FLAG_FORK_CHILD: u32 = 1 << 1;
-/// `FileHeader::flags`: the control region was locked against writes (reserved for the
-/// control issue).
-pub const FLAG_RESERVED_CTL: u32 = 1 << 2;
 
 /// Header at offset 0 of the profile file. All fields little-endian integers.
 #[repr(C)]
