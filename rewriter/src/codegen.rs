@@ -278,6 +278,7 @@ mod tests {
             displaced,
             emulate_call: false,
             tactic: Tactic::Window,
+            bits: 1,
         };
         let env = TrampolineEnv { gate: 0x500000, counter: 152, tid_offset: 0x2d0, slow_stub: 0x600000 };
         let out = trampoline(&p, env, 0x700000).unwrap();
@@ -304,6 +305,7 @@ mod tests {
             displaced,
             emulate_call: true,
             tactic: Tactic::Window,
+            bits: 1,
         };
         let env = TrampolineEnv { gate: 0x500000, counter: 128, tid_offset: 0, slow_stub: 0x600000 };
         let text = disasm(&trampoline(&p, env, 0x700000).unwrap(), 0x700000).join("\n");

@@ -32,7 +32,7 @@ use crate::plan::{Plan, JMP_LEN};
 use crate::rtimage;
 use object::elf;
 use stint_layout::{
-    align_up, counter_offset, ctl_len, gate_offset, RtConfig, CONFIG_MAGIC, CONFIG_VERSION, METRIC_CALLS,
+    align_up, counter_offset, ctl_len, gate_offset, RtConfig, CONFIG_MAGIC, CONFIG_VERSION, SLOT_CALLS,
     N_COUNTER_SLOTS, N_METRICS, PAGE, RT_STATE_SIZE, SEGMENT_MAGIC,
 };
 
@@ -73,7 +73,7 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     }
     let state = align_up(last.vaddr + last.memsz, 64);
     let control = align_up(state + RT_STATE_SIZE, PAGE);
-    let control_len = ctl_len(n_points, N_METRICS);
+    let control_len = ctl_len(n_points);
     let rw_end = control + control_len;
 
     // 2. The program-header slot for the code segment, or a new table inside it.
@@ -131,6 +131,8 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
         name_rel: rel(name_at),
         name_len: inp.program.len() as u64,
         state_rel: rel(state),
+        traps_rel: 0,
+        n_traps: 0,
     };
     let c = (config_at - seg_vaddr) as usize;
     seg[c..c + config_size].copy_from_slice(&config.to_bytes());
@@ -148,8 +150,8 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     for p in &plan.points {
         let at = seg_vaddr + seg.len() as u64;
         let env = TrampolineEnv {
-            gate: control + gate_offset(n_points, METRIC_CALLS, p.id),
-            counter: counter_offset(n_points, 0, p.id) as u32,
+            gate: control + gate_offset(p.id),
+            counter: counter_offset(n_points, SLOT_CALLS, p.id) as u32,
             tid_offset: inp.tid_offset,
             slow_stub,
         };

@@ -39,6 +39,8 @@ pub struct Options<'a> {
     /// Program name: used in the default profile path and in reports.
     pub program: &'a str,
     pub spec: &'a Spec,
+    /// Use the trap tactic (`int3` + SIGTRAP handler) where no jump window fits.
+    pub traps: bool,
 }
 
 /// Analysis and plan of a program, before any code is generated.
@@ -49,27 +51,26 @@ pub struct Planned<'a> {
 }
 
 /// Passes 1–3.
-pub fn plan_program<'a>(data: &'a [u8], spec: &Spec) -> Result<Planned<'a>> {
+pub fn plan_program<'a>(data: &'a [u8], spec: &Spec, traps: bool) -> Result<Planned<'a>> {
     let elf = InputElf::parse(data)?;
     let analysis = analysis::analyze(&elf)?;
-    let opts = PlanOptions { shadow_stack: rewrite_report::has_shadow_stack(&elf) };
+    let opts = PlanOptions { shadow_stack: rewrite_report::has_shadow_stack(&elf), traps };
     let plan = plan::plan(&elf, &analysis, spec, opts);
     Ok(Planned { elf, analysis, plan })
 }
 
 /// What would be instrumented, and how (`stint inspect`).
 pub fn inspect(data: &[u8], opts: &Options) -> Result<RewriteReport> {
-    let p = plan_program(data, opts.spec)?;
+    let p = plan_program(data, opts.spec, opts.traps)?;
     Ok(RewriteReport::new(&p, opts.program, None))
 }
 
 /// Rewrite a program: the whole pipeline (`stint rewrite`).
 pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> {
-    let p = plan_program(data, opts.spec)?;
+    let p = plan_program(data, opts.spec, opts.traps)?;
     let meta = rewrite_report::meta_json(&p, opts.program);
-    let calls_on = opts.spec.calls().is_some_and(|m| m.on_at_start);
-    let n = p.plan.points.len();
-    let gates = vec![calls_on as u8; n * stint_layout::N_METRICS as usize];
+    let on = opts.spec.on_at_start_bits();
+    let gates: Vec<u8> = p.plan.points.iter().map(|pt| pt.bits & on).collect();
     let tid_offset = if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 };
     let inp = emit::EmitInput { meta_json: &meta, program: opts.program, gates, tid_offset };
     let (out, layout) = emit::emit(&p.elf, &p.plan, &inp)?;

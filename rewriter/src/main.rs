@@ -148,7 +148,7 @@ fn rewrite(a: RewriteArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let opts = stint::Options { program: &program, spec: &spec };
+    let opts = stint::Options { program: &program, spec: &spec, traps: false };
     let (out, report) = stint::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a.input)?.permissions());
     write_atomically(&a.output, &out, (mode & 0o777) | 0o100)?;
@@ -197,7 +197,7 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let report = stint::inspect(&data, &stint::Options { program: &program, spec: &spec })
+    let report = stint::inspect(&data, &stint::Options { program: &program, spec: &spec, traps: false })
         .map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mut out = std::io::stdout().lock();
     if a.json {

@@ -32,6 +32,10 @@ pub enum Tactic {
     /// the window runs on over the padding after it, which nothing executes.
     #[serde(rename = "window+padding")]
     WindowPadding,
+    /// One `int3` on the site's first byte; the runtime's SIGTRAP handler resumes the thread
+    /// in the trampoline, which runs the displaced instruction. Exact but slow; opt-in.
+    #[serde(rename = "trap")]
+    Trap,
 }
 
 impl Tactic {
@@ -39,8 +43,19 @@ impl Tactic {
         match self {
             Tactic::Window => "window",
             Tactic::WindowPadding => "window+padding",
+            Tactic::Trap => "trap",
         }
     }
+}
+
+/// How control leaves a function at an exit site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitKind {
+    /// `ret` / `ret imm16`.
+    Ret,
+    /// A jump out of the function and its cold parts: a tail call (direct or indirect).
+    TailJump,
 }
 
 /// Why a site is not patched.
@@ -95,6 +110,43 @@ pub struct Point {
     /// The last displaced instruction is a call to emulate (see the module doc).
     pub emulate_call: bool,
     pub tactic: Tactic,
+    /// `metric_bit`s of the metrics this point measures: the calls bit if the spec selects
+    /// the function for `calls`; the timer bits only if it selects it for a timer *and*
+    /// every exit of the function is patched (otherwise a frame could stay open).
+    pub bits: u8,
+}
+
+/// A patched exit site of a function (D3). Its trampoline runs the displaced instructions
+/// except the last, then the exit instrumentation (the stack pointer is back at the
+/// function's entry value), then the exit instruction itself (relocated).
+#[derive(Clone, Debug)]
+pub struct Exit {
+    /// Id of the entry [`Point`] of the function this exit leaves.
+    pub point: u32,
+    /// Index into `Analysis::functions` of that function (the parent for an exit inside a
+    /// cold part).
+    pub function: usize,
+    /// Address of the exit instruction (`ret` / `jmp`).
+    pub site: u64,
+    pub kind: ExitKind,
+    /// First byte patched (`site` for a lone exit instruction or a trap).
+    pub address: u64,
+    /// Bytes the patch covers: the `jmp rel32` and its `int3` fill, or 1 for a trap.
+    pub window_len: u64,
+    /// Instructions moved into the trampoline at their original addresses; the last one
+    /// is the exit instruction.
+    pub displaced: Vec<Instruction>,
+    pub tactic: Tactic,
+}
+
+/// An exit site that is not patched.
+#[derive(Clone, Debug)]
+pub struct SkippedExit {
+    pub point: u32,
+    pub function: usize,
+    pub site: u64,
+    pub kind: ExitKind,
+    pub reason: SkipReason,
 }
 
 /// A function entry that is not patched.
@@ -108,21 +160,26 @@ pub struct Skipped {
 /// The plan for a whole program.
 #[derive(Debug, Default)]
 pub struct Plan {
+    /// Entry points, one per instrumented function; `id` is the index.
     pub points: Vec<Point>,
     pub skipped: Vec<Skipped>,
+    /// Exit sites of the functions whose entry is a point and that a timer metric selects.
+    pub exits: Vec<Exit>,
+    pub skipped_exits: Vec<SkippedExit>,
 }
 
-/// Options that depend on the program rather than the spec.
+/// Options that depend on the program or the user rather than the spec.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PlanOptions {
     /// The program is marked for CET shadow stacks: a call cannot be emulated by push+jmp.
     pub shadow_stack: bool,
+    /// Use the trap tactic where no window fits (`stint rewrite --traps`).
+    pub traps: bool,
 }
 
 /// Plan an entry point for every function the spec selects.
 pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions) -> Plan {
     let mut plan = Plan::default();
-    let calls = spec.calls();
     // Compilers emit an FDE for every function on x86-64; in a program that has them, code
     // without one is hand-written or generated.
     let has_unwind = analysis.functions.iter().any(|f| f.has_unwind);
@@ -131,7 +188,8 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
             continue; // never a call: counted under its parent's entry
         }
         let start = if f.has_endbr { f.address + 4 } else { f.address };
-        if !calls.is_some_and(|m| m.selects(&f.name)) {
+        let bits = spec.bits_for(&f.name);
+        if bits == 0 {
             plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NotSelected });
             continue;
         }
@@ -150,12 +208,22 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
                     displaced,
                     emulate_call,
                     tactic,
+                    bits,
                 });
             }
             Err(reason) => plan.skipped.push(Skipped { function: i, address: start, reason }),
         }
     }
+    plan_exits(elf, analysis, &mut plan, opts);
     plan
+}
+
+/// Find the exit sites of every point whose function a timer metric selects and choose a
+/// tactic for each; a point keeps its timer bits only if all its exits are patched.
+fn plan_exits(_elf: &InputElf, _analysis: &Analysis, plan: &mut Plan, _opts: PlanOptions) {
+    for p in &mut plan.points {
+        p.bits &= !stint_layout::TIMER_BITS;
+    }
 }
 
 type Window = (u64, Vec<Instruction>, bool, Tactic);

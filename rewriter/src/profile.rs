@@ -37,9 +37,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use stint_layout::{
-    align_up, column_size, counter_offset, ctl_len, gate_offset, ColumnHeader, FileHeader, FormatError,
-    COLUMN_HEADER_RESERVED, COLUMN_LIVE, FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED,
-    GLIBC_TID_OFFSET, HEADER_RESERVED, METRIC_CALLS, N_COUNTER_SLOTS, N_METRICS, PAGE,
+    align_up, clock_source_name, column_size, counter_offset, ctl_len, gate_offset, ColumnHeader, FileHeader,
+    FormatError, COLUMN_LIVE, COUNTERS_OFFSET, FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED,
+    GLIBC_TID_OFFSET, HEADER_RESERVED, N_COUNTER_SLOTS, N_METRICS, PAGE, SLOT_CALLS,
 };
 use thiserror::Error;
 
@@ -47,6 +47,9 @@ use thiserror::Error;
 pub const META_SCHEMA: &str = "stint-meta/1";
 /// Name of the metric whose counters are the call counts.
 pub const CALLS_METRIC: &str = "calls";
+/// Names of the timer metrics (inclusive time in TSC ticks per point).
+pub const CPU_METRIC: &str = "cpu_time";
+pub const WALL_METRIC: &str = "wall_time";
 
 /// Why a file could not be read as a profile. Messages name the problem only; the caller
 /// prefixes the path.
@@ -91,6 +94,8 @@ pub struct Profile {
     pub skipped_reentrant: u64,
     /// Threads that could not get a column.
     pub lost_threads: u64,
+    /// TSC ticks per second (0 if the runtime could not calibrate): converts timer ticks.
+    pub tsc_hz: u64,
     pub metrics: Vec<MetricMeta>,
     /// Indexed by point id.
     pub points: Vec<PointMeta>,
@@ -111,6 +116,16 @@ impl Profile {
     /// Calls over all threads.
     pub fn total_calls(&self) -> u64 {
         self.threads.iter().fold(0u64, |s, t| s.saturating_add(t.total_calls()))
+    }
+
+    /// TSC ticks in nanoseconds (`None` without a calibration).
+    pub fn ticks_to_ns(&self, ticks: u64) -> Option<u64> {
+        (self.tsc_hz != 0).then(|| (ticks as u128 * 1_000_000_000 / self.tsc_hz as u128).min(u64::MAX as u128) as u64)
+    }
+
+    /// Whether point `id` measures the timers (all of its exits are patched).
+    pub fn timed(&self, id: u32) -> bool {
+        self.point(id).is_some_and(|p| p.bits & stint_layout::TIMER_BITS != 0)
     }
 }
 
@@ -135,6 +150,9 @@ pub struct PointMeta {
     pub function: String,
     /// The function's address in the input ELF, as the rewriter wrote it (`0x1189`).
     pub address: String,
+    /// `metric_bit`s of the metrics the point can measure.
+    #[serde(default)]
+    pub bits: u8,
 }
 
 impl PointMeta {
@@ -163,6 +181,21 @@ pub struct ThreadProfile {
     pub registered_monotonic_ns: u64,
     /// (point id, calls), ascending by point, non-zero counts only.
     pub counts: Vec<(u32, u64)>,
+    /// (point id, inclusive CPU ticks, inclusive wall ticks), ascending by point, timed
+    /// points with a non-zero value only.
+    pub times: Vec<(u32, u64, u64)>,
+    /// `CLOCK_SOURCE_*` name of the thread's CPU timer, if it had a timer event.
+    pub clock_source: Option<String>,
+    /// Timer events skipped because a signal handler interrupted a timer routine.
+    pub timer_skipped: u64,
+    /// Exits that matched no open frame.
+    pub unmatched_exits: u64,
+    /// Frames closed late because their function left by exception or longjmp.
+    pub abandoned_frames: u64,
+    /// Frames not kept because the shadow stack was full.
+    pub shadow_overflow: u64,
+    /// Re-synchronisations of the virtual CPU timer.
+    pub resyncs: u64,
 }
 
 impl ThreadProfile {
@@ -210,6 +243,12 @@ pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
         // A spec without the calls metric: threads, but no counts.
         None => None,
     };
+    let slot_of = |name: &str| meta.metrics.iter().find(|m| m.name == name).map(|m| m.slot);
+    let time_slots = match (slot_of(CPU_METRIC), slot_of(WALL_METRIC)) {
+        (Some(c), Some(w)) if c < h.n_counter_slots && w < h.n_counter_slots => Some((c, w)),
+        (None, None) => None,
+        _ => return Err(ProfileError::Meta("timer metrics without valid counter slots".into())),
+    };
 
     let mut threads = Vec::new();
     for i in 0..h.n_columns {
@@ -242,7 +281,28 @@ pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
                 }
             }
         }
+        let mut times = Vec::new();
+        if let Some((cs, ws)) = time_slots {
+            for point in (0..h.n_points).filter(|&p| meta.points[p as usize].bits & stint_layout::TIMER_BITS != 0) {
+                let get = |slot| {
+                    ColumnHeader::counter(col, h.n_points, slot, point).ok_or_else(|| {
+                        ProfileError::Corrupt(format!("timer of point {point} lies outside column {i}"))
+                    })
+                };
+                let (cpu, wall) = (get(cs)?, get(ws)?);
+                if cpu != 0 || wall != 0 {
+                    times.push((point, cpu, wall));
+                }
+            }
+        }
         threads.push(ThreadProfile {
+            times,
+            clock_source: clock_source_name(c.clock_source).map(str::to_owned),
+            timer_skipped: c.timer_skipped,
+            unmatched_exits: c.unmatched_exits,
+            abandoned_frames: c.abandoned_frames,
+            shadow_overflow: c.shadow_overflow,
+            resyncs: c.resyncs,
             index: i,
             tid: c.tid,
             pid: c.pid,
@@ -264,6 +324,7 @@ pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
         start_monotonic_ns: h.start_monotonic_ns,
         skipped_reentrant: h.skipped_reentrant,
         lost_threads: h.lost_threads,
+        tsc_hz: h.tsc_hz,
         metrics: meta.metrics,
         points: meta.points,
         threads,
@@ -297,7 +358,7 @@ fn check_column_arithmetic(b: &[u8]) -> Result<(), ProfileError> {
     let fits = (n_points as u64)
         .checked_mul(slots as u64)
         .and_then(|x| x.checked_mul(8))
-        .and_then(|x| x.checked_add(COLUMN_HEADER_RESERVED + PAGE));
+        .and_then(|x| x.checked_add(COUNTERS_OFFSET as u64 + PAGE));
     match fits {
         Some(_) => Ok(()),
         None => Err(FormatError::Inconsistent("points times counter slots overflows the column size").into()),
@@ -366,7 +427,7 @@ pub fn synthetic_meta(program: &str, functions: &[(&str, &str)]) -> String {
         "schema": META_SCHEMA,
         "program": program,
         "input": format!("/usr/bin/{program}"),
-        "metrics": [{"name": CALLS_METRIC, "kind": "counter", "slot": METRIC_CALLS}],
+        "metrics": [{"name": CALLS_METRIC, "kind": "counter", "slot": SLOT_CALLS}],
         "points": points,
     })
     .to_string()
@@ -397,10 +458,10 @@ pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> V
                 .get("slot")?
                 .as_u64()
         })
-        .map_or(METRIC_CALLS, |s| s as u32);
+        .map_or(SLOT_CALLS, |s| s as u32);
 
     let ctl_offset = HEADER_RESERVED;
-    let ctl = ctl_len(n_points, N_METRICS);
+    let ctl = ctl_len(n_points);
     let meta_offset = ctl_offset + ctl;
     let meta_len = meta_json.len() as u64;
     let columns_offset = align_up(meta_offset + meta_len, PAGE);
@@ -439,12 +500,11 @@ pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> V
         reg_lock: 0,
         tid_offset: GLIBC_TID_OFFSET,
         file_len,
+        tsc_hz: 0,
     };
     out[..size_of::<FileHeader>()].copy_from_slice(&file_header_bytes(&h));
-    for metric in 0..N_METRICS {
-        for point in 0..n_points {
-            out[(ctl_offset + gate_offset(n_points, metric, point)) as usize] = 1;
-        }
+    for point in 0..n_points {
+        out[(ctl_offset + gate_offset(point)) as usize] = ((1u32 << N_METRICS) - 1) as u8;
     }
     out[meta_offset as usize..(meta_offset + meta_len) as usize].copy_from_slice(meta_json.as_bytes());
 
@@ -464,6 +524,7 @@ pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> V
             registered_monotonic_ns: SYNTHETIC_MONOTONIC_NS + (i as u64 + 1) * 1000,
             start_routine: 0,
             name: [0; 16],
+            ..ColumnHeader::default()
         };
         col[..size_of::<ColumnHeader>()].copy_from_slice(&column_header_bytes(&c));
         for &(point, calls) in counts {
@@ -539,6 +600,7 @@ pub fn file_header_bytes(h: &FileHeader) -> [u8; size_of::<FileHeader>()] {
     put!(out, FileHeader, reg_lock, h.reg_lock.to_le_bytes());
     put!(out, FileHeader, tid_offset, h.tid_offset.to_le_bytes());
     put!(out, FileHeader, file_len, h.file_len.to_le_bytes());
+    put!(out, FileHeader, tsc_hz, h.tsc_hz.to_le_bytes());
     out
 }
 
@@ -557,6 +619,19 @@ pub fn column_header_bytes(c: &ColumnHeader) -> [u8; size_of::<ColumnHeader>()] 
     put!(out, ColumnHeader, registered_monotonic_ns, c.registered_monotonic_ns.to_le_bytes());
     put!(out, ColumnHeader, start_routine, c.start_routine.to_le_bytes());
     put!(out, ColumnHeader, name, c.name);
+    put!(out, ColumnHeader, seq_ptr, c.seq_ptr.to_le_bytes());
+    put!(out, ColumnHeader, cpu_off, c.cpu_off.to_le_bytes());
+    put!(out, ColumnHeader, seq, c.seq.to_le_bytes());
+    put!(out, ColumnHeader, seq_never, c.seq_never.to_le_bytes());
+    put!(out, ColumnHeader, busy, c.busy.to_le_bytes());
+    put!(out, ColumnHeader, depth, c.depth.to_le_bytes());
+    put!(out, ColumnHeader, clock_source, c.clock_source.to_le_bytes());
+    put!(out, ColumnHeader, timer_skipped, c.timer_skipped.to_le_bytes());
+    put!(out, ColumnHeader, unmatched_exits, c.unmatched_exits.to_le_bytes());
+    put!(out, ColumnHeader, shadow_overflow, c.shadow_overflow.to_le_bytes());
+    put!(out, ColumnHeader, abandoned_frames, c.abandoned_frames.to_le_bytes());
+    put!(out, ColumnHeader, resyncs, c.resyncs.to_le_bytes());
+    put!(out, ColumnHeader, perf_page, c.perf_page.to_le_bytes());
     out
 }
 
@@ -617,7 +692,7 @@ mod tests {
             meta_offset: 11,
             meta_len: 12,
             columns_offset: 13,
-            column_size: PAGE,
+            column_size: 5 * PAGE,
             n_columns: 15,
             capacity_columns: 16,
             start_realtime_ns: 17,
@@ -627,6 +702,7 @@ mod tests {
             reg_lock: 21,
             tid_offset: 22,
             file_len: 23,
+            tsc_hz: 24,
         };
         assert_eq!(FileHeader::parse(&file_header_bytes(&h), u64::MAX), Ok(h));
 
@@ -642,6 +718,20 @@ mod tests {
             registered_monotonic_ns: 9,
             start_routine: 10,
             name: *b"0123456789abcdef",
+            seq_ptr: 11,
+            cpu_off: 12,
+            seq: 13,
+            seq_never: 14,
+            busy: 15,
+            depth: 16,
+            clock_source: 17,
+            _pad0: 0,
+            timer_skipped: 18,
+            unmatched_exits: 19,
+            abandoned_frames: 20,
+            shadow_overflow: 21,
+            resyncs: 22,
+            perf_page: 23,
         };
         assert_eq!(ColumnHeader::parse(&column_header_bytes(&c)), Ok(c));
     }
@@ -651,7 +741,7 @@ mod tests {
         let b = sample();
         let h = FileHeader::parse(&b, b.len() as u64).unwrap();
         assert_eq!(h.ctl_offset, HEADER_RESERVED);
-        assert_eq!(h.meta_offset, h.ctl_offset + ctl_len(5, N_METRICS));
+        assert_eq!(h.meta_offset, h.ctl_offset + ctl_len(5));
         assert_eq!(h.columns_offset % PAGE, 0);
         assert_eq!(h.column_size, column_size(5, N_COUNTER_SLOTS));
         assert_eq!((h.n_columns, h.capacity_columns), (3, 16));
@@ -743,8 +833,8 @@ mod tests {
         b[0] ^= 0xff;
         assert_eq!(err(&b), "not a stint profile (bad magic)");
         let mut b = sample();
-        patch_header(&mut b, |h| h.version = 2);
-        assert_eq!(err(&b), "profile layout version 2 is not supported (this stint reads 1)");
+        patch_header(&mut b, |h| h.version = 1);
+        assert_eq!(err(&b), "profile layout version 1 is not supported (this stint reads 2)");
         assert_eq!(err(&vec![0u8; 8192]), "not a stint profile (bad magic)");
     }
 
@@ -760,8 +850,8 @@ mod tests {
         assert_eq!(err(&b), "meta: schema \"stint-meta/9\" is not supported (this stint reads stint-meta/1)");
         let b = write_synthetic(&meta5().replace("\"id\":3", "\"id\":7"), &[]);
         assert_eq!(err(&b), "meta: point at index 3 has id 7");
-        let b = write_synthetic(&meta5().replace("\"slot\":0", "\"slot\":1"), &[]);
-        assert_eq!(err(&b), "meta: metric calls uses counter slot 1, but columns have 1 slots");
+        let b = write_synthetic(&meta5().replace("\"slot\":0", "\"slot\":9"), &[]);
+        assert_eq!(err(&b), "meta: metric calls uses counter slot 9, but columns have 4 slots");
     }
 
     #[test]
@@ -808,7 +898,7 @@ mod tests {
         let good = sample();
         let h = FileHeader::parse(&good, good.len() as u64).unwrap();
         let meta = h.meta_offset as usize..(h.meta_offset + h.meta_len) as usize;
-        let col = h.columns_offset as usize..h.columns_offset as usize + COLUMN_HEADER_RESERVED as usize;
+        let col = h.columns_offset as usize..h.columns_offset as usize + stint_layout::COLUMN_HEADER_RESERVED as usize;
         let mut b = good.clone();
         for i in (0..512).chain(meta).chain(col) {
             for flip in [0xff, 0x01, 0x80] {

@@ -218,13 +218,20 @@ pub fn meta_json(p: &Planned, program: &str) -> String {
         .iter()
         .map(|pt| {
             let f = &p.analysis.functions[pt.function];
-            serde_json::json!({"id": pt.id, "kind": "entry", "function": f.name, "address": hex(f.address)})
+            serde_json::json!({
+                "id": pt.id, "kind": "entry", "function": f.name, "address": hex(f.address), "bits": pt.bits,
+            })
         })
         .collect();
+    use stint_layout::{METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS};
     serde_json::json!({
         "schema": "stint-meta/1",
         "program": program,
-        "metrics": [{"name": "calls", "kind": "counter", "slot": 0}],
+        "metrics": [
+            {"name": "calls", "kind": "counter", "slot": SLOT_CALLS, "bit": METRIC_CALLS},
+            {"name": "cpu_time", "kind": "timer", "slot": SLOT_CPU_TICKS, "bit": METRIC_CPU_TIME, "unit": "tsc"},
+            {"name": "wall_time", "kind": "timer", "slot": SLOT_WALL_TICKS, "bit": METRIC_WALL_TIME, "unit": "tsc"},
+        ],
         "points": points,
     })
     .to_string()

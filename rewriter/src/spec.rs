@@ -9,7 +9,13 @@ use serde::Deserialize;
 pub const DEFAULT_SPEC: &str = include_str!("../../specs/default.yaml");
 
 /// Metrics this version can generate code for, with their runtime ids.
-const KNOWN: &[(&str, u32)] = &[("calls", stint_layout::METRIC_CALLS)];
+/// (name, id, kind, where): a counter counts at the entry; a timer runs from the entry to
+/// the exits (`at: function`).
+const KNOWN: &[(&str, u32, &str, &str)] = &[
+    ("calls", stint_layout::METRIC_CALLS, "counter", "entry"),
+    ("cpu_time", stint_layout::METRIC_CPU_TIME, "timer", "function"),
+    ("wall_time", stint_layout::METRIC_WALL_TIME, "timer", "function"),
+];
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -68,22 +74,19 @@ impl Spec {
         }
         let mut metrics = Vec::new();
         for m in raw.metrics {
-            let Some(&(_, id)) = KNOWN.iter().find(|(n, _)| *n == m.name) else {
-                let known: Vec<_> = KNOWN.iter().map(|(n, _)| *n).collect();
+            let Some(&(_, id, kind, at)) = KNOWN.iter().find(|k| k.0 == m.name) else {
+                let known: Vec<_> = KNOWN.iter().map(|k| k.0).collect();
                 return Err(Error::Spec(format!(
                     "metric {:?}: unknown (this version knows: {})",
                     m.name,
                     known.join(", ")
                 )));
             };
-            if m.kind != "counter" {
-                return Err(Error::Spec(format!(
-                    "metric {:?}: kind {:?} not supported (expected counter)",
-                    m.name, m.kind
-                )));
+            if m.kind != kind {
+                return Err(Error::Spec(format!("metric {:?}: kind {:?} not supported (expected {kind})", m.name, m.kind)));
             }
-            if m.at != "entry" {
-                return Err(Error::Spec(format!("metric {:?}: at {:?} not supported (expected entry)", m.name, m.at)));
+            if m.at != at {
+                return Err(Error::Spec(format!("metric {:?}: at {:?} not supported (expected {at})", m.name, m.at)));
             }
             if metrics.iter().any(|x: &Metric| x.name == m.name) {
                 return Err(Error::Spec(format!("metric {:?}: defined twice", m.name)));
@@ -102,6 +105,16 @@ impl Spec {
             });
         }
         Ok(Spec { metrics })
+    }
+
+    /// `metric_bit`s of the metrics that select function `name`.
+    pub fn bits_for(&self, name: &str) -> u8 {
+        self.metrics.iter().filter(|m| m.selects(name)).fold(0, |b, m| b | stint_layout::metric_bit(m.id))
+    }
+
+    /// `metric_bit`s of the metrics on at start.
+    pub fn on_at_start_bits(&self) -> u8 {
+        self.metrics.iter().filter(|m| m.on_at_start).fold(0, |b, m| b | stint_layout::metric_bit(m.id))
     }
 
     pub fn default_spec() -> Spec {

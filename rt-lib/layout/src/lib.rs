@@ -11,14 +11,15 @@
 //! ```text
 //! offset                     contents
 //! 0                          FileHeader (one page)
-//! ctl_offset                 control region: one gate byte per (metric, point),
-//!                            metric-major; mapped a second time at a fixed address inside
-//!                            the rewritten program so a trampoline tests a gate with one
-//!                            RIP-relative load (D10)
+//! ctl_offset                 control region: one gate byte per point, one bit per metric
+//!                            (bit m = metric m on); mapped a second time at a fixed address
+//!                            inside the rewritten program so a trampoline tests every metric
+//!                            of a point with one RIP-relative load and one branch (D10)
 //! meta_offset                self-description: UTF-8 JSON written by the rewriter
 //!                            (program, metrics, points with names and addresses)
 //! columns_offset + i*column_size
-//!                            column i: ColumnHeader, then counters[metric_slot][point]
+//!                            column i: ColumnHeader, the thread's measurement shadow stack
+//!                            (SHADOW_CAP frames), then counters[slot][point]
 //! ```
 //! One column per thread incarnation, never reused, so a thread's counts outlive it and a new
 //! thread on a recycled glibc stack never inherits an old thread's counts (D8).
@@ -41,7 +42,7 @@ pub const PAGE: u64 = 4096;
 /// `FileHeader::magic` once the runtime has finished writing the header.
 pub const FILE_MAGIC: [u8; 8] = *b"STINTPRF";
 /// Layout version of the profile file. Bump on any incompatible change.
-pub const FILE_VERSION: u32 = 1;
+pub const FILE_VERSION: u32 = 2;
 
 /// `FileHeader::flags`: `fs:[tid_offset]` held the kernel tid in the main thread at start,
 /// so the hot-path key includes the libc thread id (otherwise it is the thread pointer only).
@@ -93,6 +94,8 @@ pub struct FileHeader {
     pub tid_offset: u32,
     /// Size of the whole file as last grown by the runtime.
     pub file_len: u64,
+    /// TSC ticks per second, calibrated against CLOCK_MONOTONIC at start (0: unknown).
+    pub tsc_hz: u64,
 }
 
 /// Size reserved for the header at the start of the file.
@@ -130,17 +133,100 @@ pub struct ColumnHeader {
     pub start_routine: u64,
     /// Thread name (NUL-padded), empty if unknown.
     pub name: [u8; 16],
+    // ---- the virtual timers and the shadow stack (hot path: trampolines use these) ----
+    /// Address of a u32 that changes whenever the thread is scheduled in: the `lock` word of
+    /// the thread's perf task-clock page, or `seq_never` when there is none (every timer event
+    /// then re-synchronises with the syscall).
+    pub seq_ptr: u64,
+    /// `rdtsc − CPU time in TSC ticks`, valid while `*seq_ptr == seq`.
+    pub cpu_off: u64,
+    /// `*seq_ptr` at the last synchronisation.
+    pub seq: u32,
+    /// Never equal to `seq` (see `seq_ptr`).
+    pub seq_never: u32,
+    /// Non-zero while the thread is inside a timer routine; an event that finds it set came
+    /// from a signal handler that interrupted the routine, and is skipped (D7).
+    pub busy: u32,
+    /// Frames on the shadow stack (may exceed `SHADOW_CAP`: the deeper ones are not kept).
+    pub depth: u32,
+    /// `CLOCK_SOURCE_*`: how this thread's CPU time is read.
+    pub clock_source: u32,
+    pub _pad0: u32,
+    /// Timer events skipped because a signal handler interrupted a timer routine.
+    pub timer_skipped: u64,
+    /// Exits that matched no frame (function entered while its timers were off, or frames
+    /// lost to overflow).
+    pub unmatched_exits: u64,
+    /// Frames not kept because the shadow stack was full (their calls are counted, not timed).
+    pub shadow_overflow: u64,
+    /// Frames closed by a later event because their function left by exception or longjmp.
+    pub abandoned_frames: u64,
+    /// Re-synchronisations of the CPU timer with CLOCK_THREAD_CPUTIME_ID.
+    pub resyncs: u64,
+    /// Address of the perf page mapping (0 if none).
+    pub perf_page: u64,
 }
 
-/// Bytes reserved for the column header; counters start here.
-pub const COLUMN_HEADER_RESERVED: u64 = 128;
+/// Bytes reserved for the column header; the shadow stack starts here.
+pub const COLUMN_HEADER_RESERVED: u64 = 256;
+
+/// One open function activation on a thread's measurement shadow stack (D3). Control flow
+/// never depends on it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    /// Stack pointer at the function's entry (pointing at its return address).
+    pub sp: u64,
+    pub point: u32,
+    /// `metric_bit`s of the timers this frame measures (the gate at entry).
+    pub bits: u32,
+    /// TSC at entry.
+    pub wall_start: u64,
+    /// Thread CPU time at entry, in TSC ticks (`rdtsc − cpu_off`).
+    pub cpu_start: u64,
+}
+
+/// Frames a column's shadow stack keeps.
+pub const SHADOW_CAP: u32 = 512;
+pub const FRAME_SIZE: u32 = size_of::<Frame>() as u32;
+/// Offset of the shadow stack in a column.
+pub const SHADOW_OFFSET: u32 = COLUMN_HEADER_RESERVED as u32;
+
+/// `ColumnHeader::clock_source`: no timer event yet.
+pub const CLOCK_SOURCE_NONE: u32 = 0;
+/// A perf task-clock event's page tells when the thread was scheduled in; between two
+/// schedulings CPU time advances with the TSC (D11).
+pub const CLOCK_SOURCE_PERF_TSC: u32 = 1;
+/// Perf events refused: every timer event reads CLOCK_THREAD_CPUTIME_ID (a system call).
+pub const CLOCK_SOURCE_SYSCALL: u32 = 2;
+
+/// Name of a clock source for reports.
+pub fn clock_source_name(s: u32) -> Option<&'static str> {
+    match s {
+        CLOCK_SOURCE_PERF_TSC => Some("perf-task-clock+tsc"),
+        CLOCK_SOURCE_SYSCALL => Some("clock_gettime"),
+        _ => None,
+    }
+}
 const _: () = assert!(size_of::<ColumnHeader>() as u64 <= COLUMN_HEADER_RESERVED);
 
 /// Offsets the trampolines hard-code (`gs:[...]`).
 pub const COL_SELF_OFFSET: u32 = offset_of!(ColumnHeader, self_addr) as u32;
 pub const COL_OWNER_TP_OFFSET: u32 = offset_of!(ColumnHeader, owner_tp) as u32;
 pub const COL_OWNER_KEY_OFFSET: u32 = offset_of!(ColumnHeader, owner_key) as u32;
-pub const COUNTERS_OFFSET: u32 = COLUMN_HEADER_RESERVED as u32;
+pub const COL_SEQ_PTR_OFFSET: u32 = offset_of!(ColumnHeader, seq_ptr) as u32;
+pub const COL_CPU_OFF_OFFSET: u32 = offset_of!(ColumnHeader, cpu_off) as u32;
+pub const COL_SEQ_OFFSET: u32 = offset_of!(ColumnHeader, seq) as u32;
+pub const COL_BUSY_OFFSET: u32 = offset_of!(ColumnHeader, busy) as u32;
+pub const COL_DEPTH_OFFSET: u32 = offset_of!(ColumnHeader, depth) as u32;
+pub const COL_TIMER_SKIPPED_OFFSET: u32 = offset_of!(ColumnHeader, timer_skipped) as u32;
+pub const FRAME_SP_OFFSET: u32 = offset_of!(Frame, sp) as u32;
+pub const FRAME_POINT_OFFSET: u32 = offset_of!(Frame, point) as u32;
+pub const FRAME_BITS_OFFSET: u32 = offset_of!(Frame, bits) as u32;
+pub const FRAME_WALL_OFFSET: u32 = offset_of!(Frame, wall_start) as u32;
+pub const FRAME_CPU_OFFSET: u32 = offset_of!(Frame, cpu_start) as u32;
+/// Counters start after the shadow stack.
+pub const COUNTERS_OFFSET: u32 = SHADOW_OFFSET + SHADOW_CAP * FRAME_SIZE;
 
 /// Offset of `tid` in glibc's `struct pthread` on x86-64 (glibc 2.26 and later); the
 /// runtime verifies it against gettid() in the main thread before trusting it.
@@ -149,7 +235,7 @@ pub const GLIBC_TID_OFFSET: u32 = 0x2d0;
 /// Column size for `n_points` points and `n_counter_slots` 8-byte counters per point,
 /// rounded to whole pages so columns never share a cache line or page (D7).
 pub const fn column_size(n_points: u32, n_counter_slots: u32) -> u64 {
-    let bytes = COLUMN_HEADER_RESERVED + n_points as u64 * n_counter_slots as u64 * 8;
+    let bytes = COUNTERS_OFFSET as u64 + n_points as u64 * n_counter_slots as u64 * 8;
     align_up(bytes, PAGE)
 }
 
@@ -158,32 +244,51 @@ pub const fn counter_offset(n_points: u32, slot: u32, point: u32) -> u64 {
     COUNTERS_OFFSET as u64 + (slot as u64 * n_points as u64 + point as u64) * 8
 }
 
-/// Length of the control region: one byte per (metric, point), whole pages.
-pub const fn ctl_len(n_points: u32, n_metrics: u32) -> u64 {
-    let bytes = n_points as u64 * n_metrics as u64;
-    if bytes == 0 {
+/// Length of the control region: one byte per point, whole pages.
+pub const fn ctl_len(n_points: u32) -> u64 {
+    if n_points == 0 {
         PAGE
     } else {
-        align_up(bytes, PAGE)
+        align_up(n_points as u64, PAGE)
     }
 }
 
-/// Offset of the gate byte for (`metric`, `point`) inside the control region.
-pub const fn gate_offset(n_points: u32, metric: u32, point: u32) -> u64 {
-    metric as u64 * n_points as u64 + point as u64
+/// Offset of the gate byte of `point` inside the control region.
+pub const fn gate_offset(point: u32) -> u64 {
+    point as u64
+}
+
+/// The bit of `metric` in a gate byte.
+pub const fn metric_bit(metric: u32) -> u8 {
+    1 << metric
 }
 
 pub const fn align_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
-/// Metric ids known to the runtime. The spec names metrics; these are the ones the code
-/// generator knows how to build.
+/// Metric ids known to the runtime (the bit number in a gate byte). The spec names metrics;
+/// these are the ones the code generator knows how to build.
 pub const METRIC_CALLS: u32 = 0;
-/// Number of metrics rows in the control region for this layout version.
-pub const N_METRICS: u32 = 1;
-/// Counter slots per point: `calls` only.
-pub const N_COUNTER_SLOTS: u32 = 1;
+/// Inclusive CPU time of the thread in the function (virtual timer, D11).
+pub const METRIC_CPU_TIME: u32 = 1;
+/// Inclusive wall time in the function (TSC).
+pub const METRIC_WALL_TIME: u32 = 2;
+/// Number of metrics (bits used in a gate byte) for this layout version.
+pub const N_METRICS: u32 = 3;
+/// Gate bits of the timer metrics: a frame is pushed when any of them is on.
+pub const TIMER_BITS: u8 = metric_bit(METRIC_CPU_TIME) | metric_bit(METRIC_WALL_TIME);
+
+/// Counter slots per point in a column.
+pub const SLOT_CALLS: u32 = 0;
+/// Inclusive CPU time, TSC ticks (`FileHeader::tsc_hz` converts).
+pub const SLOT_CPU_TICKS: u32 = 1;
+/// Inclusive wall time, TSC ticks.
+pub const SLOT_WALL_TICKS: u32 = 2;
+/// Open frames of the point on this thread (recursion depth); time is added when the
+/// outermost closes, so recursion is not counted twice. State, not a metric.
+pub const SLOT_ACTIVE: u32 = 3;
+pub const N_COUNTER_SLOTS: u32 = 4;
 
 /// Read-only block the rewriter emits into the new code segment and passes to every
 /// runtime entry. Addresses are stored relative to the block's own address, so it needs
@@ -213,10 +318,24 @@ pub struct RtConfig {
     pub name_len: u64,
     /// Address of the runtime state (`RT_STATE_SIZE` bytes, zero-initialised), relative.
     pub state_rel: i64,
+    /// Trap table (`n_traps` × [`TrapEntry`], sorted by site), relative to this block.
+    pub traps_rel: i64,
+    pub n_traps: u64,
 }
 
 pub const CONFIG_MAGIC: [u8; 8] = *b"STINTCFG";
-pub const CONFIG_VERSION: u32 = 1;
+pub const CONFIG_VERSION: u32 = 2;
+
+/// A site patched with `int3` (the trap tactic): the runtime's SIGTRAP handler resumes
+/// the thread at the site's trampoline. Both addresses are relative to the `RtConfig` block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapEntry {
+    /// Address of the `int3` byte.
+    pub site_rel: i64,
+    /// Where the thread continues (the trampoline of the site).
+    pub resume_rel: i64,
+}
 
 /// Bytes the rewriter reserves (zero-filled, writable) for the runtime's own state. The
 /// runtime's state struct starts with the dummy column header that every thread's GS base
@@ -312,6 +431,7 @@ impl FileHeader {
                 reg_lock: u32,
                 tid_offset: u32,
                 file_len: u64,
+                tsc_hz: u64,
             }
         );
         if h.magic != FILE_MAGIC {
@@ -372,6 +492,20 @@ impl ColumnHeader {
                 registered_monotonic_ns: u64,
                 start_routine: u64,
                 name: bytes16,
+                seq_ptr: u64,
+                cpu_off: u64,
+                seq: u32,
+                seq_never: u32,
+                busy: u32,
+                depth: u32,
+                clock_source: u32,
+                _pad0: u32,
+                timer_skipped: u64,
+                unmatched_exits: u64,
+                shadow_overflow: u64,
+                abandoned_frames: u64,
+                resyncs: u64,
+                perf_page: u64,
             }
         ))
     }
@@ -408,6 +542,8 @@ impl RtConfig {
         put!(name_rel, self.name_rel.to_le_bytes());
         put!(name_len, self.name_len.to_le_bytes());
         put!(state_rel, self.state_rel.to_le_bytes());
+        put!(traps_rel, self.traps_rel.to_le_bytes());
+        put!(n_traps, self.n_traps.to_le_bytes());
         out
     }
 }
@@ -421,10 +557,13 @@ mod tests {
         assert_eq!(COL_SELF_OFFSET, 0);
         assert_eq!(COL_OWNER_TP_OFFSET, 8);
         assert_eq!(COL_OWNER_KEY_OFFSET, 16);
-        assert_eq!(column_size(0, 1), PAGE);
-        assert_eq!(column_size(496, 1), PAGE);
-        assert_eq!(column_size(497, 1), PAGE * 2);
-        assert_eq!(counter_offset(10, 0, 3), 128 + 24);
+        assert_eq!(FRAME_SIZE, 32);
+        assert_eq!(COUNTERS_OFFSET, 256 + 512 * 32);
+        assert_eq!(column_size(0, 1), 5 * PAGE);
+        assert_eq!(column_size(120, 4), 5 * PAGE);
+        assert_eq!(column_size(121, 4), 6 * PAGE);
+        assert_eq!(counter_offset(10, 0, 3), COUNTERS_OFFSET as u64 + 24);
+        assert_eq!(counter_offset(10, SLOT_WALL_TICKS, 3), COUNTERS_OFFSET as u64 + 8 * 23);
     }
 
     #[test]
