@@ -35,11 +35,16 @@
 //! never touched.
 
 use crate::error::{Error, Result};
-use crate::plan::Point;
+use crate::plan::{Exit, Point};
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
-use stint_layout::{COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET};
+use stint_layout::{
+    metric_bit, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET,
+    COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET, COL_TIMER_SKIPPED_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET,
+    FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME,
+    METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, TIMER_BITS,
+};
 
 /// Label IPs live here; no user-space instruction can have such an address.
 const LABEL_BASE: u64 = 0xffff_f000_0000_0000;
@@ -105,37 +110,56 @@ fn mem(base: Register, disp: i64) -> MemoryOperand {
 /// Addresses a trampoline needs.
 #[derive(Clone, Copy, Debug)]
 pub struct TrampolineEnv {
-    /// Gate byte of (`calls`, this point).
+    /// Gate byte of this point (one bit per metric).
     pub gate: u64,
     /// Offset of this point's call counter in a column (`gs:`-relative).
     pub counter: u32,
     /// fs-relative offset of libc's tid word, 0 to leave it out of the key.
     pub tid_offset: u32,
     pub slow_stub: u64,
+    /// The shared timer routines (`timer_routine`).
+    pub timer_enter: u64,
+    pub timer_exit: u64,
 }
 
-/// Encode the trampoline of `point` at address `at`.
+const CALLS_BIT: u8 = metric_bit(METRIC_CALLS);
+
+/// Encode the entry trampoline of `point` at address `at` (see the module doc; with timer
+/// bits, `.count` also calls the shared `timer_enter` routine when a timer gate is on).
 pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
     let mut b = Block::new();
     let (on, count, displaced, slow) = (b.label(), b.label(), b.label(), b.label());
-    b.op(Instruction::with2(Code::Cmp_rm8_imm8, rip(env.gate), 0))?; // gate on?
+    // Only the bits this point can measure: a stray bit set on the page changes nothing.
+    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), point.bits as u32))?; // any gate on?
     b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?); // off: fall through
     b.bind(displaced);
-    displaced_code(&mut b, point)?; // the program's own instructions, then back
+    displaced_code(&mut b, &point.displaced, point.emulate_call)?; // the program's own instructions, then back
     b.bind(on);
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?; // scratch
-    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, seg_abs(Register::FS, 0)))?; // thread pointer
-    b.op(Instruction::with2(Code::Cmp_r64_rm64, Register::RAX, seg_abs(Register::GS, COL_OWNER_TP_OFFSET)))?; // our column?
-    b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
-    if env.tid_offset != 0 {
-        b.op(Instruction::with2(Code::Mov_r32_rm32, Register::EAX, seg_abs(Register::FS, env.tid_offset)))?; // libc tid
-        b.op(Instruction::with2(Code::Cmp_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_OWNER_KEY_OFFSET)))?;
-        b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
-    }
+    thread_check(&mut b, env.tid_offset, slow)?;
     b.bind(count);
-    b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
+    let timers = point.bits & TIMER_BITS != 0;
+    if point.bits & CALLS_BIT != 0 {
+        let skip = b.label();
+        if point.bits != CALLS_BIT {
+            b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), CALLS_BIT as u32))?;
+            b.add(Instruction::with_branch(Code::Je_rel32_64, skip).map_err(internal)?);
+        }
+        b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
+        if point.bits != CALLS_BIT {
+            b.bind(skip);
+        }
+    }
+    if timers {
+        let done = b.label();
+        b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), TIMER_BITS as u32))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, done).map_err(internal)?);
+        b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
+        b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_enter).map_err(internal)?);
+        b.bind(done);
+    }
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
-    displaced_code(&mut b, point)?; // a second copy: no taken branch back to the first
+    displaced_code(&mut b, &point.displaced, point.emulate_call)?; // a second copy: no taken branch back
     b.bind(slow);
     b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?; // which point
     b.add(Instruction::with_branch(Code::Call_rel32_64, env.slow_stub).map_err(internal)?);
@@ -146,27 +170,83 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>>
     b.encode(at)
 }
 
+/// `fs:[0]` and the libc tid word against the column GS points at; jumps to `miss` when the
+/// column is not this thread's. Clobbers eax and flags.
+fn thread_check(b: &mut Block, tid_offset: u32, miss: u64) -> Result<()> {
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, seg_abs(Register::FS, 0)))?; // thread pointer
+    b.op(Instruction::with2(Code::Cmp_r64_rm64, Register::RAX, seg_abs(Register::GS, COL_OWNER_TP_OFFSET)))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, miss).map_err(internal)?);
+    if tid_offset != 0 {
+        b.op(Instruction::with2(Code::Mov_r32_rm32, Register::EAX, seg_abs(Register::FS, tid_offset)))?; // libc tid
+        b.op(Instruction::with2(Code::Cmp_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_OWNER_KEY_OFFSET)))?;
+        b.add(Instruction::with_branch(Code::Jne_rel32_64, miss).map_err(internal)?);
+    }
+    Ok(())
+}
+
+/// Encode the trampoline of an exit site at `at`:
+/// ```text
+///        <window instructions before the exit, relocated>   ; rsp is back at its entry value
+///        test  byte [rip+gate], TIMER_BITS
+///        jne   .on
+/// .exit  <the exit instruction, relocated>                  ; ret / tail jump
+/// .on    push  rax
+///        <thread check> → .skip                             ; unregistered: no frame to close
+///        mov   eax, <point id>
+///        call  timer_exit
+/// .skip  pop   rax
+///        <the exit instruction again>
+/// ```
+/// Flags are dead at a return and at a tail call (psABI), so they are clobbered.
+pub fn exit_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
+    let (last, before) = exit
+        .displaced
+        .split_last()
+        .ok_or_else(|| Error::Internal(format!("exit 0x{:x} has no instructions", exit.site)))?;
+    let mut b = Block::new();
+    let (on, skip) = (b.label(), b.label());
+    for ins in before {
+        b.add(*ins);
+    }
+    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), TIMER_BITS as u32))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
+    b.add(*last);
+    b.bind(on);
+    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    thread_check(&mut b, env.tid_offset, skip)?;
+    b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, exit.point))?;
+    b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
+    b.bind(skip);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.add(*last);
+    b.encode(at)
+}
+
 fn internal(e: iced_x86::IcedError) -> Error {
     Error::Internal(format!("instruction: {e}"))
 }
 
-/// The window's instructions, then the jump back (unless they end control flow).
-fn displaced_code(b: &mut Block, point: &Point) -> Result<()> {
-    let n = point.displaced.len();
-    for (k, ins) in point.displaced.iter().enumerate() {
+/// The window's instructions, then the jump back to the instruction after them (unless they
+/// end control flow).
+fn displaced_code(b: &mut Block, displaced: &[Instruction], emulate_last_call: bool) -> Result<()> {
+    let n = displaced.len();
+    for (k, ins) in displaced.iter().enumerate() {
         let last = k + 1 == n;
-        if last && point.emulate_call {
+        if last && emulate_last_call {
             emulate_call(b, ins)?;
             return Ok(());
         }
         b.add(*ins);
     }
-    let ends = point.displaced.last().is_some_and(|i| {
-        matches!(i.flow_control(), FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch)
-    });
+    let Some(last) = displaced.last() else {
+        return Err(Error::Internal("empty window".into()));
+    };
+    let ends = matches!(
+        last.flow_control(),
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+    );
     if !ends {
-        let back = point.address + point.window_len;
-        b.add(Instruction::with_branch(Code::Jmp_rel32_64, back).map_err(internal)?);
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, last.next_ip()).map_err(internal)?);
     }
     Ok(())
 }
@@ -200,13 +280,11 @@ fn emulate_call(b: &mut Block, call: &Instruction) -> Result<()> {
     Ok(())
 }
 
-/// The common slow path of all trampolines: save what the psABI lets a callee clobber,
-/// including x87/SSE state, align the stack and call `stint_rt_slow(config, point)`.
-/// In: eax = point id (the trampoline saved rax). Out: eax = 1 to count, 0 to skip.
-pub fn slow_stub(at: u64, config: u64, rt_slow: u64) -> Result<Vec<u8>> {
+/// Save the registers in `saved` and the x87/SSE state, align the stack, set the first
+/// argument to the config block, and call `target`; restore and return. The stub is how
+/// machine code enters rt-lib (D6): everything a Rust function may clobber is preserved.
+fn rt_stub(at: u64, config: u64, target: u64, saved: &[Register], shuffle: &[(Register, Register)]) -> Result<Vec<u8>> {
     let mut b = Block::new();
-    // rax was saved by the trampoline and carries the point id.
-    let saved = &crate::abi::CALLER_SAVED[1..];
     for &r in saved {
         b.op(Instruction::with1(Code::Push_r64, r))?;
     }
@@ -215,9 +293,11 @@ pub fn slow_stub(at: u64, config: u64, rt_slow: u64) -> Result<Vec<u8>> {
     b.op(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32))?; // psABI alignment
     b.op(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, 512))?; // fxsave area
     b.op(Instruction::with1(Code::Fxsave64_m512byte, mem(Register::RSP, 0)))?; // x87 + SSE state
+    for &(dst, src) in shuffle {
+        b.op(Instruction::with2(Code::Mov_r64_rm64, dst, src))?;
+    }
     b.op(Instruction::with2(Code::Lea_r64_m, Register::RDI, rip(config)))?; // arg 1: config
-    b.op(Instruction::with2(Code::Mov_r32_rm32, Register::ESI, Register::EAX))?; // arg 2: point
-    b.add(Instruction::with_branch(Code::Call_rel32_64, rt_slow).map_err(internal)?);
+    b.add(Instruction::with_branch(Code::Call_rel32_64, target).map_err(internal)?);
     b.op(Instruction::with1(Code::Fxrstor64_m512byte, mem(Register::RSP, 0)))?;
     b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBP))?;
     b.op(Instruction::with1(Code::Pop_r64, Register::RBP))?;
@@ -225,6 +305,162 @@ pub fn slow_stub(at: u64, config: u64, rt_slow: u64) -> Result<Vec<u8>> {
         b.op(Instruction::with1(Code::Pop_r64, *r))?;
     }
     b.op(Ok(Instruction::with(Code::Retnq)))?;
+    b.encode(at)
+}
+
+/// The registration slow path of all entry trampolines: `stint_rt_slow(config, point)`.
+/// In: eax = point id (the trampoline saved rax). Out: eax = 1 to count, 0 to skip.
+pub fn slow_stub(at: u64, config: u64, rt_slow: u64) -> Result<Vec<u8>> {
+    rt_stub(at, config, rt_slow, &crate::abi::CALLER_SAVED[1..], &[(Register::RSI, Register::RAX)])
+}
+
+/// The slow path of the timer routines: `stint_rt_timer(config, op, point, sp, tsc)`.
+/// In: rax = op, rcx = point, rdx = entry stack pointer, rsi = TSC; the routine saved rcx,
+/// rdx, rsi and rdi itself, and the trampoline saved rax.
+pub fn timer_stub(at: u64, config: u64, rt_timer: u64) -> Result<Vec<u8>> {
+    use Register::*;
+    // Order matters: each source is read before it is overwritten.
+    let shuffle = [(R8, RSI), (RSI, RAX), (RAX, RDX), (RDX, RCX), (RCX, RAX)];
+    rt_stub(at, config, rt_timer, &[R8, R9, R10, R11], &shuffle)
+}
+
+/// The SIGTRAP handler of the trap tactic: `stint_rt_trap(config, siginfo, ucontext)` (the
+/// kernel calls it with rdi = signal, rsi = siginfo, rdx = ucontext, on a normal call frame).
+pub fn trap_stub(at: u64, config: u64, rt_trap: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RDI, rip(config)))?;
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, rt_trap).map_err(internal)?);
+    b.encode(at)
+}
+
+/// Addresses and offsets the shared timer routines need.
+#[derive(Clone, Copy, Debug)]
+pub struct TimerEnv {
+    /// The control region (gate of point p at `ctl + p`).
+    pub ctl: u64,
+    /// Column offsets of counter slot 0 for the active count, CPU and wall timers.
+    pub active: u32,
+    pub cpu: u32,
+    pub wall: u32,
+    pub timer_stub: u64,
+}
+
+/// Operation codes of `stint_rt_timer`.
+pub const TIMER_OP_ENTER: u32 = 0;
+pub const TIMER_OP_EXIT: u32 = 1;
+
+/// Stack pointer at the function entry / exit, seen from inside a timer routine: the
+/// trampoline pushed rax and called (16 bytes), the routine pushed rcx, rdx, rsi, rdi.
+const SP_FROM_ROUTINE: i64 = 16 + 32;
+
+/// The shared timer routines (D3, D11), one copy per program. In: eax = point id, the
+/// calling trampoline has pushed rax and checked that GS is this thread's column.
+///
+/// `enter` pushes a frame (sp, point, gate bits, TSC, CPU ticks = TSC − cpu_off) and raises
+/// the point's active count. `exit` pops the top frame if it is this point's at this stack
+/// pointer; when the active count drops to 0 (the outermost activation: recursion is not
+/// counted twice) it adds the elapsed wall and CPU ticks. Everything else goes to rt-lib
+/// (`stint_rt_timer`): the thread was scheduled since the last synchronisation (the perf
+/// page's sequence word changed), the shadow stack is full or empty, an entry finds frames
+/// at or below its stack pointer (left by exception or longjmp), an exit does not match the
+/// top frame. `busy` is set for the duration: an event from a signal handler that
+/// interrupted the routine is skipped and counted, never mixed into the frame being written.
+pub fn timer_routine(at: u64, op: u32, env: TimerEnv) -> Result<Vec<u8>> {
+    use Register::*;
+    let mut b = Block::new();
+    let (reent, out, slow, done) = (b.label(), b.label(), b.label(), b.label());
+    let gs = |disp: u32| seg_abs(GS, disp);
+    let gsx = |base: Register, disp: u32| MemoryOperand::new(base, Register::None, 1, disp as i64, 8, false, GS);
+    let gsi8 = |index: Register, disp: u32| MemoryOperand::new(Register::None, index, 8, disp as i64, 4, false, GS);
+    for r in [RCX, RDX, RSI, RDI] {
+        b.op(Instruction::with1(Code::Push_r64, r))?;
+    }
+    b.op(Instruction::with2(Code::Cmp_rm32_imm8, gs(COL_BUSY_OFFSET), 0))?; // interrupted a routine?
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, reent).map_err(internal)?);
+    b.op(Instruction::with2(Code::Mov_rm32_imm32, gs(COL_BUSY_OFFSET), 1))?;
+    b.op(Instruction::with2(Code::Mov_r32_rm32, ECX, EAX))?; // rcx = point
+    b.op(Instruction::with2(Code::Lea_r64_m, RDI, mem(RSP, SP_FROM_ROUTINE)))?; // rdi = S
+    b.op(Ok(Instruction::with(Code::Rdtsc)))?;
+    b.op(Instruction::with2(Code::Shl_rm64_imm8, RDX, 32))?;
+    b.op(Instruction::with2(Code::Or_r64_rm64, RAX, RDX))?; // rax = TSC
+    b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, gs(COL_SEQ_PTR_OFFSET)))?;
+    b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, mem(RDX, 0)))?;
+    b.op(Instruction::with2(Code::Cmp_r32_rm32, EDX, gs(COL_SEQ_OFFSET)))?; // scheduled since?
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
+    b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, gs(COL_DEPTH_OFFSET)))?;
+    let ss = SHADOW_OFFSET;
+    if op == TIMER_OP_ENTER {
+        let push = b.label();
+        b.op(Instruction::with2(Code::Cmp_rm32_imm32, EDX, SHADOW_CAP))?;
+        b.add(Instruction::with_branch(Code::Jae_rel32_64, slow).map_err(internal)?);
+        b.op(Instruction::with2(Code::Shl_rm32_imm8, EDX, FRAME_SIZE.trailing_zeros()))?; // rdx = depth * 32
+        b.op(Instruction::with2(Code::Test_rm32_r32, EDX, EDX))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, push).map_err(internal)?);
+        // A frame at or below our stack pointer was left without its exit: rt-lib closes it.
+        b.op(Instruction::with2(Code::Cmp_rm64_r64, gsx(RDX, ss - FRAME_SIZE + FRAME_SP_OFFSET), RDI))?;
+        b.add(Instruction::with_branch(Code::Jbe_rel32_64, slow).map_err(internal)?);
+        b.bind(push);
+        b.op(Instruction::with2(Code::Mov_rm64_r64, gsx(RDX, ss + FRAME_SP_OFFSET), RDI))?;
+        b.op(Instruction::with2(Code::Mov_rm32_r32, gsx(RDX, ss + FRAME_POINT_OFFSET), ECX))?;
+        b.op(Instruction::with2(Code::Lea_r64_m, RSI, rip(env.ctl)))?;
+        b.op(Instruction::with2(Code::Movzx_r32_rm8, ESI, MemoryOperand::with_base_index(RSI, RCX)))?;
+        b.op(Instruction::with2(Code::And_rm32_imm8, ESI, TIMER_BITS as i32))?;
+        b.op(Instruction::with2(Code::Mov_rm32_r32, gsx(RDX, ss + FRAME_BITS_OFFSET), ESI))?;
+        b.op(Instruction::with2(Code::Mov_rm64_r64, gsx(RDX, ss + FRAME_WALL_OFFSET), RAX))?;
+        b.op(Instruction::with2(Code::Sub_r64_rm64, RAX, gs(COL_CPU_OFF_OFFSET)))?;
+        b.op(Instruction::with2(Code::Mov_rm64_r64, gsx(RDX, ss + FRAME_CPU_OFFSET), RAX))?;
+        b.op(Instruction::with1(Code::Inc_rm64, gsi8(RCX, env.active)))?;
+        b.op(Instruction::with1(Code::Inc_rm32, gs(COL_DEPTH_OFFSET)))?; // publish
+    } else {
+        b.op(Instruction::with2(Code::Lea_r32_m, ESI, mem(RDX, -1)))?; // top index
+        b.op(Instruction::with2(Code::Cmp_rm32_imm32, ESI, SHADOW_CAP))?; // empty (−1) or beyond the kept frames
+        b.add(Instruction::with_branch(Code::Jae_rel32_64, slow).map_err(internal)?);
+        b.op(Instruction::with2(Code::Shl_rm32_imm8, ESI, FRAME_SIZE.trailing_zeros()))?;
+        b.op(Instruction::with2(Code::Cmp_rm64_r64, gsx(RSI, ss + FRAME_SP_OFFSET), RDI))?; // our frame?
+        b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
+        b.op(Instruction::with2(Code::Cmp_rm32_r32, gsx(RSI, ss + FRAME_POINT_OFFSET), ECX))?;
+        b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
+        b.op(Instruction::with1(Code::Dec_rm32, gs(COL_DEPTH_OFFSET)))?;
+        b.op(Instruction::with1(Code::Dec_rm64, gsi8(RCX, env.active)))?;
+        b.add(Instruction::with_branch(Code::Jne_rel32_64, out).map_err(internal)?); // not the outermost
+        let nowall = b.label();
+        b.op(Instruction::with2(
+            Code::Test_rm8_imm8,
+            gsx(RSI, ss + FRAME_BITS_OFFSET),
+            metric_bit(METRIC_WALL_TIME) as u32,
+        ))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, nowall).map_err(internal)?);
+        b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RAX))?;
+        b.op(Instruction::with2(Code::Sub_r64_rm64, RDX, gsx(RSI, ss + FRAME_WALL_OFFSET)))?;
+        b.op(Instruction::with2(Code::Add_rm64_r64, gsi8(RCX, env.wall), RDX))?;
+        b.bind(nowall);
+        b.op(Instruction::with2(
+            Code::Test_rm8_imm8,
+            gsx(RSI, ss + FRAME_BITS_OFFSET),
+            metric_bit(METRIC_CPU_TIME) as u32,
+        ))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, out).map_err(internal)?);
+        b.op(Instruction::with2(Code::Sub_r64_rm64, RAX, gs(COL_CPU_OFF_OFFSET)))?;
+        b.op(Instruction::with2(Code::Sub_r64_rm64, RAX, gsx(RSI, ss + FRAME_CPU_OFFSET)))?;
+        b.op(Instruction::with2(Code::Add_rm64_r64, gsi8(RCX, env.cpu), RAX))?;
+    }
+    b.bind(out);
+    b.op(Instruction::with2(Code::Mov_rm32_imm32, gs(COL_BUSY_OFFSET), 0))?;
+    b.bind(done);
+    for r in [RDI, RSI, RDX, RCX] {
+        b.op(Instruction::with1(Code::Pop_r64, r))?;
+    }
+    b.op(Ok(Instruction::with(Code::Retnq)))?;
+    b.bind(reent);
+    b.op(Instruction::with1(Code::Inc_rm64, gs(COL_TIMER_SKIPPED_OFFSET)))?;
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, done).map_err(internal)?);
+    b.bind(slow);
+    // rax = TSC, rcx = point, rdi = S → rax = op, rcx = point, rdx = S, rsi = TSC.
+    b.op(Instruction::with2(Code::Mov_r64_rm64, RSI, RAX))?;
+    b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RDI))?;
+    b.op(Instruction::with2(Code::Mov_r32_imm32, EAX, op))?;
+    b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_stub).map_err(internal)?);
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, out).map_err(internal)?);
     b.encode(at)
 }
 
@@ -280,10 +516,17 @@ mod tests {
             tactic: Tactic::Window,
             bits: 1,
         };
-        let env = TrampolineEnv { gate: 0x500000, counter: 152, tid_offset: 0x2d0, slow_stub: 0x600000 };
+        let env = TrampolineEnv {
+            gate: 0x500000,
+            counter: 152,
+            tid_offset: 0x2d0,
+            slow_stub: 0x600000,
+            timer_enter: 0x610000,
+            timer_exit: 0x620000,
+        };
         let out = trampoline(&p, env, 0x700000).unwrap();
         let text = disasm(&out, 0x700000).join("\n");
-        assert!(text.contains("cmp byte ptr [500000h],0"), "{text}");
+        assert!(text.contains("test byte ptr [500000h],1"), "{text}");
         assert!(text.contains("mov rax,fs:[0]"), "{text}");
         assert!(text.contains("cmp rax,gs:[8]"), "{text}");
         assert!(text.contains("mov eax,fs:[2D0h]"), "{text}");
@@ -307,7 +550,14 @@ mod tests {
             tactic: Tactic::Window,
             bits: 1,
         };
-        let env = TrampolineEnv { gate: 0x500000, counter: 128, tid_offset: 0, slow_stub: 0x600000 };
+        let env = TrampolineEnv {
+            gate: 0x500000,
+            counter: 128,
+            tid_offset: 0,
+            slow_stub: 0x600000,
+            timer_enter: 0x610000,
+            timer_exit: 0x620000,
+        };
         let text = disasm(&trampoline(&p, env, 0x700000).unwrap(), 0x700000).join("\n");
         assert!(text.contains("lea rax,[401006h]"), "{text}");
         assert!(text.contains("jmp 0000000000402000h"), "{text}");

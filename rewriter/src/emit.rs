@@ -25,15 +25,15 @@
 //!   look for the PT_LOAD holding e_phoff. The file grows by the bss size in zeros for that.
 //! - No segment is both writable and executable.
 
-use crate::codegen::{self, TrampolineEnv};
+use crate::codegen::{self, TimerEnv, TrampolineEnv};
 use crate::error::{Error, Result};
 use crate::input::{InputElf, Segment};
-use crate::plan::{Plan, JMP_LEN};
+use crate::plan::{Plan, Tactic, JMP_LEN};
 use crate::rtimage;
 use object::elf;
 use stint_layout::{
-    align_up, counter_offset, ctl_len, gate_offset, RtConfig, CONFIG_MAGIC, CONFIG_VERSION, SLOT_CALLS,
-    N_COUNTER_SLOTS, N_METRICS, PAGE, RT_STATE_SIZE, SEGMENT_MAGIC,
+    align_up, counter_offset, ctl_len, gate_offset, RtConfig, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS, N_METRICS,
+    PAGE, RT_STATE_SIZE, SEGMENT_MAGIC, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
 };
 
 /// What the emitter needs besides the plan.
@@ -115,7 +115,7 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     seg.extend_from_slice(rtimage::IMAGE);
     pad_to(&mut seg, 64);
     let rel = |a: u64| a as i64 - config_at as i64;
-    let config = RtConfig {
+    let mut config = RtConfig {
         magic: CONFIG_MAGIC,
         version: CONFIG_VERSION,
         n_points,
@@ -133,32 +133,64 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
         state_rel: rel(state),
         traps_rel: 0,
         n_traps: 0,
+        trap_handler_rel: 0,
     };
-    let c = (config_at - seg_vaddr) as usize;
-    seg[c..c + config_size].copy_from_slice(&config.to_bytes());
 
     let entry_stub = seg_vaddr + seg.len() as u64;
     seg.extend(codegen::entry_stub(entry_stub, config_at, image_at + rtimage::STINT_RT_INIT, elf.entry)?);
     pad_to(&mut seg, 16);
-    let slow_stub = seg_vaddr + seg.len() as u64;
-    seg.extend(codegen::slow_stub(slow_stub, config_at, image_at + rtimage::STINT_RT_SLOW)?);
-    pad_to(&mut seg, 16);
+    let put = |seg: &mut Vec<u8>, code: &dyn Fn(u64) -> Result<Vec<u8>>| -> Result<u64> {
+        let at = seg_vaddr + seg.len() as u64;
+        seg.extend(code(at)?);
+        pad_to(seg, 16);
+        Ok(at)
+    };
+    let slow_stub = put(&mut seg, &|at| codegen::slow_stub(at, config_at, image_at + rtimage::STINT_RT_SLOW))?;
+    let timer_stub = put(&mut seg, &|at| codegen::timer_stub(at, config_at, image_at + rtimage::STINT_RT_TIMER))?;
+    let tenv = TimerEnv {
+        ctl: control,
+        active: counter_offset(n_points, SLOT_ACTIVE, 0) as u32,
+        cpu: counter_offset(n_points, SLOT_CPU_TICKS, 0) as u32,
+        wall: counter_offset(n_points, SLOT_WALL_TICKS, 0) as u32,
+        timer_stub,
+    };
+    let timer_enter = put(&mut seg, &|at| codegen::timer_routine(at, codegen::TIMER_OP_ENTER, tenv))?;
+    let timer_exit = put(&mut seg, &|at| codegen::timer_routine(at, codegen::TIMER_OP_EXIT, tenv))?;
+    let trap_handler = put(&mut seg, &|at| codegen::trap_stub(at, config_at, image_at + rtimage::STINT_RT_TRAP))?;
     let trampolines = seg_vaddr + seg.len() as u64;
 
-    // 4. Trampolines, and the windows that jump to them.
+    // 4. Trampolines, and the windows (or traps) that lead to them.
     let mut out = elf.data.to_vec();
+    let mut traps: Vec<(u64, u64)> = Vec::new();
+    let env_of = |point: u32| TrampolineEnv {
+        gate: control + gate_offset(point),
+        counter: counter_offset(n_points, SLOT_CALLS, point) as u32,
+        tid_offset: inp.tid_offset,
+        slow_stub,
+        timer_enter,
+        timer_exit,
+    };
     for p in &plan.points {
-        let at = seg_vaddr + seg.len() as u64;
-        let env = TrampolineEnv {
-            gate: control + gate_offset(p.id),
-            counter: counter_offset(n_points, SLOT_CALLS, p.id) as u32,
-            tid_offset: inp.tid_offset,
-            slow_stub,
-        };
-        seg.extend(codegen::trampoline(p, env, at)?);
-        pad_to(&mut seg, 16);
-        patch_window(elf, &mut out, p.address, p.window_len, at)?;
+        let at = put(&mut seg, &|at| codegen::trampoline(p, env_of(p.id), at))?;
+        patch(elf, &mut out, p.tactic, p.address, p.window_len, at, &mut traps)?;
     }
+    for x in &plan.exits {
+        let at = put(&mut seg, &|at| codegen::exit_trampoline(x, env_of(x.point), at))?;
+        patch(elf, &mut out, x.tactic, x.address, x.window_len, at, &mut traps)?;
+    }
+    // The trap table, sorted by site for the handler's binary search.
+    traps.sort_unstable();
+    pad_to(&mut seg, 8);
+    let table_at = seg_vaddr + seg.len() as u64;
+    for &(site, resume) in &traps {
+        seg.extend_from_slice(&rel(site).to_le_bytes());
+        seg.extend_from_slice(&rel(resume).to_le_bytes());
+    }
+    config.traps_rel = rel(table_at);
+    config.n_traps = traps.len() as u64;
+    config.trap_handler_rel = rel(trap_handler);
+    let c = (config_at - seg_vaddr) as usize;
+    seg[c..c + config_size].copy_from_slice(&config.to_bytes());
     let seg_len = seg.len() as u64;
 
     // 5. Headers.
@@ -283,6 +315,28 @@ fn spare_phdr_slot(elf: &InputElf) -> Option<usize> {
     elf.segments.iter().find(|s| s.p_type == elf::PT_NULL).map(|n| n.index)
 }
 
+/// Patch a site by its tactic: a window jumps to the trampoline; a trap is one `int3`
+/// recorded in `traps` as (site, trampoline).
+fn patch(
+    elf: &InputElf,
+    out: &mut [u8],
+    tactic: Tactic,
+    address: u64,
+    len: u64,
+    trampoline: u64,
+    traps: &mut Vec<(u64, u64)>,
+) -> Result<()> {
+    if tactic != Tactic::Trap {
+        return patch_window(elf, out, address, len, trampoline);
+    }
+    let off = elf
+        .vaddr_to_offset(address)
+        .ok_or_else(|| Error::Internal(format!("trap site 0x{address:x} is not in the file")))? as usize;
+    *out.get_mut(off).ok_or_else(|| Error::Internal(format!("trap site 0x{address:x} leaves the file")))? = 0xcc;
+    traps.push((address, trampoline));
+    Ok(())
+}
+
 /// `jmp rel32` to the trampoline at `window`, the rest of the window `int3`.
 fn patch_window(elf: &InputElf, out: &mut [u8], window: u64, len: u64, target: u64) -> Result<()> {
     let off = elf
@@ -367,16 +421,29 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     if !(seg.0..seg.1).contains(&entry) {
         return bad(format!("e_entry 0x{entry:x} is outside the new code segment"));
     }
-    for p in &plan.points {
-        let Some(&(v, _, _, off, _)) = loads.iter().find(|l| p.address >= l.0 && p.address < l.0 + l.4) else {
-            return bad(format!("window 0x{:x} is not in a file-backed segment", p.address));
+    let sites = plan.points.iter().map(|p| (p.address, p.window_len, p.tactic));
+    let mut patched: Vec<(u64, u64)> = Vec::new();
+    for (address, len, tactic) in sites.chain(plan.exits.iter().map(|x| (x.address, x.window_len, x.tactic))) {
+        let Some(&(v, _, _, off, _)) = loads.iter().find(|l| address >= l.0 && address < l.0 + l.4) else {
+            return bad(format!("window 0x{address:x} is not in a file-backed segment"));
         };
-        let o = (p.address - v + off) as usize;
-        let rel = i32::from_le_bytes(out[o + 1..o + 5].try_into().unwrap_or_default()) as i64;
-        let target = (p.address as i64 + JMP_LEN as i64 + rel) as u64;
-        if out[o] != 0xe9 || !(seg.0..seg.1).contains(&target) {
-            return bad(format!("window 0x{:x} does not jump into the new code segment", p.address));
+        let o = (address - v + off) as usize;
+        if tactic == Tactic::Trap {
+            if out[o] != 0xcc {
+                return bad(format!("trap site 0x{address:x} is not an int3"));
+            }
+        } else {
+            let rel = i32::from_le_bytes(out[o + 1..o + 5].try_into().unwrap_or_default()) as i64;
+            let target = (address as i64 + JMP_LEN as i64 + rel) as u64;
+            if out[o] != 0xe9 || !(seg.0..seg.1).contains(&target) {
+                return bad(format!("window 0x{address:x} does not jump into the new code segment"));
+            }
         }
+        patched.push((address, len));
+    }
+    patched.sort_unstable();
+    if let Some(w) = patched.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
+        return bad(format!("patches at 0x{:x} and 0x{:x} overlap", w[0].0, w[1].0));
     }
     Ok(())
 }

@@ -34,25 +34,45 @@ pub struct FunctionCalls {
     /// The function's address as the meta gives it.
     pub address: String,
     pub calls: u64,
+    /// Inclusive CPU and wall time in ns; `None` if the function is not timed (or the file
+    /// has no TSC calibration).
+    pub cpu_ns: Option<u64>,
+    pub wall_ns: Option<u64>,
 }
 
 /// The functions thread `t` called, one row per (name, address), by calls descending, then
 /// name, then address.
 pub fn functions(p: &Profile, t: &ThreadProfile) -> Vec<FunctionCalls> {
-    let mut sums: BTreeMap<(String, String), u64> = BTreeMap::new();
+    // (calls, cpu ticks, wall ticks, timed)
+    let mut sums: BTreeMap<(String, String), (u64, u64, u64, bool)> = BTreeMap::new();
+    let key = |point: u32| match p.point(point) {
+        Some(pm) => (pm.function.clone(), pm.address.clone()),
+        None => (format!("point {point}"), String::new()),
+    };
     for &(point, calls) in &t.counts {
         if calls == 0 {
             continue;
         }
-        let key = match p.point(point) {
-            Some(pm) => (pm.function.clone(), pm.address.clone()),
-            None => (format!("point {point}"), String::new()),
-        };
-        let sum = sums.entry(key).or_insert(0);
-        *sum = sum.saturating_add(calls);
+        let sum = sums.entry(key(point)).or_default();
+        sum.0 = sum.0.saturating_add(calls);
+        sum.3 |= p.timed(point);
     }
-    let mut rows: Vec<_> =
-        sums.into_iter().map(|((name, address), calls)| FunctionCalls { name, address, calls }).collect();
+    for &(point, cpu, wall) in &t.times {
+        let sum = sums.entry(key(point)).or_default();
+        sum.1 = sum.1.saturating_add(cpu);
+        sum.2 = sum.2.saturating_add(wall);
+        sum.3 = true;
+    }
+    let mut rows: Vec<_> = sums
+        .into_iter()
+        .map(|((name, address), (calls, cpu, wall, timed))| FunctionCalls {
+            name,
+            address,
+            calls,
+            cpu_ns: if timed { p.ticks_to_ns(cpu) } else { None },
+            wall_ns: if timed { p.ticks_to_ns(wall) } else { None },
+        })
+        .collect();
     // The map is sorted by (name, address) and the sort is stable.
     rows.sort_by_key(|f| std::cmp::Reverse(f.calls));
     rows
@@ -81,7 +101,9 @@ pub fn to_json(p: &Profile) -> Value {
         .map(|t| {
             let functions: Vec<Value> = functions(p, t)
                 .into_iter()
-                .map(|f| json!({"name": f.name, "address": f.address, "calls": f.calls}))
+                .map(|f| {
+                    json!({"name": f.name, "address": f.address, "calls": f.calls, "cpu_ns": f.cpu_ns, "wall_ns": f.wall_ns})
+                })
                 .collect();
             json!({
                 "tid": t.tid,
@@ -89,6 +111,12 @@ pub fn to_json(p: &Profile) -> Value {
                 "start_routine": start_routine(p, t),
                 "first_function": first_function(p, t),
                 "main": t.is_main(p),
+                "clock_source": t.clock_source,
+                "timer_skipped": t.timer_skipped,
+                "unmatched_exits": t.unmatched_exits,
+                "abandoned_frames": t.abandoned_frames,
+                "shadow_overflow": t.shadow_overflow,
+                "resyncs": t.resyncs,
                 "functions": functions,
             })
         })
@@ -102,6 +130,7 @@ pub fn to_json(p: &Profile) -> Value {
         "threads": threads,
         "skipped_reentrant": p.skipped_reentrant,
         "lost_threads": p.lost_threads,
+        "tsc_hz": p.tsc_hz,
     })
 }
 
@@ -157,6 +186,9 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
         })
         .collect();
 
+    // Timer columns only when some function is timed: call-count-only profiles keep the
+    // narrow table.
+    let timed = sections.iter().flat_map(|s| &s.shown).any(|f| f.wall_ns.is_some() || f.cpu_ns.is_some());
     let widest_calls = sections.iter().flat_map(|s| s.shown.iter().map(|f| f.calls).chain([s.hidden.1])).max();
     let calls_w = widest_calls.unwrap_or(0).to_string().len().max("calls".len());
     let names_w = sections.iter().flat_map(|s| &s.shown).map(|f| f.name.chars().count()).max().unwrap_or(0);
@@ -179,9 +211,23 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
             out.push_str("  (no calls)\n");
             continue;
         }
-        let _ = writeln!(out, "  {:>calls_w$}  {:<name_w$}  address", "calls", "function");
+        let times = |f: &FunctionCalls| -> String {
+            if !timed {
+                return String::new();
+            }
+            let per_call = f.cpu_ns.filter(|_| f.calls > 0).map(|c| c as f64 / f.calls as f64 / 1e3);
+            format!(
+                "{:>11}  {:>11}  {:>10}  ",
+                f.cpu_ns.map_or("-".into(), |n| format!("{:.3}", n as f64 / 1e6)),
+                f.wall_ns.map_or("-".into(), |n| format!("{:.3}", n as f64 / 1e6)),
+                per_call.map_or("-".into(), |us| format!("{us:.3}")),
+            )
+        };
+        let head =
+            if timed { format!("{:>11}  {:>11}  {:>10}  ", "cpu ms", "wall ms", "cpu/call us") } else { String::new() };
+        let _ = writeln!(out, "  {:>calls_w$}  {head}{:<name_w$}  address", "calls", "function");
         for f in &s.shown {
-            let line = format!("  {:>calls_w$}  {:<name_w$}  {}", f.calls, f.name, f.address);
+            let line = format!("  {:>calls_w$}  {}{:<name_w$}  {}", f.calls, times(f), f.name, f.address);
             let _ = writeln!(out, "{}", line.trim_end());
         }
         if s.hidden.0 > 0 {
@@ -190,6 +236,19 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
         }
     }
     let _ = write!(out, "\ntotal: {} threads, {} calls\n", p.threads.len(), p.total_calls());
+    if timed {
+        let sources: std::collections::BTreeSet<&str> =
+            p.threads.iter().filter_map(|t| t.clock_source.as_deref()).collect();
+        let sources: Vec<&str> = sources.into_iter().collect();
+        let sum = |f: fn(&ThreadProfile) -> u64| p.threads.iter().fold(0u64, |s, t| s.saturating_add(f(t)));
+        let _ = writeln!(
+            out,
+            "times: inclusive; cpu clock: {}; frames closed after exception/longjmp: {}; timer events skipped in signal handlers: {}",
+            if sources.is_empty() { "-".to_string() } else { sources.join(", ") },
+            sum(|t| t.abandoned_frames),
+            sum(|t| t.timer_skipped),
+        );
+    }
     out
 }
 
@@ -259,29 +318,45 @@ mod tests {
 
     #[test]
     fn json_contract() {
-        assert_eq!(
-            to_json(&sample()),
-            json!({
-                "schema": "stint-profile/1", "program": "pigz", "pid": 1234, "ppid": 1, "fork_child": false,
-                "threads": [
-                    {"tid": 1234, "name": null, "start_routine": null, "first_function": "main", "main": true,
-                     "functions": [{"name": "worker", "address": "0x1189", "calls": 2},
-                                   {"name": "main", "address": "0x1139", "calls": 1}]},
-                    {"tid": 1235, "name": null, "start_routine": null, "first_function": "worker", "main": false,
-                     "functions": [{"name": "mid", "address": "0x11c0", "calls": 1000},
-                                   {"name": "leaf", "address": "0x1200", "calls": 500},
-                                   {"name": "worker", "address": "0x1189", "calls": 1}]},
-                    {"tid": 1236, "name": "compress", "start_routine": "worker", "first_function": "worker",
-                     "main": false,
-                     "functions": [{"name": "leaf", "address": "0x1200", "calls": 2000},
-                                   {"name": "mid", "address": "0x11c0", "calls": 500},
-                                   {"name": "worker", "address": "0x1189", "calls": 1}]},
-                    {"tid": 1237, "name": null, "start_routine": "0xdead0", "first_function": null, "main": false,
-                     "functions": []},
-                ],
-                "skipped_reentrant": 0, "lost_threads": 0,
-            })
-        );
+        let mut expected = json!({
+            "schema": "stint-profile/1", "program": "pigz", "pid": 1234, "ppid": 1, "fork_child": false,
+            "threads": [
+                {"tid": 1234, "name": null, "start_routine": null, "first_function": "main", "main": true,
+                 "functions": [{"name": "worker", "address": "0x1189", "calls": 2},
+                               {"name": "main", "address": "0x1139", "calls": 1}]},
+                {"tid": 1235, "name": null, "start_routine": null, "first_function": "worker", "main": false,
+                 "functions": [{"name": "mid", "address": "0x11c0", "calls": 1000},
+                               {"name": "leaf", "address": "0x1200", "calls": 500},
+                               {"name": "worker", "address": "0x1189", "calls": 1}]},
+                {"tid": 1236, "name": "compress", "start_routine": "worker", "first_function": "worker",
+                 "main": false,
+                 "functions": [{"name": "leaf", "address": "0x1200", "calls": 2000},
+                               {"name": "mid", "address": "0x11c0", "calls": 500},
+                               {"name": "worker", "address": "0x1189", "calls": 1}]},
+                {"tid": 1237, "name": null, "start_routine": "0xdead0", "first_function": null, "main": false,
+                 "functions": []},
+            ],
+            "skipped_reentrant": 0, "lost_threads": 0,
+        });
+        // Timer fields of a profile without timed points: counters zero, times null.
+        for t in expected["threads"].as_array_mut().unwrap() {
+            for (k, v) in [
+                ("clock_source", json!(null)),
+                ("timer_skipped", json!(0)),
+                ("unmatched_exits", json!(0)),
+                ("abandoned_frames", json!(0)),
+                ("shadow_overflow", json!(0)),
+                ("resyncs", json!(0)),
+            ] {
+                t[k] = v;
+            }
+            for f in t["functions"].as_array_mut().unwrap() {
+                f["cpu_ns"] = json!(null);
+                f["wall_ns"] = json!(null);
+            }
+        }
+        expected["tsc_hz"] = json!(0);
+        assert_eq!(to_json(&sample()), expected);
     }
 
     #[test]

@@ -25,6 +25,7 @@
 
 pub mod runtime;
 pub mod sys;
+pub mod trap;
 
 #[cfg(stint_image)]
 mod image;
@@ -42,6 +43,19 @@ pub use stint_layout::RtConfig;
 pub unsafe extern "C" fn stint_rt_init(config: *const RtConfig, sp: *const usize) {
     // Safety: forwarded contract.
     unsafe { runtime::init(runtime::Cfg(config), sp) }
+}
+
+/// Slow path of the timer routines: enter (`op` 0) or leave (`op` 1) `point` with the
+/// function-entry stack pointer `sp`, at TSC `tsc`.
+///
+/// # Safety
+/// `config` must be the rewriter-emitted block of this program; GS points at the calling
+/// thread's own column.
+#[allow(unsafe_code)]
+#[no_mangle]
+pub unsafe extern "C" fn stint_rt_timer(config: *const RtConfig, op: u32, point: u32, sp: u64, tsc: u64) {
+    // Safety: forwarded contract.
+    unsafe { runtime::timer(runtime::Cfg(config), op, point, sp, tsc) }
 }
 
 /// Slow path of a point: register the calling thread (or notice a fork). Returns 1 if the

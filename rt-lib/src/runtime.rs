@@ -30,9 +30,11 @@ use crate::sys::{self, Errno};
 use core::mem::size_of;
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    align_up, column_size, ColumnHeader, FileHeader, RtConfig, COLUMN_HEADER_RESERVED, COLUMN_LIVE, CONFIG_MAGIC,
-    ENV_PROFILE, FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, HEADER_RESERVED, PAGE,
-    RT_STATE_SIZE,
+    align_up, column_size, counter_offset, metric_bit, ColumnHeader, FileHeader, Frame, RtConfig,
+    CLOCK_SOURCE_PERF_TSC, CLOCK_SOURCE_SYSCALL, COLUMN_HEADER_RESERVED, COLUMN_LIVE, CONFIG_MAGIC, ENV_PROFILE,
+    FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, FRAME_SIZE, HEADER_RESERVED, METRIC_CPU_TIME,
+    METRIC_WALL_TIME, PAGE, RT_STATE_SIZE, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
+    TIMER_BITS,
 };
 
 /// Address space reserved for the profile mapping; the file grows inside it.
@@ -62,6 +64,8 @@ pub struct RtState {
     /// The fs-relative tid word matched gettid() in the main thread.
     tid_key_ok: u32,
     template_len: u32,
+    /// TSC ticks per second (calibrated once at start, kept by fork children).
+    tsc_hz: u64,
     /// Profile path template (`%p` → pid), copied at start so later changes to the
     /// environment strings cannot affect a fork child.
     template: [u8; TEMPLATE_MAX],
@@ -110,6 +114,9 @@ pub unsafe fn init(config: Cfg, sp: *const usize) {
     if config.magic != CONFIG_MAGIC {
         return;
     }
+    // The int3 bytes of the trap tactic are in the code whether or not we measure: their
+    // handler goes in first, before anything can fail.
+    crate::trap::install(config, at::<u8>(config, config.trap_handler_rel) as usize);
     // Safety: see `state`.
     let st = unsafe { state(config) };
     st.dummy.owner_tp = u64::MAX;
@@ -355,6 +362,10 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
     hdr.start_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
     hdr.tid_offset = config.tid_offset;
     hdr.file_len = file_len;
+    if st.tsc_hz == 0 {
+        st.tsc_hz = calibrate_tsc();
+    }
+    hdr.tsc_hz = st.tsc_hz;
     // Safety: both regions lie inside the mapped file; the sources are in our segment.
     unsafe {
         let meta = bytes(config, config.meta_rel, meta_len);
@@ -474,6 +485,7 @@ pub unsafe fn slow(config: Cfg, point: u32) -> bool {
     col.pid = pid;
     col.first_point = point;
     col.registered_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
+    timer_setup(col, st.tsc_hz);
     // Safety: aligned u32 fields in the mapping; release publishes the column's contents.
     unsafe {
         AtomicU32::from_ptr(&mut col.state).store(COLUMN_LIVE, Ordering::Release);
@@ -483,6 +495,179 @@ pub unsafe fn slow(config: Cfg, point: u32) -> bool {
     lock.release();
     ok
 }
+
+/// TSC ticks per second, measured against CLOCK_MONOTONIC over about a millisecond (the
+/// system-call jitter of a few hundred nanoseconds gives well under 0.1 % error).
+fn calibrate_tsc() -> u64 {
+    const SPAN_NS: u64 = 1_000_000;
+    let (m0, t0) = (sys::clock_ns(sys::CLOCK_MONOTONIC), sys::rdtsc());
+    let mut m1 = m0;
+    let mut t1 = t0;
+    while m1.wrapping_sub(m0) < SPAN_NS {
+        m1 = sys::clock_ns(sys::CLOCK_MONOTONIC);
+        t1 = sys::rdtsc();
+        if m1 == 0 {
+            return 0;
+        }
+    }
+    ((t1.wrapping_sub(t0) as u128 * 1_000_000_000) / m1.wrapping_sub(m0).max(1) as u128) as u64
+}
+
+/// Give a new column its CPU clock (D11): a perf task-clock page whose `lock` word moves at
+/// every scheduling of the thread, or (perf refused) a sequence pointer that never matches,
+/// so every timer event takes the system call.
+fn timer_setup(col: &mut ColumnHeader, tsc_hz: u64) {
+    match sys::perf_task_clock_page() {
+        Ok(page) if tsc_hz != 0 => {
+            col.perf_page = page as u64;
+            col.seq_ptr = (page + sys::PERF_PAGE_LOCK_OFFSET) as u64;
+            col.clock_source = CLOCK_SOURCE_PERF_TSC;
+        }
+        other => {
+            if let Ok(page) = other {
+                let _ = sys::munmap(page, 4096);
+            }
+            col.seq_never = 1;
+            col.seq = 0;
+            col.seq_ptr = &col.seq_never as *const u32 as u64;
+            col.clock_source = CLOCK_SOURCE_SYSCALL;
+        }
+    }
+    resync(col, tsc_hz);
+}
+
+/// Re-synchronise the thread's CPU clock: `cpu_off = TSC − CPU time in ticks`, read inside one
+/// scheduling period (the sequence word is unchanged across the read).
+fn resync(col: &mut ColumnHeader, tsc_hz: u64) {
+    let seq_ptr = col.seq_ptr as *const u32;
+    // Safety: seq_ptr points at the mapped perf page's lock word or at `seq_never`.
+    let read_seq = || unsafe { core::ptr::read_volatile(seq_ptr) };
+    let mut tries = 0;
+    loop {
+        let s = read_seq();
+        let ns = sys::clock_ns(sys::CLOCK_THREAD_CPUTIME_ID);
+        let t = sys::rdtsc();
+        tries += 1;
+        if read_seq() == s || tries >= 4 {
+            col.cpu_off = t.wrapping_sub(ns_to_ticks(ns, tsc_hz));
+            if col.clock_source == CLOCK_SOURCE_PERF_TSC {
+                col.seq = s;
+            }
+            col.resyncs = col.resyncs.wrapping_add(1);
+            return;
+        }
+    }
+}
+
+fn ns_to_ticks(ns: u64, tsc_hz: u64) -> u64 {
+    (ns as u128 * tsc_hz as u128 / 1_000_000_000) as u64
+}
+
+/// The slow path of the timer routines (see `codegen::timer_routine` in the rewriter): the
+/// general case of entering (`op` 0) or leaving (`op` 1) `point` with stack pointer `sp` at
+/// TSC `tsc`. Runs with the column's `busy` flag set, on the thread's own column.
+///
+/// # Safety
+/// `config` is this program's block, start-up has run, and GS points at this thread's live
+/// column (the trampoline checked it).
+pub unsafe fn timer(config: Cfg, op: u32, point: u32, sp: u64, tsc: u64) {
+    // Safety: see `state`.
+    let st = unsafe { state(config) };
+    let n = config.n_points;
+    if point >= n || st.active == 0 {
+        return;
+    }
+    // Safety: GS points at this thread's column, which lies in the mapped file.
+    let base = unsafe { sys::gs_self() } as usize;
+    // Safety: as above; only this thread writes its column.
+    let col = unsafe { &mut *(base as *mut ColumnHeader) };
+    // Safety: the seq pointer is the perf page's lock word or `seq_never`.
+    if unsafe { core::ptr::read_volatile(col.seq_ptr as *const u32) } != col.seq {
+        resync(col, st.tsc_hz);
+    }
+    let cpu_now = tsc.wrapping_sub(col.cpu_off);
+    let slot = |slot: u32, p: u32| (base + counter_offset(n, slot, p) as usize) as *mut u64;
+    let frame = |i: u32| (base + (SHADOW_OFFSET + i * FRAME_SIZE) as usize) as *mut Frame;
+    // Close the top frame: lower the point's active count; the outermost adds its time.
+    let close = |col: &mut ColumnHeader| {
+        col.depth -= 1;
+        // Safety: depth < SHADOW_CAP here, so the frame lies in the column's shadow stack.
+        let f = unsafe { *frame(col.depth) };
+        if f.point >= n {
+            return; // a corrupted frame: drop it
+        }
+        // Safety: counters of a point < n lie inside the column.
+        unsafe {
+            let active = slot(SLOT_ACTIVE, f.point);
+            *active = (*active).saturating_sub(1);
+            if *active == 0 {
+                if f.bits & metric_bit(METRIC_WALL_TIME) as u32 != 0 {
+                    *slot(SLOT_WALL_TICKS, f.point) += tsc.saturating_sub(f.wall_start);
+                }
+                if f.bits & metric_bit(METRIC_CPU_TIME) as u32 != 0 {
+                    *slot(SLOT_CPU_TICKS, f.point) += cpu_now.saturating_sub(f.cpu_start);
+                }
+            }
+        }
+    };
+    // Frames beyond the kept ones: an exit below the deepest kept frame belongs to one of
+    // them; at or above it, they were all left by exception or longjmp.
+    if col.depth > SHADOW_CAP {
+        // Safety: frame CAP-1 is inside the shadow stack.
+        let deepest = unsafe { (*frame(SHADOW_CAP - 1)).sp };
+        if sp < deepest {
+            if op == TIMER_OP_EXIT {
+                col.depth -= 1;
+            } else {
+                col.depth += 1;
+                col.shadow_overflow += 1;
+            }
+            return;
+        }
+        col.abandoned_frames += (col.depth - SHADOW_CAP) as u64;
+        col.depth = SHADOW_CAP;
+    }
+    // Frames whose stack pointer lies below ours (for an entry: at or below) were left
+    // without their exit: close them with the time up to now.
+    while col.depth > 0 {
+        // Safety: 0 < depth ≤ SHADOW_CAP.
+        let top = unsafe { *frame(col.depth - 1) };
+        let abandoned = if op == TIMER_OP_ENTER { top.sp <= sp } else { top.sp < sp };
+        if !abandoned {
+            break;
+        }
+        close(col);
+        col.abandoned_frames += 1;
+    }
+    if op == TIMER_OP_EXIT {
+        // Safety: as above.
+        let matched =
+            col.depth > 0 && unsafe { (*frame(col.depth - 1)).sp == sp && (*frame(col.depth - 1)).point == point };
+        if matched {
+            close(col);
+        } else {
+            col.unmatched_exits += 1;
+        }
+        return;
+    }
+    if col.depth >= SHADOW_CAP {
+        col.depth += 1;
+        col.shadow_overflow += 1;
+        return;
+    }
+    let ctl = at::<u8>(config, config.ctl_rel);
+    // Safety: point < n_points ≤ ctl_len; the control region is mapped.
+    let bits = unsafe { core::ptr::read_volatile(ctl.add(point as usize)) } & TIMER_BITS;
+    // Safety: depth < SHADOW_CAP; counters of point < n lie inside the column.
+    unsafe {
+        *frame(col.depth) = Frame { sp, point, bits: bits as u32, wall_start: tsc, cpu_start: cpu_now };
+        *slot(SLOT_ACTIVE, point) += 1;
+    }
+    col.depth += 1;
+}
+
+const TIMER_OP_ENTER: u32 = 0;
+const TIMER_OP_EXIT: u32 = 1;
 
 /// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
 fn key(config: Cfg, tp: u64) -> u32 {

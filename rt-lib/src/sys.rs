@@ -202,6 +202,45 @@ pub fn clock_ns(clock: usize) -> u64 {
     }
 }
 
+/// CLOCK_THREAD_CPUTIME_ID: CPU time of the calling thread.
+pub const CLOCK_THREAD_CPUTIME_ID: usize = 3;
+
+/// The time-stamp counter.
+#[inline(always)]
+pub fn rdtsc() -> u64 {
+    let (lo, hi): (u32, u32);
+    // Safety: rdtsc only reads the counter.
+    unsafe { asm!("rdtsc", out("eax") lo, out("edx") hi, options(nostack, nomem, preserves_flags)) };
+    (hi as u64) << 32 | lo as u64
+}
+
+const SYS_PERF_EVENT_OPEN: usize = 298;
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+const PERF_FLAG_FD_CLOEXEC: usize = 8;
+/// `perf_event_attr` bits: disabled(0) inherit(1) pinned(2) exclusive(3) exclude_user(4)
+/// exclude_kernel(5) exclude_hv(6).
+const ATTR_EXCLUDE_KERNEL_HV: u64 = 1 << 5 | 1 << 6;
+/// Offset of the `lock` (sequence) word in `struct perf_event_mmap_page`.
+pub const PERF_PAGE_LOCK_OFFSET: usize = 8;
+
+/// Open a task-clock event for the calling thread and map its user page read-only; the fd
+/// is closed again (the mapping keeps the event alive), so the program never sees it.
+/// Returns the page's address.
+pub fn perf_task_clock_page() -> SysResult {
+    // struct perf_event_attr, PERF_ATTR_SIZE_VER0 = 64 bytes is accepted by every kernel:
+    // type u32, size u32, config u64, sample_period u64, sample_type u64, read_format u64,
+    // flags u64, wakeup u32, bp_type u32, config1 u64.
+    let mut attr = [0u64; 8];
+    attr[0] = PERF_TYPE_SOFTWARE as u64 | (64u64 << 32);
+    attr[1] = PERF_COUNT_SW_TASK_CLOCK;
+    attr[5] = ATTR_EXCLUDE_KERNEL_HV;
+    let fd = syscall!(SYS_PERF_EVENT_OPEN, attr.as_ptr(), 0usize, -1isize, -1isize, PERF_FLAG_FD_CLOEXEC, 0usize)?;
+    let page = mmap(0, 4096, PROT_READ, MAP_SHARED, fd as i32, 0);
+    close(fd as i32);
+    page
+}
+
 /// The thread pointer: `fs:[0]` holds it by the x86-64 TLS ABI.
 #[inline(always)]
 pub fn thread_pointer() -> u64 {
@@ -236,4 +275,43 @@ pub unsafe fn gs_self() -> u64 {
     // Safety: guaranteed by the caller.
     unsafe { asm!("mov {}, qword ptr gs:[0]", out(reg) v, options(nostack, readonly, preserves_flags)) };
     v
+}
+
+// ---- Signals (the trap tactic, `trap.rs`) ----
+
+const SYS_RT_SIGACTION: usize = 13;
+const SYS_TGKILL: usize = 234;
+
+pub const SIGTRAP: i32 = 5;
+/// `sa_handler` value of the default action.
+pub const SIG_DFL: usize = 0;
+/// `sa_handler` value of "ignore".
+pub const SIG_IGN: usize = 1;
+pub const SA_SIGINFO: u64 = 0x0000_0004;
+pub const SA_RESTORER: u64 = 0x0400_0000;
+pub const SA_ONSTACK: u64 = 0x0800_0000;
+pub const SA_NODEFER: u64 = 0x4000_0000;
+
+/// The kernel's `struct sigaction` on x86-64 (not glibc's: the mask is the kernel's 8-byte
+/// sigset and the restorer is explicit).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelSigaction {
+    pub handler: usize,
+    pub flags: u64,
+    pub restorer: usize,
+    pub mask: u64,
+}
+
+/// rt_sigaction(sig, act, oldact, 8): install `act` (if any), return the previous action
+/// in `old` (if any).
+pub fn rt_sigaction(sig: i32, act: Option<&KernelSigaction>, old: Option<&mut KernelSigaction>) -> SysResult {
+    let act = act.map_or(core::ptr::null(), |a| a as *const KernelSigaction);
+    let old = old.map_or(core::ptr::null_mut(), |o| o as *mut KernelSigaction);
+    syscall!(SYS_RT_SIGACTION, sig as isize, act, old, 8usize)
+}
+
+/// tgkill(tgid, tid, sig): send `sig` to one thread.
+pub fn tgkill(tgid: u32, tid: u32, sig: i32) -> SysResult {
+    syscall!(SYS_TGKILL, tgid as isize, tid as isize, sig as isize)
 }

@@ -321,6 +321,8 @@ pub struct RtConfig {
     /// Trap table (`n_traps` × [`TrapEntry`], sorted by site), relative to this block.
     pub traps_rel: i64,
     pub n_traps: u64,
+    /// The SIGTRAP handler stub the rewriter generated (valid when `n_traps > 0`), relative.
+    pub trap_handler_rel: i64,
 }
 
 pub const CONFIG_MAGIC: [u8; 8] = *b"STINTCFG";
@@ -544,6 +546,7 @@ impl RtConfig {
         put!(state_rel, self.state_rel.to_le_bytes());
         put!(traps_rel, self.traps_rel.to_le_bytes());
         put!(n_traps, self.n_traps.to_le_bytes());
+        put!(trap_handler_rel, self.trap_handler_rel.to_le_bytes());
         out
     }
 }
