@@ -2,11 +2,12 @@
 # What a counted call costs (STYLE 21: a benchmark printing ratios against the same program
 # uninstrumented, in one run; never a timed test).
 #
-# Builds testbins/bench_calls.c (-O2, PIE), rewrites it with target/release/stint, and runs
-# the original, the rewritten program with calls counted (the default), and the rewritten
-# program with every metric off (its profile cannot be created, so the runtime warns and
-# runs unmeasured), interleaved, RUNS times each; reports the minimum wall time of each as
-# ns added per call and as a ratio to the original.
+# Builds testbins/bench_calls.c (-O2, PIE), rewrites it with target/release/stint twice (the
+# default spec: calls, cpu_time and wall_time; and a spec with calls only), and runs the
+# original, both rewritten programs measuring, and the default rewrite with every metric off
+# (its profile cannot be created, so the runtime warns and runs unmeasured), interleaved,
+# RUNS times each; reports the minimum wall time of each as ns added per call and as a ratio
+# to the original.
 #
 # Usage: tests/bench.sh [N]      (N calls, default 100000000; RUNS=5 in the environment)
 set -euo pipefail
@@ -24,6 +25,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/stint-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 gcc -O2 -fPIE -pie -Wall -Werror testbins/bench_calls.c -o "$work/bench_calls"
 "$STINT" rewrite "$work/bench_calls" -o "$work/bench_calls.stint" --quiet
+echo 'metrics: [{name: calls, kind: counter, at: entry, on_at_start: true}]' >"$work/calls.yaml"
+"$STINT" rewrite "$work/bench_calls" -o "$work/bench_calls.calls" --spec "$work/calls.yaml" --quiet
 mkdir "$work/profiles"
 
 # run NAME CMD...: one timed run, stdout to $work/NAME.out; prints elapsed ns.
@@ -36,16 +39,18 @@ run() {
     echo $((end - start))
 }
 
-best_orig='' best_on='' best_off=''
+best_orig='' best_on='' best_off='' best_timers=''
 min() { if [[ -z $1 || $2 -lt $1 ]]; then echo "$2"; else echo "$1"; fi; }
 for ((i = 0; i < RUNS; i++)); do
     t=$(run orig env -u STINT_PROFILE "$work/bench_calls" "$N")
     best_orig=$(min "$best_orig" "$t")
-    t=$(run on env STINT_PROFILE="$work/profiles/bench_calls.%p.stint" "$work/bench_calls.stint" "$N")
+    t=$(run on env STINT_PROFILE="$work/profiles/bench_calls.%p.stint" "$work/bench_calls.calls" "$N")
     best_on=$(min "$best_on" "$t")
+    t=$(run timers env STINT_PROFILE="$work/profiles/bench_calls.%p.stint" "$work/bench_calls.stint" "$N")
+    best_timers=$(min "$best_timers" "$t")
     t=$(run off env STINT_PROFILE=/nonexistent-dir/p.%p.stint "$work/bench_calls.stint" "$N")
     best_off=$(min "$best_off" "$t")
-    for v in on off; do
+    for v in on timers off; do
         if ! cmp -s "$work/orig.out" "$work/$v.out"; then
             echo "bench.sh: the rewritten program ($v) printed something else than the original:" >&2
             cat "$work/orig.out" "$work/$v.out" >&2
@@ -55,8 +60,9 @@ for ((i = 0; i < RUNS; i++)); do
 done
 
 echo "bench_calls: $N calls, best wall time of $RUNS runs each"
-awk -v n="$N" -v o="$best_orig" -v on="$best_on" -v off="$best_off" 'BEGIN {
+awk -v n="$N" -v o="$best_orig" -v on="$best_on" -v off="$best_off" -v tm="$best_timers" 'BEGIN {
     printf "original:     %.3f s (%.2f ns/call)\n", o / 1e9, o / n
     printf "calls on:     %+.2f ns/call (%.2fx)\n", (on - o) / n, on / o
+    printf "calls+timers: %+.2f ns/call (%.2fx)\n", (tm - o) / n, tm / o
     printf "metrics off:  %+.2f ns/call (%.2fx)\n", (off - o) / n, off / o
 }'
