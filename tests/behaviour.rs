@@ -295,6 +295,14 @@ macro_rules! behaviour_tests {
 }
 
 behaviour_tests! {
+    timers_pie_o2: "timers" "pie-O2";
+    timers_nopie_o0: "timers" "nopie-O0";
+    recurse_pie_o2: "recurse" "pie-O2";
+    recurse_nopie_o0: "recurse" "nopie-O0";
+    longjmp_pie_o2: "longjmp" "pie-O2";
+    longjmp_nopie_o0: "longjmp" "nopie-O0";
+    sigstorm_pie_o2: "sigstorm" "pie-O2";
+    sigstorm_nopie_o0: "sigstorm" "nopie-O0";
     selfcopy_pie_o0: "selfcopy" "pie-O0";
     selfcopy_pie_o2: "selfcopy" "pie-O2";
     selfcopy_nopie_o0: "selfcopy" "nopie-O0";

@@ -105,7 +105,9 @@
 //!   disguise; the constants are added.
 //!
 //! Any other indirect jump makes the function `unresolved_indirect_jump`, and all its
-//! instruction starts become targets. A function whose bytes stop decoding, or whose LSDA
+//! instruction starts become targets. `Analysis::indirect_jumps` records what each indirect
+//! jump was found to be (table, constant, tail call, unresolved): the planner's exits are the
+//! tail calls. A function whose bytes stop decoding, or whose LSDA
 //! cannot be parsed, is unresolved as well.
 //!
 //! # Padding
@@ -124,7 +126,7 @@ mod unwind;
 use crate::error::{Error, Result};
 use crate::input::{ElfKind, InputElf};
 use iced_x86::{Decoder, DecoderOptions, Instruction};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Where a function was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -191,6 +193,33 @@ pub struct PltStub {
     pub name: String,
 }
 
+/// What an indirect `jmp` was found to be (see "Indirect jumps and jump tables").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndirectJump {
+    /// Through a resolved jump table: its targets are branch targets; it stays inside the
+    /// function (and its cold parts).
+    Table,
+    /// A direct jump in disguise: a register holding one of these constants.
+    Constant(u64, Option<u64>),
+    /// A tail call through a pointer (GOT slot, vtable, function-pointer argument).
+    TailCall,
+    /// Not resolved: the function is `unresolved_indirect_jump`.
+    Unresolved,
+}
+
+impl IndirectJump {
+    /// Order of certainty, for a jump seen from two nested functions: higher is less sure.
+    pub(crate) fn rank(self) -> u8 {
+        match self {
+            IndirectJump::Table => 0,
+            IndirectJump::Constant(..) => 1,
+            IndirectJump::TailCall => 2,
+            IndirectJump::Unresolved => 3,
+        }
+    }
+}
+
 /// What analysis found.
 #[derive(Debug, Default)]
 pub struct Analysis {
@@ -201,6 +230,9 @@ pub struct Analysis {
     pub branch_targets: BTreeSet<u64>,
     /// PLT stubs (`.plt`, `.plt.sec`, `.plt.got`, `.plt.bnd`) by address.
     pub plt_stubs: Vec<PltStub>,
+    /// Every indirect `jmp` in a decoded function, by address, and what it was found to be.
+    /// A function whose bytes stop decoding has its jumps after that point missing.
+    pub indirect_jumps: BTreeMap<u64, IndirectJump>,
 }
 
 impl Analysis {
@@ -411,7 +443,7 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
     let noreturn = cold::noreturn_functions(&code, &cands, &index, &plt_by_addr, &dynrefs.got_names);
     let noreturn_call = |x: &Instruction| cold::call_noreturn(x, &index, &noreturn, &plt_by_addr, &dynrefs.got_names);
     let name_parent = cold::name_parents(&cands, &code, &index);
-    let tables = code::resolve_indirect_jumps(
+    let (tables, indirect_jumps) = code::resolve_indirect_jumps(
         elf,
         &codemap,
         &mut code,
@@ -501,7 +533,7 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
             has_unwind: c.fde.is_some(),
         });
     }
-    Ok(Analysis { functions, branch_targets, plt_stubs })
+    Ok(Analysis { functions, branch_targets, plt_stubs, indirect_jumps })
 }
 
 /// `.comment` names clang, rustc or another LLVM-based compiler.

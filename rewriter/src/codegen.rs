@@ -442,6 +442,9 @@ pub fn timer_routine(at: u64, op: u32, env: TimerEnv) -> Result<Vec<u8>> {
         b.add(Instruction::with_branch(Code::Je_rel32_64, out).map_err(internal)?);
         b.op(Instruction::with2(Code::Sub_r64_rm64, RAX, gs(COL_CPU_OFF_OFFSET)))?;
         b.op(Instruction::with2(Code::Sub_r64_rm64, RAX, gsx(RSI, ss + FRAME_CPU_OFFSET)))?;
+        // A re-synchronisation inside the frame can put the CPU clock a little behind its
+        // extrapolation: never add a negative span.
+        b.add(Instruction::with_branch(Code::Js_rel32_64, out).map_err(internal)?);
         b.op(Instruction::with2(Code::Add_rm64_r64, gsi8(RCX, env.cpu), RAX))?;
     }
     b.bind(out);

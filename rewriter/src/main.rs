@@ -55,6 +55,10 @@ struct RewriteArgs {
     /// Print nothing on success.
     #[arg(short, long)]
     quiet: bool,
+    /// Use int3 + SIGTRAP where no jump fits (exact but slow; a thread that blocks SIGTRAP is
+    /// killed when it hits one; debuggers stop at every trap).
+    #[arg(long)]
+    traps: bool,
 }
 
 /// Show what `rewrite` would instrument, and how.
@@ -70,6 +74,10 @@ struct InspectArgs {
     skipped: bool,
     #[arg(long)]
     spec: Option<PathBuf>,
+    /// Use int3 + SIGTRAP where no jump fits (exact but slow; a thread that blocks SIGTRAP is
+    /// killed when it hits one; debuggers stop at every trap).
+    #[arg(long)]
+    traps: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -148,7 +156,7 @@ fn rewrite(a: RewriteArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let opts = stint::Options { program: &program, spec: &spec, traps: false };
+    let opts = stint::Options { program: &program, spec: &spec, traps: a.traps };
     let (out, report) = stint::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a.input)?.permissions());
     write_atomically(&a.output, &out, (mode & 0o777) | 0o100)?;
@@ -197,7 +205,7 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let report = stint::inspect(&data, &stint::Options { program: &program, spec: &spec, traps: false })
+    let report = stint::inspect(&data, &stint::Options { program: &program, spec: &spec, traps: a.traps })
         .map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mut out = std::io::stdout().lock();
     if a.json {

@@ -11,13 +11,21 @@
 //!   instruction and is emulated by pushing the *original* return address and jumping, so
 //!   the return address on the program's stack never points into our code (D1).
 //!
+//! Exits (D3) of the functions a timer selects are planned after all entries: see
+//! [`plan_exits`]. A function keeps its timer bits only if every exit is patched; otherwise
+//! none of its exits is patched and the plan says why (`Plan::untimed`).
+//!
+//! With `PlanOptions::traps`, an entry or exit where no window fits gets a trap (`int3` on
+//! its first byte).
+//!
 //! Tactics ([`Tactic`]) are named; every point records its own, and the report and tests
 //! use the names.
 
-use crate::analysis::{Analysis, Function};
+use crate::analysis::{decode_at, Analysis, Function, FunctionKind, IndirectJump};
 use crate::input::InputElf;
 use crate::spec::Spec;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
+use std::collections::{BTreeMap, HashMap};
 
 /// Minimum window: `jmp rel32`.
 pub const JMP_LEN: u64 = 5;
@@ -28,8 +36,10 @@ pub enum Tactic {
     /// Whole instructions of the function, ≥ 5 bytes, replaced by `jmp rel32`.
     #[serde(rename = "window")]
     Window,
-    /// The function is shorter than 5 bytes up to an unconditional transfer (`ret`, `jmp`):
-    /// the window runs on over the padding after it, which nothing executes.
+    /// The function is shorter than 5 bytes up to an unconditional transfer (`ret`, `jmp`), or
+    /// an exit has fewer than 5 movable bytes before it: the window runs on over the padding
+    /// after the transfer (after the function, or alignment `nop`s inside it up to the next
+    /// branch target), which nothing executes.
     #[serde(rename = "window+padding")]
     WindowPadding,
     /// One `int3` on the site's first byte; the runtime's SIGTRAP handler resumes the thread
@@ -76,6 +86,23 @@ pub enum SkipReason {
     Undecodable(u64),
     /// An instruction we cannot move.
     Unrelocatable(u64, String),
+    /// Exit: a conditional jump (`jcc`, `loop`, `jrcxz`) out of the function (clang's
+    /// conditional tail calls); only its taken path would need the exit instrumentation.
+    ConditionalTailCall,
+    /// Exit: fewer than 5 bytes of movable instructions end at the exit (the function or
+    /// its part starts, or a call, jump or `ret` comes first).
+    ExitTooSmall,
+    /// Exit: the entry window displaces the exit instruction.
+    ExitInEntryWindow,
+    /// Exit: the window would overlap the patch starting at this address.
+    Overlap(u64),
+    /// Exit: a jump into a cold part of another function.
+    IntoOtherColdPart(u64),
+    /// Exit: a jump into the middle of the function at this address.
+    IntoFunctionInterior(u64),
+    /// Exit: this exit fits, but another exit of the function does not, so the function
+    /// is not timed and none of its exits is patched.
+    NotTimed,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -90,6 +117,13 @@ impl std::fmt::Display for SkipReason {
             SkipReason::Unrelocatable(a, why) => {
                 write!(f, "cannot relocate instruction at 0x{a:x}: {why}")
             }
+            SkipReason::ConditionalTailCall => f.write_str("conditional tail call"),
+            SkipReason::ExitTooSmall => f.write_str("fewer than 5 movable bytes end at the exit"),
+            SkipReason::ExitInEntryWindow => f.write_str("exit inside the entry window"),
+            SkipReason::Overlap(a) => write!(f, "window overlaps the patch at 0x{a:x}"),
+            SkipReason::IntoOtherColdPart(a) => write!(f, "jump into 0x{a:x}, a cold part of another function"),
+            SkipReason::IntoFunctionInterior(a) => write!(f, "jump into the middle of the function at 0x{a:x}"),
+            SkipReason::NotTimed => f.write_str("another exit of the function cannot be patched"),
         }
     }
 }
@@ -147,6 +181,20 @@ pub struct SkippedExit {
     pub site: u64,
     pub kind: ExitKind,
     pub reason: SkipReason,
+    /// The tactic that fits this site when it is skipped only because another exit of the
+    /// function does not fit ([`SkipReason::NotTimed`]).
+    pub fits: Option<Tactic>,
+}
+
+/// A point a timer metric selects that is not timed: why its timer bits were dropped (the
+/// first reason found; its exits are in `Plan::skipped_exits`).
+#[derive(Clone, Debug)]
+pub struct Untimed {
+    pub point: u32,
+    pub function: usize,
+    /// The site the reason is about.
+    pub site: u64,
+    pub reason: SkipReason,
 }
 
 /// A function entry that is not patched.
@@ -166,6 +214,8 @@ pub struct Plan {
     /// Exit sites of the functions whose entry is a point and that a timer metric selects.
     pub exits: Vec<Exit>,
     pub skipped_exits: Vec<SkippedExit>,
+    /// Points a timer selects whose timer bits were dropped, with the reason.
+    pub untimed: Vec<Untimed>,
 }
 
 /// Options that depend on the program or the user rather than the spec.
@@ -197,7 +247,16 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
             plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NoUnwindInfo });
             continue;
         }
-        match entry_window(elf, analysis, f, start, opts) {
+        let planned = entry_window(elf, analysis, f, start, opts).or_else(|reason| {
+            // A trap needs only the first instruction and changes only its first byte, so it
+            // also serves functions whose other instructions may be branch targets.
+            if opts.traps {
+                entry_trap(elf, f, start).map_err(|_| reason)
+            } else {
+                Err(reason)
+            }
+        });
+        match planned {
             Ok((window_len, displaced, emulate_call, tactic)) => {
                 let id = plan.points.len() as u32;
                 plan.points.push(Point {
@@ -220,10 +279,324 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
 
 /// Find the exit sites of every point whose function a timer metric selects and choose a
 /// tactic for each; a point keeps its timer bits only if all its exits are patched.
-fn plan_exits(_elf: &InputElf, _analysis: &Analysis, plan: &mut Plan, _opts: PlanOptions) {
-    for p in &mut plan.points {
-        p.bits &= !stint_layout::TIMER_BITS;
+///
+/// The exit sites of a function are found by a linear sweep over it and over its cold parts
+/// (an exit inside `f.cold` leaves `f`):
+/// - `ret` / `ret imm16`, with any prefix (`rep ret`, `bnd ret`);
+/// - a direct `jmp` out of the function and its cold parts, or to the function's own entry
+///   (a tail call to itself re-enters the entry point);
+/// - an indirect `jmp` that analysis found to be a tail call (through the GOT, a vtable, a
+///   function pointer), or a jump to constants outside the function;
+/// - sites that cannot be patched and leave the function without timing it: conditional
+///   jumps out of the function, indirect jumps analysis could not resolve, far returns.
+///
+/// A resolved jump-table `jmp` stays inside the function and is no exit. Tactics, in order
+/// ([`exit_patch`]): a window ending with the exit; the exit as the last instruction plus the
+/// padding after it; a trap (with `opts.traps`). No two patches overlap: the entry windows are
+/// placed first, each exit is checked against all patches placed so far.
+fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions) {
+    let mut parts: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (i, f) in an.functions.iter().enumerate() {
+        if let FunctionKind::ColdPart { parent: Some(p) } = f.kind {
+            parts.entry(p).or_default().push(i);
+        }
     }
+    let mut patches = Patches::default();
+    for p in &plan.points {
+        patches.insert(p.address, p.window_len);
+    }
+    for pi in 0..plan.points.len() {
+        let p = &plan.points[pi];
+        if p.bits & stint_layout::TIMER_BITS == 0 {
+            continue;
+        }
+        let f = &an.functions[p.function];
+        let mut family = vec![p.function];
+        family.extend(parts.get(&f.address).into_iter().flatten().copied());
+        let ctx = ExitCtx { an, family: &family, entry: f.address, start: p.address, window: p.window_len };
+        let mut exits: Vec<Exit> = Vec::new();
+        let mut skipped: Vec<SkippedExit> = Vec::new();
+        let mut untimed: Option<(u64, SkipReason)> = None;
+        for &part in &family {
+            let fp = &an.functions[part];
+            let ins = decode_at(elf, fp.address, fp.size);
+            let decoded = ins.last().map_or(fp.address, |x| x.next_ip());
+            if decoded != fp.end() {
+                untimed.get_or_insert((decoded, SkipReason::Undecodable(decoded)));
+                continue;
+            }
+            for (k, x) in ins.iter().enumerate() {
+                let (kind, found) = match ctx.classify(x) {
+                    None => continue,
+                    Some(c) => c,
+                };
+                let res = found.and_then(|()| exit_patch(&ctx, &ins, k, fp, &patches, opts));
+                match res {
+                    Ok((tactic, address, window_len, displaced)) => {
+                        patches.insert(address, window_len);
+                        exits.push(Exit {
+                            point: p.id,
+                            function: p.function,
+                            site: x.ip(),
+                            kind,
+                            address,
+                            window_len,
+                            displaced,
+                            tactic,
+                        });
+                    }
+                    Err(reason) => {
+                        untimed.get_or_insert((x.ip(), reason.clone()));
+                        skipped.push(SkippedExit {
+                            point: p.id,
+                            function: p.function,
+                            site: x.ip(),
+                            kind,
+                            reason,
+                            fits: None,
+                        });
+                    }
+                }
+            }
+        }
+        match untimed {
+            None => plan.exits.append(&mut exits),
+            Some((site, reason)) => {
+                // Patching the exits that fit would measure nothing: leave them alone.
+                for x in exits {
+                    patches.remove(x.address);
+                    skipped.push(SkippedExit {
+                        point: x.point,
+                        function: x.function,
+                        site: x.site,
+                        kind: x.kind,
+                        reason: SkipReason::NotTimed,
+                        fits: Some(x.tactic),
+                    });
+                }
+                plan.untimed.push(Untimed { point: p.id, function: p.function, site, reason });
+                plan.points[pi].bits &= !stint_layout::TIMER_BITS;
+            }
+        }
+        skipped.sort_by_key(|x| x.site);
+        plan.skipped_exits.append(&mut skipped);
+    }
+}
+
+/// Byte ranges patched so far, by start.
+#[derive(Default)]
+struct Patches(BTreeMap<u64, u64>);
+
+impl Patches {
+    fn insert(&mut self, at: u64, len: u64) {
+        self.0.insert(at, at + len);
+    }
+    fn remove(&mut self, at: u64) {
+        self.0.remove(&at);
+    }
+    /// The start of a patch that overlaps `[at, at + len)`.
+    fn overlap(&self, at: u64, len: u64) -> Option<u64> {
+        let end = at + len;
+        self.0.range(..end).next_back().filter(|(_, &e)| e > at).map(|(&s, _)| s)
+    }
+}
+
+/// What `plan_exits` knows about the function whose exits it looks for.
+struct ExitCtx<'a> {
+    an: &'a Analysis,
+    /// The function and its cold parts (indices into `an.functions`).
+    family: &'a [usize],
+    /// The function's address, and where its entry window starts (after `endbr64`).
+    entry: u64,
+    start: u64,
+    /// Length of the entry patch.
+    window: u64,
+}
+
+impl ExitCtx<'_> {
+    fn in_family(&self, t: u64) -> bool {
+        self.family.iter().any(|&i| self.an.functions[i].contains(t))
+    }
+
+    /// Control reaching `t` has left the function: outside it and its cold parts, or a
+    /// jump back to its entry (which runs the entry point again).
+    fn leaves(&self, t: u64) -> bool {
+        !self.in_family(t) || t == self.entry || t == self.start
+    }
+
+    /// For a jump to `t` that leaves: a tail call goes to a function's entry (or a PLT
+    /// stub). A cold part of another function is no callee, and a jump into the middle of a
+    /// function is no call: most likely it enters a cold part analysis did not link to us,
+    /// whose `ret`s we would not see.
+    fn callee(&self, t: u64) -> Result<(), SkipReason> {
+        match self.an.function_at(t) {
+            Some(_) if self.in_family(t) => Ok(()), // our own entry
+            Some(g) if g.is_cold_part() => Err(SkipReason::IntoOtherColdPart(g.address)),
+            Some(g) if t != g.address && !(g.has_endbr && t == g.address + 4) => {
+                Err(SkipReason::IntoFunctionInterior(g.address))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `x` is an exit site: its kind, and whether it can be patched at all.
+    fn classify(&self, x: &Instruction) -> Option<(ExitKind, Result<(), SkipReason>)> {
+        let target = match x.op0_kind() {
+            OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Some(x.near_branch_target()),
+            _ => None,
+        };
+        match x.flow_control() {
+            FlowControl::Return if x.mnemonic() == Mnemonic::Ret => Some((ExitKind::Ret, Ok(()))),
+            FlowControl::Return => {
+                Some((ExitKind::Ret, Err(SkipReason::Unrelocatable(x.ip(), format!("{:?}", x.mnemonic())))))
+            }
+            FlowControl::UnconditionalBranch => {
+                let t = target?;
+                self.leaves(t).then(|| (ExitKind::TailJump, self.callee(t)))
+            }
+            FlowControl::ConditionalBranch => {
+                let t = target?;
+                let why = self.callee(t).err().unwrap_or(SkipReason::ConditionalTailCall);
+                self.leaves(t).then_some((ExitKind::TailJump, Err(why)))
+            }
+            FlowControl::IndirectBranch => match self.an.indirect_jumps.get(&x.ip()) {
+                Some(IndirectJump::Table) => None,
+                Some(&IndirectJump::Constant(a, b)) => {
+                    let out = std::iter::once(a).chain(b).find(|&t| self.leaves(t))?;
+                    Some((ExitKind::TailJump, self.callee(out)))
+                }
+                Some(IndirectJump::TailCall) => Some((ExitKind::TailJump, Ok(()))),
+                Some(IndirectJump::Unresolved) | None => {
+                    Some((ExitKind::TailJump, Err(SkipReason::UnresolvedIndirectJump)))
+                }
+            },
+            _ => None,
+        }
+    }
+}
+
+/// A patch: tactic, first byte, length, displaced instructions.
+type ExitPatch = (Tactic, u64, u64, Vec<Instruction>);
+
+/// Choose the tactic for the exit `ins[k]` of part `fp` (see `plan_exits`).
+fn exit_patch(
+    ctx: &ExitCtx,
+    ins: &[Instruction],
+    k: usize,
+    fp: &Function,
+    patches: &Patches,
+    opts: PlanOptions,
+) -> Result<ExitPatch, SkipReason> {
+    let x = ins[k];
+    if x.ip() >= ctx.start && x.ip() - ctx.start < ctx.window {
+        return Err(SkipReason::ExitInEntryWindow);
+    }
+    let window = exit_window(ctx.an, ins, k, 0, patches);
+    let padding = dead_after(ctx.an, ins, k, fp);
+    let padded = if padding > 0 { exit_window(ctx.an, ins, k, padding, patches).ok() } else { None };
+    let padded = padded.map(|(i, _)| (Tactic::WindowPadding, ins[i].ip(), JMP_LEN, ins[i..=k].to_vec()));
+    let reason = match window {
+        // A window that takes in a loop's back edge (`dec ecx; jne .Lloop; ret`) runs every
+        // iteration through the trampoline: correct, but slow. Padding avoids that.
+        Ok((i, _)) if loops_back(&ins[i..k], fp) && padded.as_ref().is_some_and(|p| !loops_back(&p.3, fp)) => {
+            return Ok(padded.expect("checked"));
+        }
+        Ok((i, len)) => return Ok((Tactic::Window, ins[i].ip(), len, ins[i..=k].to_vec())),
+        Err(r) => r,
+    };
+    if let Some(p) = padded {
+        return Ok(p);
+    }
+    if opts.traps {
+        check_relocatable(&x)?;
+        if patches.overlap(x.ip(), 1).is_none() {
+            return Ok((Tactic::Trap, x.ip(), 1, vec![x]));
+        }
+    }
+    Err(reason)
+}
+
+/// Bytes after the exit `ins[k]` (which never falls through) that nothing executes: the
+/// alignment `nop`s (or `int3`s) up to the next branch target or other instruction, and if they
+/// run to the end of the part, the padding after it.
+fn dead_after(an: &Analysis, ins: &[Instruction], k: usize, fp: &Function) -> u64 {
+    let mut n = 0;
+    for x in &ins[k + 1..] {
+        if !matches!(x.mnemonic(), Mnemonic::Nop | Mnemonic::Int3)
+            || an.branch_targets.range(x.ip()..x.next_ip()).next().is_some()
+        {
+            return n;
+        }
+        n += x.len() as u64;
+    }
+    n + fp.padding
+}
+
+/// The shortest run `ins[i..=k]` of whole instructions ending with the exit `ins[k]` that,
+/// with `padding` bytes after `ins[k]`, covers `JMP_LEN` bytes: no instruction but the first
+/// is a branch target, none before the exit is a call or ends control flow, all can be
+/// relocated, and no byte of the patch is already patched. Returns `i` and the run's length.
+fn exit_window(
+    an: &Analysis,
+    ins: &[Instruction],
+    k: usize,
+    padding: u64,
+    patches: &Patches,
+) -> Result<(usize, u64), SkipReason> {
+    check_relocatable(&ins[k])?;
+    let mut i = k;
+    let mut len = ins[k].len() as u64;
+    loop {
+        let at = ins[i].ip();
+        if len + padding >= JMP_LEN {
+            let patch = len.max(JMP_LEN);
+            return match patches.overlap(at, patch) {
+                Some(o) => Err(SkipReason::Overlap(o)),
+                None => Ok((i, len)),
+            };
+        }
+        // Growing the run makes `ins[i]` an inner instruction.
+        if an.branch_targets.contains(&at) {
+            return Err(SkipReason::BranchTarget(at));
+        }
+        let Some(prev) = i.checked_sub(1).map(|j| &ins[j]) else {
+            return Err(SkipReason::ExitTooSmall);
+        };
+        if prev.next_ip() != at || ends_flow(prev) || is_call(prev) {
+            return Err(SkipReason::ExitTooSmall);
+        }
+        check_relocatable(prev)?;
+        i -= 1;
+        len += prev.len() as u64;
+    }
+}
+
+/// Some branch in `run` goes back to its first instruction or before it in part `fp`: a
+/// loop through the run.
+fn loops_back(run: &[Instruction], fp: &Function) -> bool {
+    let Some(start) = run.first().map(Instruction::ip) else { return false };
+    run.iter().any(|x| {
+        matches!(x.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+            && (fp.address..=start).contains(&x.near_branch_target())
+    })
+}
+
+fn is_call(i: &Instruction) -> bool {
+    matches!(i.flow_control(), FlowControl::Call | FlowControl::IndirectCall)
+}
+
+/// The trap tactic for an entry: `int3` on the first instruction at `start`.
+fn entry_trap(elf: &InputElf, f: &Function, start: u64) -> Result<Window, SkipReason> {
+    let end = f.end();
+    if start >= end {
+        return Err(SkipReason::TooSmall);
+    }
+    let first = decode_at(elf, start, (end - start).min(15)).first().copied().ok_or(SkipReason::Undecodable(start))?;
+    check_relocatable(&first)?;
+    if is_call(&first) {
+        return Err(SkipReason::Unrelocatable(start, "call under a trap".into()));
+    }
+    Ok((1, vec![first], false, Tactic::Trap))
 }
 
 type Window = (u64, Vec<Instruction>, bool, Tactic);
@@ -314,3 +687,6 @@ fn check_relocatable(i: &Instruction) -> Result<(), SkipReason> {
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -285,9 +285,8 @@ pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
         if let Some((cs, ws)) = time_slots {
             for point in (0..h.n_points).filter(|&p| meta.points[p as usize].bits & stint_layout::TIMER_BITS != 0) {
                 let get = |slot| {
-                    ColumnHeader::counter(col, h.n_points, slot, point).ok_or_else(|| {
-                        ProfileError::Corrupt(format!("timer of point {point} lies outside column {i}"))
-                    })
+                    ColumnHeader::counter(col, h.n_points, slot, point)
+                        .ok_or_else(|| ProfileError::Corrupt(format!("timer of point {point} lies outside column {i}")))
                 };
                 let (cpu, wall) = (get(cs)?, get(ws)?);
                 if cpu != 0 || wall != 0 {

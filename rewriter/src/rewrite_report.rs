@@ -1,12 +1,14 @@
 //! The rewrite report (`stint inspect`, `stint rewrite --report`) and the self-description
 //! embedded in the output for the profile file (D9: reports need neither binary nor spec).
 //!
-//! Every function entry appears as a point with its tactic, or `"skipped"` with the reason;
-//! the summary gives coverage, which is a number the project tracks.
+//! Every function entry appears as a point with its tactic, or `"skipped"` with the reason,
+//! and so does every exit site of a function a timer selects (D3); the summary gives
+//! coverage of both, which are numbers the project tracks.
 
 use crate::analysis::{FunctionKind, FunctionSource};
 use crate::emit::Layout;
 use crate::input::InputElf;
+use crate::plan::{ExitKind, Tactic};
 use crate::Planned;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -39,18 +41,30 @@ pub struct FunctionRow {
 
 #[derive(Serialize)]
 pub struct PointRow {
+    /// "entry" or "exit".
     pub kind: &'static str,
     pub function: String,
     /// The function's address in the input (as `nm` shows it).
     pub address: String,
-    /// Where the window starts (after `endbr64`).
+    /// The patched instruction: where the entry window starts (after `endbr64`); the exit
+    /// instruction (`ret`, `jmp`) of an exit.
     pub site: String,
     /// A tactic name, or "skipped".
     pub tactic: &'static str,
+    /// Bytes the patch covers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<u64>,
+    /// For a patched exit: the first patched byte (the window ends with the exit instruction).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// How an exit leaves: "ret" or "tail_jump".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitKind>,
+    /// For an exit skipped only because another exit of its function is: the tactic that fits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fits: Option<&'static str>,
 }
 
 #[derive(Serialize, Default)]
@@ -67,6 +81,25 @@ pub struct Summary {
     pub by_tactic: BTreeMap<String, usize>,
     pub skipped_by_reason: BTreeMap<String, usize>,
     pub not_selected: usize,
+    /// Entries patched without a trap / entries, in percent.
+    pub entries_without_traps_pct: f64,
+    /// Exit sites of the functions a timer selects (and whose entry is patched).
+    pub exits: usize,
+    pub exits_patched: usize,
+    pub exits_skipped: usize,
+    /// exits_patched / exits, in percent.
+    pub exit_coverage_pct: f64,
+    /// Exits a tactic other than a trap reaches (patched, or fitting but left alone because
+    /// another exit of the function does not fit) / exits, in percent.
+    pub exits_without_traps_pct: f64,
+    pub exits_by_tactic: BTreeMap<String, usize>,
+    pub exits_skipped_by_reason: BTreeMap<String, usize>,
+    /// Patched entries a timer selects.
+    pub timer_functions: usize,
+    /// Of those, the ones that keep their timers: every exit is patched.
+    pub timed_functions: usize,
+    /// Why the others are not timed (the first reason per function).
+    pub untimed_by_reason: BTreeMap<String, usize>,
 }
 
 pub fn hex(a: u64) -> String {
@@ -110,17 +143,22 @@ impl RewriteReport {
                     site: hex(pt.address),
                     tactic: pt.tactic.name(),
                     window: Some(pt.window_len),
+                    patch: None,
                     reason: None,
+                    exit: None,
+                    fits: None,
                 },
             ));
         }
+        let mut entry_skipped = 0;
         for sk in &p.plan.skipped {
             let f = &fs[sk.function];
             if sk.reason == crate::plan::SkipReason::NotSelected {
                 s.not_selected += 1;
                 continue;
             }
-            *s.skipped_by_reason.entry(reason_class(&sk.reason)).or_default() += 1;
+            *s.skipped_by_reason.entry(reason_class(&sk.reason, sk.address)).or_default() += 1;
+            entry_skipped += 1;
             points.push((
                 sk.address,
                 PointRow {
@@ -130,16 +168,73 @@ impl RewriteReport {
                     site: hex(sk.address),
                     tactic: "skipped",
                     window: None,
+                    patch: None,
                     reason: Some(sk.reason.to_string()),
+                    exit: None,
+                    fits: None,
                 },
             ));
         }
-        points.sort_by_key(|(site, _)| *site);
+        let mut exits_no_trap = 0;
+        for x in &p.plan.exits {
+            let f = &fs[x.function];
+            *s.exits_by_tactic.entry(x.tactic.name().into()).or_default() += 1;
+            exits_no_trap += (x.tactic != Tactic::Trap) as usize;
+            points.push((
+                x.site,
+                PointRow {
+                    kind: "exit",
+                    function: f.name.clone(),
+                    address: hex(f.address),
+                    site: hex(x.site),
+                    tactic: x.tactic.name(),
+                    window: Some(x.window_len),
+                    patch: Some(hex(x.address)),
+                    reason: None,
+                    exit: Some(x.kind),
+                    fits: None,
+                },
+            ));
+        }
+        for x in &p.plan.skipped_exits {
+            let f = &fs[x.function];
+            *s.exits_skipped_by_reason.entry(reason_class(&x.reason, x.site)).or_default() += 1;
+            exits_no_trap += x.fits.is_some_and(|t| t != Tactic::Trap) as usize;
+            points.push((
+                x.site,
+                PointRow {
+                    kind: "exit",
+                    function: f.name.clone(),
+                    address: hex(f.address),
+                    site: hex(x.site),
+                    tactic: "skipped",
+                    window: None,
+                    patch: None,
+                    reason: Some(x.reason.to_string()),
+                    exit: Some(x.kind),
+                    fits: x.fits.map(Tactic::name),
+                },
+            ));
+        }
+        for u in &p.plan.untimed {
+            *s.untimed_by_reason.entry(reason_class(&u.reason, u.site)).or_default() += 1;
+        }
+        points.sort_by_key(|(site, row)| (*site, row.kind == "exit"));
         let points: Vec<PointRow> = points.into_iter().map(|(_, row)| row).collect();
+        let pct = |n: usize, of: usize| if of == 0 { 100.0 } else { 100.0 * n as f64 / of as f64 };
         s.patched = p.plan.points.len();
-        s.skipped = points.len() - s.patched;
-        s.entries = points.len();
-        s.entry_coverage_pct = if s.entries == 0 { 100.0 } else { 100.0 * s.patched as f64 / s.entries as f64 };
+        s.skipped = entry_skipped;
+        s.entries = s.patched + s.skipped;
+        s.entry_coverage_pct = pct(s.patched, s.entries);
+        let entry_traps = p.plan.points.iter().filter(|pt| pt.tactic == Tactic::Trap).count();
+        s.entries_without_traps_pct = pct(s.patched - entry_traps, s.entries);
+        s.exits_patched = p.plan.exits.len();
+        s.exits_skipped = p.plan.skipped_exits.len();
+        s.exits = s.exits_patched + s.exits_skipped;
+        s.exit_coverage_pct = pct(s.exits_patched, s.exits);
+        s.exits_without_traps_pct = pct(exits_no_trap, s.exits);
+        s.timed_functions = p.plan.points.iter().filter(|pt| pt.bits & stint_layout::TIMER_BITS != 0).count();
+        s.timer_functions = s.timed_functions + p.plan.untimed.len();
         RewriteReport {
             schema: "stint-inspect/1",
             program: program.to_string(),
@@ -180,10 +275,25 @@ impl RewriteReport {
         if s.not_selected > 0 {
             out += &format!("not selected by the spec: {}\n", s.not_selected);
         }
+        if s.timer_functions > 0 {
+            let tactics: Vec<String> = s.exits_by_tactic.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let reasons: Vec<String> = s.exits_skipped_by_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            out += &format!(
+                "exits: {} patched of {} ({:.2}%): {}{}; timed functions: {} of {}\n",
+                s.exits_patched,
+                s.exits,
+                s.exit_coverage_pct,
+                if tactics.is_empty() { "-".into() } else { tactics.join(", ") },
+                if reasons.is_empty() { String::new() } else { format!("; skipped: {}", reasons.join(", ")) },
+                s.timed_functions,
+                s.timer_functions
+            );
+        }
         if list_skipped {
             for p in self.points.iter().filter(|p| p.tactic == "skipped") {
                 out += &format!(
-                    "  skipped {} {} at {}: {}\n",
+                    "  skipped {} {} {} at {}: {}\n",
+                    p.kind,
                     p.function,
                     p.address,
                     p.site,
@@ -195,17 +305,25 @@ impl RewriteReport {
     }
 }
 
-/// The reason without addresses, for counting.
-fn reason_class(r: &crate::plan::SkipReason) -> String {
+/// The reason without addresses, for counting; `site` is the skipped site.
+fn reason_class(r: &crate::plan::SkipReason, site: u64) -> String {
     use crate::plan::SkipReason::*;
     match r {
         NotSelected => "not selected",
         TooSmall => "too small",
+        BranchTarget(a) if *a == site => "exit is a branch target",
         BranchTarget(_) => "branch target in window",
         UnresolvedIndirectJump => "unresolved indirect jump",
         NoUnwindInfo => "no unwind information",
         Undecodable(_) => "undecodable",
         Unrelocatable(..) => "unrelocatable instruction",
+        ConditionalTailCall => "conditional tail call",
+        ExitTooSmall => "too small",
+        ExitInEntryWindow => "exit inside the entry window",
+        Overlap(_) => "overlaps another patch",
+        IntoOtherColdPart(_) => "jump into another function's cold part",
+        IntoFunctionInterior(_) => "jump into the middle of a function",
+        NotTimed => "another exit is skipped",
     }
     .into()
 }

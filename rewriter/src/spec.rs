@@ -83,7 +83,10 @@ impl Spec {
                 )));
             };
             if m.kind != kind {
-                return Err(Error::Spec(format!("metric {:?}: kind {:?} not supported (expected {kind})", m.name, m.kind)));
+                return Err(Error::Spec(format!(
+                    "metric {:?}: kind {:?} not supported (expected {kind})",
+                    m.name, m.kind
+                )));
             }
             if m.at != at {
                 return Err(Error::Spec(format!("metric {:?}: at {:?} not supported (expected {at})", m.name, m.at)));

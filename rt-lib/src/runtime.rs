@@ -370,7 +370,7 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
     unsafe {
         let meta = bytes(config, config.meta_rel, meta_len);
         core::ptr::copy_nonoverlapping(meta.as_ptr(), (base + meta_off as usize) as *mut u8, meta.len());
-        let gates = bytes(config, config.gates_rel, n_points as u64 * config.n_metrics as u64);
+        let gates = bytes(config, config.gates_rel, n_points as u64); // one gate byte per point
         core::ptr::copy_nonoverlapping(gates.as_ptr(), (base + ctl_off as usize) as *mut u8, gates.len());
     }
     st.active = 1;
@@ -500,17 +500,39 @@ pub unsafe fn slow(config: Cfg, point: u32) -> bool {
 /// system-call jitter of a few hundred nanoseconds gives well under 0.1 % error).
 fn calibrate_tsc() -> u64 {
     const SPAN_NS: u64 = 1_000_000;
-    let (m0, t0) = (sys::clock_ns(sys::CLOCK_MONOTONIC), sys::rdtsc());
-    let mut m1 = m0;
-    let mut t1 = t0;
-    while m1.wrapping_sub(m0) < SPAN_NS {
-        m1 = sys::clock_ns(sys::CLOCK_MONOTONIC);
-        t1 = sys::rdtsc();
-        if m1 == 0 {
-            return 0;
+    let (Some((m0, t0)), mut last) = (clock_pair(), None) else {
+        return 0;
+    };
+    while let Some((m1, t1)) = clock_pair() {
+        last = Some((m1, t1));
+        if m1.wrapping_sub(m0) >= SPAN_NS {
+            break;
         }
     }
+    let Some((m1, t1)) = last else {
+        return 0;
+    };
     ((t1.wrapping_sub(t0) as u128 * 1_000_000_000) / m1.wrapping_sub(m0).max(1) as u128) as u64
+}
+
+/// CLOCK_MONOTONIC and the TSC at the same instant: the clock read bracketed by two TSC
+/// reads, the narrowest bracket of eight (a thread preempted inside the bracket would pair
+/// the clock with a TSC value microseconds off). `None` if the clock cannot be read.
+fn clock_pair() -> Option<(u64, u64)> {
+    let mut best: Option<(u64, u64, u64)> = None; // (width, mono, tsc)
+    for _ in 0..8 {
+        let a = sys::rdtsc();
+        let m = sys::clock_ns(sys::CLOCK_MONOTONIC);
+        let b = sys::rdtsc();
+        if m == 0 {
+            return None;
+        }
+        let w = b.wrapping_sub(a);
+        if best.is_none_or(|(bw, _, _)| w < bw) {
+            best = Some((w, m, a + w / 2));
+        }
+    }
+    best.map(|(_, m, t)| (m, t))
 }
 
 /// Give a new column its CPU clock (D11): a perf task-clock page whose `lock` word moves at
@@ -581,11 +603,16 @@ pub unsafe fn timer(config: Cfg, op: u32, point: u32, sp: u64, tsc: u64) {
     let base = unsafe { sys::gs_self() } as usize;
     // Safety: as above; only this thread writes its column.
     let col = unsafe { &mut *(base as *mut ColumnHeader) };
+    // CPU time of this instant: `tsc` was read before the routine looked at the sequence
+    // word, so after a re-synchronisation it belongs to the previous scheduling period and
+    // would be off by the time the thread spent descheduled; read the TSC again.
+    let mut cpu_tsc = tsc;
     // Safety: the seq pointer is the perf page's lock word or `seq_never`.
     if unsafe { core::ptr::read_volatile(col.seq_ptr as *const u32) } != col.seq {
         resync(col, st.tsc_hz);
+        cpu_tsc = sys::rdtsc();
     }
-    let cpu_now = tsc.wrapping_sub(col.cpu_off);
+    let cpu_now = cpu_tsc.wrapping_sub(col.cpu_off);
     let slot = |slot: u32, p: u32| (base + counter_offset(n, slot, p) as usize) as *mut u64;
     let frame = |i: u32| (base + (SHADOW_OFFSET + i * FRAME_SIZE) as usize) as *mut Frame;
     // Close the top frame: lower the point's active count; the outermost adds its time.

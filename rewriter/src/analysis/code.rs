@@ -1,11 +1,12 @@
 //! Decoding every function once, what its instructions reach, and indirect jumps.
 
+use super::IndirectJump;
 use super::{Cand, CodeMap, FuncIndex};
 use crate::input::InputElf;
 use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// How control gets from one function to another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -619,7 +620,8 @@ fn classify_jump(sl: &mut Slicer, k: usize) -> Jump {
 const MAX_TABLE_ENTRIES: u64 = 1 << 16;
 
 /// Resolve every indirect jump: add table targets (and edges), mark the functions with jumps
-/// we cannot resolve. Returns the extents `[start, end)` of the tables read.
+/// we cannot resolve. Returns the extents `[start, end)` of the tables read, and what each
+/// indirect jump (by address) was found to be.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn resolve_indirect_jumps(
     elf: &InputElf,
@@ -630,7 +632,7 @@ pub(crate) fn resolve_indirect_jumps(
     reloc_value: &HashMap<u64, u64>,
     name_parent: &[Option<usize>],
     noreturn_call: &dyn Fn(&Instruction) -> bool,
-) -> Vec<(u64, u64)> {
+) -> (Vec<(u64, u64)>, BTreeMap<u64, IndirectJump>) {
     let n = cands.len();
     // Functions connected by direct jumps, landing pads or `.cold` names: a table may point
     // into any of them (cold parts, possibly unrecognised ones).
@@ -667,7 +669,7 @@ pub(crate) fn resolve_indirect_jumps(
 
     // One slicer per function (its caches serve all of the function's indirect jumps);
     // `code.indirect` is in function order.
-    let mut specs: Vec<(usize, Jump)> = Vec::new();
+    let mut specs: Vec<(usize, u64, Jump)> = Vec::new();
     let mut info = InstructionInfoFactory::new();
     let mut ins: Vec<Instruction> = Vec::new();
     let mut rest = &code.indirect[..];
@@ -686,21 +688,32 @@ pub(crate) fn resolve_indirect_jumps(
                 }
                 Err(_) => Jump::Unresolved,
             };
-            specs.push((fi, j));
+            specs.push((fi, ip, j));
         }
         info = sl.info;
     }
 
-    let mut bases: Vec<u64> =
-        specs.iter().filter_map(|(_, j)| if let Jump::Table { base, .. } = j { Some(*base) } else { None }).collect();
+    let mut bases: Vec<u64> = specs
+        .iter()
+        .filter_map(|(_, _, j)| if let Jump::Table { base, .. } = j { Some(*base) } else { None })
+        .collect();
     bases.sort_unstable();
     bases.dedup();
 
     let mut extents = Vec::new();
-    for (fi, j) in specs {
+    let mut kinds: BTreeMap<u64, IndirectJump> = BTreeMap::new();
+    // A jump decoded in two (nested) functions keeps the less certain of its kinds.
+    let mut note = |ip: u64, k: IndirectJump| {
+        let e = kinds.entry(ip).or_insert(k);
+        if k.rank() > e.rank() {
+            *e = k;
+        }
+    };
+    for (fi, ip, j) in specs {
         match j {
-            Jump::TailCall => {}
+            Jump::TailCall => note(ip, IndirectJump::TailCall),
             Jump::Direct(a, b) => {
+                note(ip, IndirectJump::Constant(a, b));
                 for t in std::iter::once(a).chain(b) {
                     code.targets.push(t);
                     if cands.get(fi).is_some_and(|c| t < c.address || t >= c.end()) {
@@ -708,7 +721,10 @@ pub(crate) fn resolve_indirect_jumps(
                     }
                 }
             }
-            Jump::Unresolved => code.unresolved[fi] = true,
+            Jump::Unresolved => {
+                note(ip, IndirectJump::Unresolved);
+                code.unresolved[fi] = true
+            }
             Jump::Table { base, size, signed, add } => {
                 let mut allowed: Vec<usize> = vec![fi];
                 if let Some(a) = adj.get(fi) {
@@ -728,6 +744,7 @@ pub(crate) fn resolve_indirect_jumps(
                     .iter()
                     .find(|s| s.is_alloc() && s.has_bits() && base >= s.addr && base - s.addr < s.size)
                 else {
+                    note(ip, IndirectJump::Unresolved);
                     code.unresolved[fi] = true;
                     continue;
                 };
@@ -768,12 +785,14 @@ pub(crate) fn resolve_indirect_jumps(
                     count += 1;
                 }
                 if count == 0 {
+                    note(ip, IndirectJump::Unresolved);
                     code.unresolved[fi] = true;
                 } else {
+                    note(ip, IndirectJump::Table);
                     extents.push((base, base.saturating_add(count * u64::from(size))));
                 }
             }
         }
     }
-    extents
+    (extents, kinds)
 }

@@ -1,0 +1,700 @@
+//! Tests of the planner: hand-written assembly (with CFI, so every function has an FDE)
+//! whose exits have known shapes, C built with gcc, and invariants on system binaries.
+
+use super::*;
+use crate::analysis::analyze;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "stint-plan-{}-{}-{}",
+        std::process::id(),
+        tag,
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create temp dir");
+    d
+}
+
+/// Build `files` (name, text) with gcc and `flags` into `dir/out`.
+fn gcc(dir: &Path, out: &str, files: &[(&str, &str)], flags: &[&str]) -> PathBuf {
+    let mut cmd = Command::new("gcc");
+    cmd.args(flags);
+    for (name, text) in files {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write source");
+        cmd.arg(p);
+    }
+    let bin = dir.join(out);
+    let st = cmd.arg("-o").arg(&bin).status().expect("run gcc");
+    assert!(st.success(), "gcc {flags:?} {out} failed");
+    bin
+}
+
+/// Everything the assertions need about one planned program.
+struct Planned {
+    data: Vec<u8>,
+    an: Analysis,
+    plan: Plan,
+}
+
+impl Planned {
+    fn new(bin: &Path, traps: bool) -> Self {
+        let data = std::fs::read(bin).expect("read binary");
+        let (an, plan) = {
+            let elf = InputElf::parse(&data).expect("parse");
+            let an = analyze(&elf).expect("analyze");
+            let plan = plan(&elf, &an, &Spec::default_spec(), PlanOptions { shadow_stack: false, traps });
+            check_plan(&elf, &an, &plan, traps);
+            (an, plan)
+        };
+        Planned { data, an, plan }
+    }
+
+    fn function(&self, name: &str) -> (usize, &Function) {
+        self.an
+            .functions
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.name == name)
+            .unwrap_or_else(|| panic!("no function {name}"))
+    }
+
+    fn point(&self, name: &str) -> &Point {
+        let (i, _) = self.function(name);
+        self.plan.points.iter().find(|p| p.function == i).unwrap_or_else(|| panic!("{name} has no entry point"))
+    }
+
+    fn timed(&self, name: &str) -> bool {
+        self.point(name).bits & stint_layout::TIMER_BITS != 0
+    }
+
+    /// Exits of `name`: (site offset from the function, kind, tactic or skip reason,
+    /// patch offset, patch length, number of displaced instructions).
+    fn exits(&self, name: &str) -> Vec<String> {
+        let (i, f) = self.function(name);
+        let mut rows: Vec<(u64, String)> = Vec::new();
+        let off = |a: u64| a as i64 - f.address as i64;
+        for x in self.plan.exits.iter().filter(|x| x.function == i) {
+            rows.push((
+                x.site,
+                format!(
+                    "{:+} {:?} {} at {:+} len {} ins {}",
+                    off(x.site),
+                    x.kind,
+                    x.tactic.name(),
+                    off(x.address),
+                    x.window_len,
+                    x.displaced.len()
+                ),
+            ));
+        }
+        for x in self.plan.skipped_exits.iter().filter(|x| x.function == i) {
+            let fits = x.fits.map_or(String::new(), |t| format!(" (fits {})", t.name()));
+            rows.push((x.site, format!("{:+} {:?} skipped: {}{fits}", off(x.site), x.kind, reason(&x.reason, f))));
+        }
+        rows.sort();
+        rows.into_iter().map(|r| r.1).collect()
+    }
+
+    fn elf(&self) -> InputElf<'_> {
+        InputElf::parse(&self.data).expect("parse")
+    }
+}
+
+/// A skip reason with addresses as offsets from `f`, so expectations do not depend on layout.
+fn reason(r: &SkipReason, f: &Function) -> String {
+    let off = |a: &u64| format!("{:+}", *a as i64 - f.address as i64);
+    match r {
+        SkipReason::BranchTarget(a) => format!("branch target {}", off(a)),
+        SkipReason::Overlap(a) => format!("overlap {}", off(a)),
+        SkipReason::Undecodable(a) => format!("undecodable {}", off(a)),
+        SkipReason::Unrelocatable(a, why) => format!("unrelocatable {}: {why}", off(a)),
+        SkipReason::IntoOtherColdPart(a) => format!("into other cold part {}", off(a)),
+        SkipReason::IntoFunctionInterior(a) => format!("into function interior {}", off(a)),
+        other => other.to_string(),
+    }
+}
+
+/// Invariants of every plan: patches never overlap; a window covers whole displaced
+/// instructions ending with the exit; a point keeps its timer bits iff none of its exits is
+/// skipped; traps only when asked for.
+fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
+    let mut ranges: Vec<(u64, u64, String)> = Vec::new();
+    for p in &plan.points {
+        ranges.push((p.address, p.address + p.window_len, format!("entry {:x}", p.address)));
+        assert!(traps || p.tactic != Tactic::Trap, "entry trap without --traps at 0x{:x}", p.address);
+        match p.tactic {
+            Tactic::Trap => assert_eq!((p.window_len, p.displaced.len()), (1, 1)),
+            _ => assert!(p.window_len >= JMP_LEN),
+        }
+    }
+    let timed: BTreeSet<u32> =
+        plan.points.iter().filter(|p| p.bits & stint_layout::TIMER_BITS != 0).map(|p| p.id).collect();
+    for x in &plan.exits {
+        ranges.push((x.address, x.address + x.window_len, format!("exit {:x}", x.site)));
+        assert!(timed.contains(&x.point), "exit 0x{:x} of an untimed point", x.site);
+        assert!(traps || x.tactic != Tactic::Trap, "exit trap without --traps at 0x{:x}", x.site);
+        let last = x.displaced.last().expect("displaced");
+        assert_eq!(last.ip(), x.site);
+        assert_eq!(x.displaced[0].ip(), x.address);
+        for w in x.displaced.windows(2) {
+            assert_eq!(w[0].next_ip(), w[1].ip(), "displaced instructions of 0x{:x} not contiguous", x.site);
+        }
+        for d in &x.displaced[1..] {
+            assert!(!an.branch_targets.contains(&d.ip()), "branch target 0x{:x} inside exit window", d.ip());
+        }
+        let covered = last.next_ip() - x.address;
+        match x.tactic {
+            Tactic::Window => assert!(x.window_len == covered && covered >= JMP_LEN),
+            Tactic::WindowPadding => assert!(x.window_len == JMP_LEN && covered < JMP_LEN),
+            Tactic::Trap => assert!(x.window_len == 1 && x.address == x.site && x.displaced.len() == 1),
+        }
+        // The bytes match the displaced instructions.
+        let ins = decode_at(elf, x.address, covered);
+        assert_eq!(ins.len(), x.displaced.len());
+        assert!(!an.functions[x.function].is_cold_part());
+    }
+    for x in &plan.skipped_exits {
+        assert!(!timed.contains(&x.point), "skipped exit 0x{:x} of a timed point", x.site);
+    }
+    for u in &plan.untimed {
+        assert!(!timed.contains(&u.point));
+    }
+    ranges.sort();
+    for w in ranges.windows(2) {
+        assert!(w[0].1 <= w[1].0, "{} overlaps {}", w[0].2, w[1].2);
+    }
+}
+
+const MAIN_C: &str = r#"
+int pops(int), tiny(void), one(void), inner_pad(int), midret(int), sib(int), say(void), sw(long),
+    hot(int, int), ov(int), ctc(int), vt(void *), selfrec(int), packed(int);
+int main(int argc, char **argv) {
+    (void)argv;
+    return pops(argc) + tiny() + one() + inner_pad(argc) + midret(argc) + sw(argc) + hot(argc, 2) + ov(argc)
+        + ctc(argc) + selfrec(argc) + packed(argc);
+}
+"#;
+
+/// Every function has CFI, so it has an FDE like compiled code. `.p2align 4` after a
+/// function leaves nop padding; functions without it are packed.
+const EXITS_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+
+    .p2align 4
+FUNC ext
+    lea eax, [rdi + 1]
+    ret
+END ext
+
+# ret after pops: the window starts at the return address of the call.
+    .p2align 4
+FUNC pops
+    push rbp
+    push rbx
+    sub rsp, 8
+    call ext
+.Lpops_mid:
+    add rsp, 8
+    pop rbx
+    pop rbp
+    ret
+END pops
+
+# A jump into the middle of another function is no tail call.
+    .p2align 4
+FUNC midjump
+    mov eax, 0x10
+    jmp .Lpops_mid
+END midjump
+
+# 3 bytes: the entry window runs over the padding and displaces the ret.
+    .p2align 4
+FUNC tiny
+    xor eax, eax
+    ret
+END tiny
+
+# mov eax, 1 is the 5-byte entry window; the ret takes the padding after the function.
+    .p2align 4
+FUNC one
+    mov eax, 1
+    ret
+END one
+
+    .p2align 4
+FUNC inner_pad
+    push rbx
+    mov ebx, edi
+    call ext
+    test eax, eax
+    je .Lip_ret
+    cmp eax, 7
+    je .Lip_more
+    lea eax, [rbx + 1]
+    pop rbx
+    ret                 # window: lea, pop, ret
+.Lip_ret:
+    pop rbx
+    ret                 # the pop is a target: the ret takes the alignment nops after it
+    .p2align 4
+.Lip_more:
+    mov eax, 3
+    pop rbx
+    ret                 # window: mov, pop, ret
+END inner_pad
+
+# A ret that is a jump target, followed by more code: no window, no padding.
+    .p2align 4
+FUNC midret
+    push rbx
+    mov ebx, edi
+    call ext
+    test eax, eax
+    je .Lmr_ret
+    jmp .Lmr_more
+.Lmr_ret:
+    ret
+.Lmr_more:
+    mov eax, ebx
+    add eax, 2
+    pop rbx
+    jmp ext             # direct tail call, 5 bytes: its own window
+END midret
+
+# A sibling call: mov edi, imm is the entry window, the jmp its own window.
+    .p2align 4
+FUNC sib
+    mov edi, 5
+    jmp ext
+END sib
+
+# A tail call through the GOT (-fno-plt).
+    .p2align 4
+FUNC say
+    lea rdi, [rip + msg]
+    jmp QWORD PTR [rip + puts@GOTPCREL]
+END say
+
+# A switch: the table jump is no exit; each case returns.
+    .p2align 4
+FUNC sw
+    cmp rdi, 3
+    ja .Lsw_def
+    lea rax, [rip + .Lsw_tab]
+    movsxd rdx, DWORD PTR [rax + rdi*4]
+    add rdx, rax
+    jmp rdx
+.Lsw_0:
+    mov eax, 10
+    ret
+.Lsw_1:
+    mov eax, 11
+    ret
+.Lsw_2:
+    mov eax, 12
+    ret
+.Lsw_3:
+    mov eax, 13
+    ret
+.Lsw_def:
+    mov eax, 99
+    ret
+END sw
+    .section .rodata
+    .p2align 2
+.Lsw_tab:
+    .long .Lsw_0 - .Lsw_tab
+    .long .Lsw_1 - .Lsw_tab
+    .long .Lsw_2 - .Lsw_tab
+    .long .Lsw_3 - .Lsw_tab
+msg:
+    .string "hi"
+    .text
+
+# hot and its cold part: the cold part's ret is an exit of hot, its jump back is not.
+    .p2align 4
+FUNC hot
+    test edi, edi
+    jne hot.cold
+.Lhot_back:
+    mov eax, 1
+    ret
+END hot
+    .section .text.unlikely
+FUNC hot.cold
+    cmp esi, 5
+    je .Lhot_back
+    mov eax, 7
+    ret
+END hot.cold
+    .text
+
+# The ret's window would reach back into the entry window, and nothing follows the function.
+    .p2align 4
+FUNC ov
+    xor eax, eax
+    cmp edi, 0x1234
+    setbe al
+    ret
+END ov
+FUNC ctc
+    mov eax, 0x10
+    test edi, edi
+    je ext              # conditional tail call
+    ret
+END ctc
+    .p2align 4
+FUNC vt
+    mov esi, 1
+    mov rax, [rdi + 8]
+    jmp rax             # virtual tail call
+END vt
+
+# A tail call to itself re-enters the entry point: an exit.
+    .p2align 4
+FUNC selfrec
+    mov eax, 0x10
+    test edi, edi
+    je .Lsr_done
+    sub edi, 1
+    jmp selfrec
+.Lsr_done:
+    ret
+END selfrec
+    .nops 6
+
+# A loop right before the ret: the window would take in the back edge; the padding does not.
+    .p2align 4
+FUNC loopy
+    mov eax, 0x10
+    xor edx, edx
+.Lloopy:
+    add edx, eax
+    sub edi, 1
+    jne .Lloopy
+    ret
+END loopy
+    .nops 8
+# The same without padding: the window with the back edge is the only one.
+FUNC loopy2
+    mov eax, 0x10
+    xor edx, edx
+.Lloopy2:
+    add edx, eax
+    sub edi, 1
+    jne .Lloopy2
+    ret
+END loopy2
+FUNC after_loopy
+    mov eax, 0x10
+    ret
+END after_loopy
+    .p2align 4
+
+# -O0 style epilogues: `leave; ret` after a call, no padding between functions.
+    .p2align 4
+FUNC packed
+    push rbp
+    mov rbp, rsp
+    sub rsp, 16
+    mov [rbp - 4], edi
+    call ext
+    leave
+    ret
+END packed
+FUNC after_packed
+    push rbp
+    mov rbp, rsp
+    mov eax, 1
+    pop rbp
+    ret
+END after_packed
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+fn exits_program() -> PathBuf {
+    let dir = temp_dir("exits");
+    gcc(&dir, "exits", &[("main.c", MAIN_C), ("exits.s", EXITS_S)], &["-O1"])
+}
+
+#[test]
+fn exit_tactics_without_traps() {
+    let p = Planned::new(&exits_program(), false);
+    let all = TIMER_AND_CALLS;
+
+    // push rbp; push rbx; sub rsp, 8; call ext; add rsp, 8; pop rbx; pop rbp; ret
+    assert_eq!(p.exits("pops"), ["+17 Ret window at +11 len 7 ins 4"]);
+    assert!(p.timed("pops"));
+
+    let (_, pops) = p.function("pops");
+    let (_, mj) = p.function("midjump");
+    let back = pops.address as i64 - mj.address as i64;
+    assert_eq!(p.exits("midjump"), [format!("+5 TailJump skipped: into function interior {back:+}")]);
+    assert!(!p.timed("midjump"));
+
+    // The entry window displaces the ret: not timed, but counted.
+    assert_eq!(p.point("tiny").tactic, Tactic::WindowPadding);
+    assert_eq!(p.exits("tiny"), ["+2 Ret skipped: exit inside the entry window"]);
+    assert_eq!(p.point("tiny").bits, all & !stint_layout::TIMER_BITS);
+
+    assert_eq!(p.point("one").tactic, Tactic::Window);
+    assert_eq!(p.point("one").window_len, 5);
+    assert_eq!(p.exits("one"), ["+5 Ret window+padding at +5 len 5 ins 1"]);
+    assert_eq!(p.point("one").bits, all);
+
+    assert_eq!(
+        p.exits("inner_pad"),
+        [
+            "+21 Ret window at +17 len 5 ins 3",
+            "+23 Ret window+padding at +23 len 5 ins 1",
+            "+38 Ret window at +32 len 7 ins 3",
+        ]
+    );
+    assert!(p.timed("inner_pad"));
+
+    assert_eq!(
+        p.exits("midret"),
+        [
+            "+14 Ret skipped: branch target +14",
+            "+21 TailJump skipped: another exit of the function cannot be patched (fits window)"
+        ]
+    );
+    assert!(!p.timed("midret"));
+    let u = p.plan.untimed.iter().find(|u| u.function == p.function("midret").0).expect("midret untimed");
+    assert_eq!(u.reason, SkipReason::BranchTarget(u.site));
+
+    assert_eq!(p.exits("sib"), ["+5 TailJump window at +5 len 5 ins 1"]);
+    assert_eq!(p.exits("say"), ["+7 TailJump window at +7 len 6 ins 1"]);
+
+    // Five rets, no exit at the table jump.
+    let sw = p.exits("sw");
+    assert_eq!(sw.len(), 5, "{sw:?}");
+    assert!(sw.iter().all(|r| r.contains("Ret window at") && r.ends_with("len 6 ins 2")), "{sw:?}");
+    let (i, f) = p.function("sw");
+    let jmp = decode_at(&p.elf(), f.address, f.size)
+        .into_iter()
+        .find(|x| x.flow_control() == FlowControl::IndirectBranch)
+        .expect("table jump");
+    assert_eq!(p.an.indirect_jumps.get(&jmp.ip()), Some(&IndirectJump::Table));
+    assert!(!p.plan.exits.iter().any(|x| x.function == i && x.site == jmp.ip()));
+    assert!(p.timed("sw"));
+
+    // The cold part's ret belongs to hot; its jump back into hot is no exit.
+    let (_, cold) = p.function("hot.cold");
+    let (_, hot) = p.function("hot");
+    assert_eq!(cold.kind, FunctionKind::ColdPart { parent: Some(hot.address) });
+    let cold_off = cold.address as i64 - hot.address as i64;
+    // cmp esi, 5; je .Lhot_back; mov eax, 7; ret
+    let want_cold = format!("{:+} Ret window at {:+} len 6 ins 2", cold_off + 14, cold_off + 9);
+    let mut want = vec!["+13 Ret window at +8 len 6 ins 2".to_string(), want_cold];
+    want.sort_by_key(|r| r.split(' ').next().and_then(|o| o.parse::<i64>().ok()));
+    assert_eq!(p.exits("hot"), want);
+    assert!(p.timed("hot"));
+    assert!(!p.plan.points.iter().any(|pt| pt.function == p.function("hot.cold").0));
+
+    // xor (2) + cmp (6) is the entry window; setbe + ret are 4 bytes and the next function follows.
+    assert_eq!(p.exits("ov"), ["+11 Ret skipped: overlap +0"]);
+    assert_eq!(
+        p.exits("ctc"),
+        [
+            "+7 TailJump skipped: conditional tail call",
+            "+13 Ret skipped: another exit of the function cannot be patched (fits window)"
+        ]
+    );
+    assert_eq!(p.exits("vt"), ["+9 TailJump window at +5 len 6 ins 2"]);
+    // jmp selfrec (rel8) after sub edi, 1; the ret is a jump target with padding after it.
+    assert_eq!(
+        p.exits("selfrec"),
+        ["+12 TailJump window at +9 len 5 ins 2", "+14 Ret window+padding at +14 len 5 ins 1"]
+    );
+    assert!(p.timed("selfrec"));
+    // mov eax, 16 (5); xor edx, edx (2); add edx, eax (2); sub edi, 1 (3); jne (2); ret
+    assert_eq!(p.exits("loopy"), ["+14 Ret window+padding at +14 len 5 ins 1"]);
+    assert_eq!(p.exits("loopy2"), ["+14 Ret window at +9 len 6 ins 3"]);
+    // `call ext; leave; ret`: the leave is the return address.
+    assert_eq!(p.exits("packed"), ["+17 Ret skipped: branch target +16"]);
+    // push rbp; mov rbp, rsp; mov eax, 1 is the entry window; pop rbp; ret ends the section.
+    assert_eq!(p.exits("after_packed"), ["+10 Ret skipped: overlap +0"]);
+}
+
+const TIMER_AND_CALLS: u8 = stint_layout::TIMER_BITS | stint_layout::metric_bit(stint_layout::METRIC_CALLS);
+
+#[test]
+fn exit_tactics_with_traps() {
+    let p = Planned::new(&exits_program(), true);
+    assert_eq!(p.exits("midret"), ["+14 Ret trap at +14 len 1 ins 1", "+21 TailJump window at +21 len 5 ins 1"]);
+    assert!(p.timed("midret"));
+    assert_eq!(p.exits("ov"), ["+11 Ret trap at +11 len 1 ins 1"]);
+    assert_eq!(p.exits("packed"), ["+17 Ret trap at +17 len 1 ins 1"]);
+    assert_eq!(p.exits("after_packed"), ["+10 Ret trap at +10 len 1 ins 1"]);
+    // Windows where they fit, as without traps.
+    assert_eq!(p.exits("pops"), ["+17 Ret window at +11 len 7 ins 4"]);
+    assert_eq!(p.exits("one"), ["+5 Ret window+padding at +5 len 5 ins 1"]);
+    // Traps cannot reach into an entry window, nor replace a conditional tail call.
+    assert_eq!(p.exits("tiny"), ["+2 Ret skipped: exit inside the entry window"]);
+    assert!(!p.timed("ctc"));
+}
+
+/// A function too short for any window, and no padding: a trap at its entry with --traps.
+const TRAP_ENTRY_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .globl shorty
+    .type shorty, @function
+shorty:
+    .cfi_startproc
+    xor eax, eax
+    ret
+    .cfi_endproc
+    .size shorty, .-shorty
+    .globl next
+    .type next, @function
+next:
+    .cfi_startproc
+    mov eax, 2
+    add eax, edi
+    ret
+    .cfi_endproc
+    .size next, .-next
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn entry_trap() {
+    let dir = temp_dir("trap-entry");
+    let main = "int shorty(void), next(int); int main(int c, char **v) { (void)v; return shorty() + next(c); }";
+    let bin = gcc(&dir, "t", &[("main.c", main), ("t.s", TRAP_ENTRY_S)], &["-O1"]);
+    let p = Planned::new(&bin, false);
+    let (i, _) = p.function("shorty");
+    let sk = p.plan.skipped.iter().find(|s| s.function == i).expect("shorty skipped");
+    assert_eq!(sk.reason, SkipReason::TooSmall);
+    let p = Planned::new(&bin, true);
+    let pt = p.point("shorty");
+    assert_eq!((pt.tactic, pt.window_len, pt.displaced.len(), pt.emulate_call), (Tactic::Trap, 1, 1, false));
+    // Its ret is displaced by nothing but lies in no window either: the entry trap covers only
+    // the xor; the ret gets a trap too.
+    assert_eq!(p.exits("shorty"), ["+2 Ret trap at +2 len 1 ins 1"]);
+    assert!(p.timed("shorty"));
+    assert_eq!(p.exits("next"), ["+7 Ret trap at +7 len 1 ins 1"]);
+}
+
+/// C at -O2: sibling calls, `-fno-plt` tail calls to libc, switches, cold parts. The plan's
+/// invariants hold, every exit is classified, and tail calls are found.
+const C_SRC: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }
+__attribute__((noinline)) int sibling(int x) { return leaf(x + 7); }
+__attribute__((noinline)) void shout(const char *s) { puts(s); }
+__attribute__((noinline)) int dispatch(int op, int a, int b) {
+    switch (op) {
+    case 0: return a + b; case 1: return a - b; case 2: return a * b; case 3: return b ? a / b : 0;
+    case 4: return a & b; case 5: return a | b; case 6: return a ^ b; case 7: return leaf(a);
+    default: return 42;
+    }
+}
+__attribute__((noinline)) long work(long *v, int n) {
+    long s = 0;
+    for (int i = 0; i < n; i++) {
+        if (__builtin_expect(v[i] < 0, 0)) { fprintf(stderr, "negative %ld\n", v[i]); abort(); }
+        s += v[i] * 3 + (s >> 2);
+    }
+    return s;
+}
+int main(int argc, char **argv) {
+    long v[3] = {argc, 2, 3};
+    shout(argv[0]);
+    return (sibling(argc) + dispatch(argc, 3, 4) + (int)work(v, 3)) & 1;
+}
+"#;
+
+#[test]
+fn c_program_o2() {
+    let dir = temp_dir("c-o2");
+    for (tag, flags) in [("pie", &["-O2", "-fno-plt"][..]), ("nopie", &["-O2", "-fno-pie", "-no-pie"][..])] {
+        let bin = gcc(&dir, tag, &[("t.c", C_SRC)], flags);
+        for traps in [false, true] {
+            let p = Planned::new(&bin, traps);
+            // sibling: `add edi, 7; jmp leaf` — the entry window displaces the tail call.
+            let s = p.exits("sibling");
+            assert_eq!(s.len(), 1, "{tag}: {s:?}");
+            assert!(s[0].contains("TailJump"), "{tag}: {s:?}");
+            // shout: a tail call to puts (through the GOT with -fno-plt, the PLT without).
+            let s = p.exits("shout");
+            assert_eq!(s.len(), 1, "{tag}: {s:?}");
+            assert!(s[0].contains("TailJump"), "{tag}: {s:?}");
+            // dispatch's table jump is not an exit; it returns (or tail-calls leaf).
+            let (i, f) = p.function("dispatch");
+            assert!(!f.unresolved_indirect_jump);
+            let sites: Vec<u64> = p
+                .plan
+                .exits
+                .iter()
+                .filter(|x| x.function == i)
+                .map(|x| x.site)
+                .chain(p.plan.skipped_exits.iter().filter(|x| x.function == i).map(|x| x.site))
+                .collect();
+            assert!(!sites.is_empty());
+            for s in sites {
+                let x = decode_at(&p.elf(), s, 15)[0];
+                assert!(
+                    x.mnemonic() == Mnemonic::Ret || x.near_branch_target() == p.function("leaf").1.address,
+                    "{tag}: dispatch exit 0x{s:x} is {x}"
+                );
+            }
+            // work's exits include none in its cold part (it only aborts), and one ret.
+            assert!(p.exits("work").iter().any(|r| r.contains("Ret")), "{tag}: {:?}", p.exits("work"));
+        }
+    }
+}
+
+/// The invariants on real programs, with and without traps.
+#[test]
+fn system_binaries() {
+    for bin in ["/usr/bin/ls", "/usr/bin/pigz", "/usr/bin/sqlite3"] {
+        if !Path::new(bin).exists() {
+            continue;
+        }
+        for traps in [false, true] {
+            let p = Planned::new(Path::new(bin), traps);
+            assert!(!p.plan.exits.is_empty(), "{bin}: no exits");
+            if traps {
+                // Only what no trap can fix stays skipped.
+                for x in &p.plan.skipped_exits {
+                    assert!(
+                        matches!(
+                            x.reason,
+                            SkipReason::ExitInEntryWindow
+                                | SkipReason::ConditionalTailCall
+                                | SkipReason::UnresolvedIndirectJump
+                                | SkipReason::IntoOtherColdPart(_)
+                                | SkipReason::IntoFunctionInterior(_)
+                                | SkipReason::NotTimed
+                        ),
+                        "{bin}: exit 0x{:x} skipped with traps: {}",
+                        x.site,
+                        x.reason
+                    );
+                }
+            }
+        }
+    }
+}

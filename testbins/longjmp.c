@@ -1,0 +1,94 @@
+// longjmp: leaving instrumented frames without a ret (tests/timers.rs).
+//
+// f(x) calls setjmp, then g -> h -> k; k longjmps back into f, so g, h and k are left
+// without returning. f then reads the clock ("landing") and calls after(), the first
+// instrumented event above those frames: the measurement shadow stack must close g, h and k
+// there (3 abandoned frames per jump), with their time running up to that event. g, h and k
+// spin 1 unit each and after() 3 units (a unit is about 0.2 ms), so frames closed later
+// than the landing would show in their times. main calls f 50 times.
+//
+// With TIMES_FILE set (see timing.h), it writes
+//     f TID CPU_NS WALL_NS      around each call of f, measured by main
+//     g TID 0 WALL_NS           sum over the jumps of (landing - the clock read at the top
+//     h TID 0 WALL_NS           of g, h, k)
+//     k TID 0 WALL_NS
+//     after TID CPU_NS WALL_NS  around each call of after, measured by f
+// stdout does not depend on timing.
+//
+//# variants: pie-O2 nopie-O0
+//# expect: threads 1
+//# expect: main calls main 1
+//# expect: main calls f 50
+//# expect: main calls g 50
+//# expect: main calls h 50
+//# expect: main calls k 50
+//# expect: main calls after 50
+#include "timing.h"
+#include <setjmp.h>
+
+#define UNIT 130000L /* spin rounds, about 0.2 ms */
+#define JUMPS 50
+
+static jmp_buf env;
+static volatile unsigned long sink;
+static long g_start, h_start, k_start;
+static long g_span, h_span, k_span;
+
+__attribute__((noipa)) unsigned long after(unsigned long x) {
+    return spin(x, 3 * UNIT);
+}
+
+__attribute__((noipa)) void k(unsigned long x) {
+    k_start = wall_now();
+    sink = spin(x, UNIT);
+    longjmp(env, 1);
+}
+
+__attribute__((noipa)) unsigned long h(unsigned long x) {
+    h_start = wall_now();
+    x = spin(x, UNIT);
+    k(x);
+    sink = x; /* after the call: k is not a tail call */
+    return x;
+}
+
+__attribute__((noipa)) unsigned long g(unsigned long x) {
+    g_start = wall_now();
+    x = spin(x, UNIT);
+    unsigned long r = h(x);
+    sink = r;
+    return r + 1;
+}
+
+__attribute__((noipa)) unsigned long f(unsigned long x) {
+    if (setjmp(env) == 0) {
+        g(x);
+        fprintf(stderr, "longjmp: g returned\n");
+        exit(1);
+    }
+    struct span s = span_start(); /* s.wall is the landing, read just before after() */
+    g_span += s.wall - g_start;
+    h_span += s.wall - h_start;
+    k_span += s.wall - k_start;
+    unsigned long r = after(x);
+    times_span("after", thread_id(), span_since(s));
+    sink = r; /* after() is not a tail call */
+    return r;
+}
+
+int main(void) {
+    long tid = thread_id();
+    unsigned long check = 0;
+    for (int i = 0; i < JUMPS; i++) {
+        struct span s = span_start();
+        check += f(i);
+        times_span("f", tid, span_since(s));
+    }
+    times_add("g", tid, 0, g_span);
+    times_add("h", tid, 0, h_span);
+    times_add("k", tid, 0, k_span);
+    times_write();
+    printf("longjmp: %d jumps, check %lx\n", JUMPS, check);
+    fprintf(stderr, "longjmp: done\n");
+    return 0;
+}
