@@ -630,7 +630,6 @@ pub fn column_header_bytes(c: &ColumnHeader) -> [u8; size_of::<ColumnHeader>()] 
     put!(out, ColumnHeader, shadow_overflow, c.shadow_overflow.to_le_bytes());
     put!(out, ColumnHeader, abandoned_frames, c.abandoned_frames.to_le_bytes());
     put!(out, ColumnHeader, resyncs, c.resyncs.to_le_bytes());
-    put!(out, ColumnHeader, perf_page, c.perf_page.to_le_bytes());
     out
 }
 
@@ -730,7 +729,6 @@ mod tests {
             abandoned_frames: 20,
             shadow_overflow: 21,
             resyncs: 22,
-            perf_page: 23,
         };
         assert_eq!(ColumnHeader::parse(&column_header_bytes(&c)), Ok(c));
     }

@@ -123,11 +123,6 @@ impl Spec {
     pub fn default_spec() -> Spec {
         Spec::parse(DEFAULT_SPEC).expect("built-in default spec is valid")
     }
-
-    /// The `calls` metric, if the spec has it.
-    pub fn calls(&self) -> Option<&Metric> {
-        self.metrics.iter().find(|m| m.id == stint_layout::METRIC_CALLS)
-    }
 }
 
 /// Shell-style glob: `*` any run, `?` any one character, everything else literal.
@@ -158,10 +153,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_spec_counts_everything() {
+    fn default_spec_counts_and_times_everything() {
         let s = Spec::default_spec();
-        let calls = s.calls().unwrap();
-        assert!(calls.on_at_start && calls.selects("main") && calls.selects("ns::f"));
+        let all = stint_layout::metric_bit(stint_layout::METRIC_CALLS) | stint_layout::TIMER_BITS;
+        assert_eq!((s.bits_for("main"), s.bits_for("ns::f")), (all, all));
+        assert_eq!(s.on_at_start_bits(), all);
+        let s = Spec::parse(
+            "metrics: [{name: calls, kind: counter, at: entry, on_at_start: true},\n\
+             {name: wall_time, kind: timer, at: function, functions: [\"parse_*\"]}]",
+        )
+        .unwrap();
+        let (calls, wall) = (stint_layout::metric_bit(0), stint_layout::metric_bit(stint_layout::METRIC_WALL_TIME));
+        assert_eq!((s.bits_for("parse_x"), s.bits_for("main")), (calls | wall, calls));
+        assert_eq!(s.on_at_start_bits(), calls);
     }
 
     #[test]

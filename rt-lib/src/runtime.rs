@@ -541,7 +541,6 @@ fn clock_pair() -> Option<(u64, u64)> {
 fn timer_setup(col: &mut ColumnHeader, tsc_hz: u64) {
     match sys::perf_task_clock_page() {
         Ok(page) if tsc_hz != 0 => {
-            col.perf_page = page as u64;
             col.seq_ptr = (page + sys::PERF_PAGE_LOCK_OFFSET) as u64;
             col.clock_source = CLOCK_SOURCE_PERF_TSC;
         }

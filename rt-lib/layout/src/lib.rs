@@ -163,8 +163,6 @@ pub struct ColumnHeader {
     pub abandoned_frames: u64,
     /// Re-synchronisations of the CPU timer with CLOCK_THREAD_CPUTIME_ID.
     pub resyncs: u64,
-    /// Address of the perf page mapping (0 if none).
-    pub perf_page: u64,
 }
 
 /// Bytes reserved for the column header; the shadow stack starts here.
@@ -507,7 +505,6 @@ impl ColumnHeader {
                 shadow_overflow: u64,
                 abandoned_frames: u64,
                 resyncs: u64,
-                perf_page: u64,
             }
         ))
     }
