@@ -134,6 +134,7 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
         traps_rel: 0,
         n_traps: 0,
         trap_handler_rel: 0,
+        link_addr: config_at,
     };
 
     let entry_stub = seg_vaddr + seg.len() as u64;

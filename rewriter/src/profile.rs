@@ -500,6 +500,7 @@ pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> V
         tid_offset: GLIBC_TID_OFFSET,
         file_len,
         tsc_hz: 0,
+        ..FileHeader::default()
     };
     out[..size_of::<FileHeader>()].copy_from_slice(&file_header_bytes(&h));
     for point in 0..n_points {

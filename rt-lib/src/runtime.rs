@@ -30,7 +30,7 @@ use crate::sys::{self, Errno};
 use core::mem::size_of;
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    align_up, column_size, counter_offset, metric_bit, ColumnHeader, FileHeader, Frame, RtConfig,
+    align_up, column_size, objects_len, OBJ_BUCKETS, OBJ_CAP, counter_offset, metric_bit, ColumnHeader, FileHeader, Frame, RtConfig,
     CLOCK_SOURCE_PERF_TSC, CLOCK_SOURCE_SYSCALL, COLUMN_HEADER_RESERVED, COLUMN_LIVE, CONFIG_MAGIC, ENV_PROFILE,
     FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, FRAME_SIZE, HEADER_RESERVED, METRIC_CPU_TIME,
     METRIC_WALL_TIME, PAGE, RT_STATE_SIZE, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
@@ -304,7 +304,8 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
     let ctl_len = config.ctl_len;
     let meta_off = ctl_off + ctl_len;
     let meta_len = config.meta_len;
-    let columns_off = align_up(meta_off + meta_len, PAGE);
+    let objects_off = align_up(meta_off + meta_len, PAGE);
+    let columns_off = objects_off + objects_len(OBJ_BUCKETS, OBJ_CAP);
     let col_size = column_size(n_points, config.n_counter_slots);
     let file_len = columns_off + INITIAL_COLUMNS as u64 * col_size;
 
@@ -366,6 +367,10 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
         st.tsc_hz = calibrate_tsc();
     }
     hdr.tsc_hz = st.tsc_hz;
+    hdr.objects_offset = objects_off;
+    hdr.obj_buckets = OBJ_BUCKETS;
+    hdr.obj_cap = OBJ_CAP;
+    hdr.start_tsc = sys::rdtsc();
     // Safety: both regions lie inside the mapped file; the sources are in our segment.
     unsafe {
         let meta = bytes(config, config.meta_rel, meta_len);

@@ -42,7 +42,7 @@ pub const PAGE: u64 = 4096;
 /// `FileHeader::magic` once the runtime has finished writing the header.
 pub const FILE_MAGIC: [u8; 8] = *b"STINTPRF";
 /// Layout version of the profile file. Bump on any incompatible change.
-pub const FILE_VERSION: u32 = 2;
+pub const FILE_VERSION: u32 = 3;
 
 /// `FileHeader::flags`: `fs:[tid_offset]` held the kernel tid in the main thread at start,
 /// so the hot-path key includes the libc thread id (otherwise it is the thread pointer only).
@@ -96,6 +96,19 @@ pub struct FileHeader {
     pub file_len: u64,
     /// TSC ticks per second, calibrated against CLOCK_MONOTONIC at start (0: unknown).
     pub tsc_hz: u64,
+    /// The sync-object table (seeds/000 Figure 4): `obj_buckets` × [`ObjBucket`], then
+    /// `obj_cap` × [`SyncObject`], at this file offset.
+    pub objects_offset: u64,
+    pub obj_buckets: u32,
+    pub obj_cap: u32,
+    /// Objects handed out so far (entries `0..min(n_objects, obj_cap)`; an entry is
+    /// complete once its `kind` is non-zero).
+    pub n_objects: u32,
+    pub _pad1: u32,
+    /// Objects not recorded because the table was full.
+    pub objects_lost: u64,
+    /// TSC at start (the zero of every `*_tsc` field).
+    pub start_tsc: u64,
 }
 
 /// Size reserved for the header at the start of the file.
@@ -163,10 +176,38 @@ pub struct ColumnHeader {
     pub abandoned_frames: u64,
     /// Re-synchronisations of the CPU timer with CLOCK_THREAD_CPUTIME_ID.
     pub resyncs: u64,
+    // ---- the thread record (issue 4: thread-library wrappers) ----
+    /// Kernel tid of the thread that created this one with `pthread_create` (0: unknown).
+    pub creator_tid: u32,
+    /// `EXIT_*`: how the thread ended, as far as the runtime saw.
+    pub exit_kind: u32,
+    /// Value the start routine returned or passed to `pthread_exit`.
+    pub exit_value: u64,
+    /// CLOCK_MONOTONIC when the thread ended (0: running, or ended unseen).
+    pub end_monotonic_ns: u64,
+    /// `STATE_*` the thread is in now.
+    pub thread_state: u32,
+    /// The `SyncObject` index the thread is blocked on (`u32::MAX`: none).
+    pub state_object: u32,
+    /// TSC when `state` was entered.
+    pub state_since: u64,
+    /// TSC ticks spent in each state, closed intervals only (the reader adds the open one).
+    pub state_ticks: [u64; N_STATES as usize],
+    /// TSC of the thread's last wrapper event (where a reader ends the open interval of a
+    /// thread that ended unseen, e.g. the main thread returning from `main`).
+    pub last_tsc: u64,
+    /// Transitions written to the ring (`ring[i % RING_CAP]` is transition i).
+    pub ring_head: u64,
+    /// Wrapper events whose bookkeeping was skipped: a signal handler interrupted the
+    /// runtime on this thread (D7), or the wait table was full.
+    pub wrap_skipped: u64,
+    /// Open `lock_hold` intervals on `held` (at most `HELD_CAP` kept).
+    pub n_held: u32,
+    pub _pad2: u32,
 }
 
 /// Bytes reserved for the column header; the shadow stack starts here.
-pub const COLUMN_HEADER_RESERVED: u64 = 256;
+pub const COLUMN_HEADER_RESERVED: u64 = 512;
 
 /// One open function activation on a thread's measurement shadow stack (D3). Control flow
 /// never depends on it.
@@ -223,8 +264,242 @@ pub const FRAME_POINT_OFFSET: u32 = offset_of!(Frame, point) as u32;
 pub const FRAME_BITS_OFFSET: u32 = offset_of!(Frame, bits) as u32;
 pub const FRAME_WALL_OFFSET: u32 = offset_of!(Frame, wall_start) as u32;
 pub const FRAME_CPU_OFFSET: u32 = offset_of!(Frame, cpu_start) as u32;
-/// Counters start after the shadow stack.
-pub const COUNTERS_OFFSET: u32 = SHADOW_OFFSET + SHADOW_CAP * FRAME_SIZE;
+/// Open `lock_hold` intervals: `HELD_CAP` × [`Held`] after the shadow stack.
+pub const HELD_OFFSET: u32 = SHADOW_OFFSET + SHADOW_CAP * FRAME_SIZE;
+pub const HELD_CAP: u32 = 16;
+/// The thread's waits per object: `WAIT_CAP` × [`WaitEntry`], open addressing on the
+/// object index.
+pub const WAITS_OFFSET: u32 = HELD_OFFSET + HELD_CAP * size_of::<Held>() as u32;
+pub const WAIT_CAP: u32 = 256;
+/// The ring of state transitions (`state_trace` metric): `RING_CAP` × [`Transition`].
+pub const RING_OFFSET: u32 = WAITS_OFFSET + WAIT_CAP * size_of::<WaitEntry>() as u32;
+pub const RING_CAP: u32 = 256;
+/// Counters start after the ring.
+pub const COUNTERS_OFFSET: u32 = RING_OFFSET + RING_CAP * size_of::<Transition>() as u32;
+
+/// A lock the thread holds, for `lock_hold`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// `SyncObject` index.
+    pub object: u32,
+    pub _pad: u32,
+    /// TSC when acquired (or when a condition wait gave it back).
+    pub since: u64,
+}
+
+/// A thread's record of one sync object: written only by the thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitEntry {
+    /// `SyncObject` index + 1 (0: free slot). Written last, with release.
+    pub object: u32,
+    /// `OBJ_*`.
+    pub kind: u32,
+    /// Acquisitions (lock, wait, join, post… calls that returned success).
+    pub count: u64,
+    /// Acquisitions that found the object busy (see README "lock_wait").
+    pub contended: u64,
+    /// TSC ticks blocked in the call.
+    pub wait_ticks: u64,
+    /// TSC ticks the lock was held (`lock_hold`).
+    pub hold_ticks: u64,
+}
+
+/// One entry of the state-transition ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Transition {
+    /// TSC of the transition.
+    pub tsc: u64,
+    /// `STATE_*` entered.
+    pub state: u32,
+    /// `SyncObject` index (`u32::MAX`: none).
+    pub object: u32,
+}
+
+/// A bucket of the sync-object table: a thread-conscious lock and the head of a chain.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjBucket {
+    /// 0 or the holder's tid (`TcLock`).
+    pub lock: u32,
+    /// Index + 1 of the newest object in the chain (0: empty).
+    pub head: u32,
+}
+
+/// A synchronisation object the program used (D14, ThreadMon).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncObject {
+    /// Run-time address (for `OBJ_THREAD`: the `pthread_t`, i.e. the thread pointer).
+    pub address: u64,
+    /// Return address of the call that first used it, in the input ELF's address space.
+    pub first_pc: u64,
+    /// `OBJ_*`; 0 until the entry is complete (written last, release).
+    pub kind: u32,
+    /// tid of the thread that first used it.
+    pub first_tid: u32,
+    /// Index + 1 of the next object in the bucket chain (0: end).
+    pub next: u32,
+    pub _pad: u32,
+}
+
+pub const OBJ_BUCKETS: u32 = 4096;
+pub const OBJ_CAP: u32 = 32768;
+/// Bytes of the sync-object table in the file.
+pub const fn objects_len(buckets: u32, cap: u32) -> u64 {
+    align_up(
+        buckets as u64 * size_of::<ObjBucket>() as u64 + cap as u64 * size_of::<SyncObject>() as u64,
+        PAGE,
+    )
+}
+
+/// `SyncObject::kind` values.
+pub const OBJ_MUTEX: u32 = 1;
+pub const OBJ_CONDVAR: u32 = 2;
+pub const OBJ_RWLOCK: u32 = 3;
+pub const OBJ_SEMAPHORE: u32 = 4;
+pub const OBJ_BARRIER: u32 = 5;
+/// A thread, as the object of `pthread_join`.
+pub const OBJ_THREAD: u32 = 6;
+
+pub fn object_kind_name(k: u32) -> Option<&'static str> {
+    Some(match k {
+        OBJ_MUTEX => "mutex",
+        OBJ_CONDVAR => "condvar",
+        OBJ_RWLOCK => "rwlock",
+        OBJ_SEMAPHORE => "semaphore",
+        OBJ_BARRIER => "barrier",
+        OBJ_THREAD => "thread",
+        _ => return None,
+    })
+}
+
+/// Thread states (JIS Table 1); `ColumnHeader::thread_state`, index of `state_ticks`.
+pub const STATE_RUN: u32 = 0;
+pub const STATE_BLOCKED_MUTEX: u32 = 1;
+pub const STATE_BLOCKED_CONDVAR: u32 = 2;
+pub const STATE_BLOCKED_RWLOCK: u32 = 3;
+pub const STATE_BLOCKED_SEMAPHORE: u32 = 4;
+pub const STATE_BLOCKED_JOIN: u32 = 5;
+pub const STATE_BLOCKED_BARRIER: u32 = 6;
+pub const STATE_EXITED: u32 = 7;
+pub const N_STATES: u32 = 8;
+
+pub fn state_name(s: u32) -> Option<&'static str> {
+    Some(match s {
+        STATE_RUN => "RUN",
+        STATE_BLOCKED_MUTEX => "BLOCKED_MUTEX",
+        STATE_BLOCKED_CONDVAR => "BLOCKED_CONDVAR",
+        STATE_BLOCKED_RWLOCK => "BLOCKED_RWLOCK",
+        STATE_BLOCKED_SEMAPHORE => "BLOCKED_SEMAPHORE",
+        STATE_BLOCKED_JOIN => "BLOCKED_JOIN",
+        STATE_BLOCKED_BARRIER => "BLOCKED_BARRIER",
+        STATE_EXITED => "EXITED",
+        _ => return None,
+    })
+}
+
+/// `ColumnHeader::exit_kind` values.
+pub const EXIT_UNKNOWN: u32 = 0;
+/// The start routine returned (`exit_value` is its result).
+pub const EXIT_RETURNED: u32 = 1;
+/// The thread called `pthread_exit` (`exit_value` is its argument).
+pub const EXIT_PTHREAD_EXIT: u32 = 2;
+/// A join returned `PTHREAD_CANCELED` for it (its end time is the join's).
+pub const EXIT_CANCELED: u32 = 3;
+
+pub fn exit_kind_name(k: u32) -> &'static str {
+    match k {
+        EXIT_RETURNED => "returned",
+        EXIT_PTHREAD_EXIT => "pthread_exit",
+        EXIT_CANCELED => "canceled",
+        _ => "unknown",
+    }
+}
+
+/// Thread-library functions the rewriter wraps (D4): `(name, WRAP_* id)`. In a dynamic
+/// program their PLT stubs jump to a wrapper; in a static one their entries do.
+pub const WRAP_PTHREAD_CREATE: u32 = 1;
+pub const WRAP_PTHREAD_EXIT: u32 = 2;
+pub const WRAP_PTHREAD_JOIN: u32 = 3;
+pub const WRAP_MUTEX_LOCK: u32 = 4;
+pub const WRAP_MUTEX_TIMEDLOCK: u32 = 5;
+pub const WRAP_MUTEX_TRYLOCK: u32 = 6;
+pub const WRAP_MUTEX_UNLOCK: u32 = 7;
+pub const WRAP_COND_WAIT: u32 = 8;
+pub const WRAP_COND_TIMEDWAIT: u32 = 9;
+pub const WRAP_COND_SIGNAL: u32 = 10;
+pub const WRAP_COND_BROADCAST: u32 = 11;
+pub const WRAP_RWLOCK_RDLOCK: u32 = 12;
+pub const WRAP_RWLOCK_WRLOCK: u32 = 13;
+pub const WRAP_RWLOCK_TIMEDRDLOCK: u32 = 14;
+pub const WRAP_RWLOCK_TIMEDWRLOCK: u32 = 15;
+pub const WRAP_RWLOCK_UNLOCK: u32 = 16;
+pub const WRAP_SEM_WAIT: u32 = 17;
+pub const WRAP_SEM_TIMEDWAIT: u32 = 18;
+pub const WRAP_SEM_POST: u32 = 19;
+pub const WRAP_BARRIER_WAIT: u32 = 20;
+pub const WRAP_SETNAME_NP: u32 = 21;
+pub const WRAP_TIMEDJOIN_NP: u32 = 22;
+pub const WRAP_RWLOCK_TRYRDLOCK: u32 = 23;
+pub const WRAP_RWLOCK_TRYWRLOCK: u32 = 24;
+pub const WRAP_SEM_TRYWAIT: u32 = 25;
+pub const WRAP_COND_CLOCKWAIT: u32 = 26;
+
+pub const WRAPPED: &[(&str, u32)] = &[
+    ("pthread_create", WRAP_PTHREAD_CREATE),
+    ("pthread_exit", WRAP_PTHREAD_EXIT),
+    ("pthread_join", WRAP_PTHREAD_JOIN),
+    ("pthread_timedjoin_np", WRAP_TIMEDJOIN_NP),
+    ("pthread_mutex_lock", WRAP_MUTEX_LOCK),
+    ("pthread_mutex_timedlock", WRAP_MUTEX_TIMEDLOCK),
+    ("pthread_mutex_trylock", WRAP_MUTEX_TRYLOCK),
+    ("pthread_mutex_unlock", WRAP_MUTEX_UNLOCK),
+    ("pthread_cond_wait", WRAP_COND_WAIT),
+    ("pthread_cond_timedwait", WRAP_COND_TIMEDWAIT),
+    ("pthread_cond_clockwait", WRAP_COND_CLOCKWAIT),
+    ("pthread_cond_signal", WRAP_COND_SIGNAL),
+    ("pthread_cond_broadcast", WRAP_COND_BROADCAST),
+    ("pthread_rwlock_rdlock", WRAP_RWLOCK_RDLOCK),
+    ("pthread_rwlock_wrlock", WRAP_RWLOCK_WRLOCK),
+    ("pthread_rwlock_timedrdlock", WRAP_RWLOCK_TIMEDRDLOCK),
+    ("pthread_rwlock_timedwrlock", WRAP_RWLOCK_TIMEDWRLOCK),
+    ("pthread_rwlock_tryrdlock", WRAP_RWLOCK_TRYRDLOCK),
+    ("pthread_rwlock_trywrlock", WRAP_RWLOCK_TRYWRLOCK),
+    ("pthread_rwlock_unlock", WRAP_RWLOCK_UNLOCK),
+    ("sem_wait", WRAP_SEM_WAIT),
+    ("sem_timedwait", WRAP_SEM_TIMEDWAIT),
+    ("sem_trywait", WRAP_SEM_TRYWAIT),
+    ("sem_post", WRAP_SEM_POST),
+    ("pthread_barrier_wait", WRAP_BARRIER_WAIT),
+    ("pthread_setname_np", WRAP_SETNAME_NP),
+];
+
+/// The `WRAP_*` id of a thread-library function name (`None`: not wrapped).
+pub fn wrap_id(name: &str) -> Option<u32> {
+    WRAPPED.iter().find(|w| w.0 == name).map(|w| w.1)
+}
+
+/// Read-only descriptor of one wrapped function, emitted by the rewriter; the wrapper thunk
+/// passes its address to `stint_rt_wrap`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WrapSite {
+    /// The program's `RtConfig`, relative to this descriptor.
+    pub config_rel: i64,
+    /// Where the real function is, relative to this descriptor: a GOT slot to load
+    /// (`indirect` = 1, dynamic programs) or code that runs it (a relocated prologue that
+    /// jumps back into the original, static programs).
+    pub real_rel: i64,
+    pub indirect: u32,
+    /// `WRAP_*`.
+    pub func: u32,
+    /// The point whose gate and `calls` counter the wrapper uses.
+    pub point: u32,
+    pub _pad: u32,
+}
 
 /// Offset of `tid` in glibc's `struct pthread` on x86-64 (glibc 2.26 and later); the
 /// runtime verifies it against gettid() in the main thread before trusting it.
@@ -272,8 +547,20 @@ pub const METRIC_CALLS: u32 = 0;
 pub const METRIC_CPU_TIME: u32 = 1;
 /// Inclusive wall time in the function (TSC).
 pub const METRIC_WALL_TIME: u32 = 2;
+/// Wall time blocked in thread-library calls, per thread and sync object, with counts of
+/// acquisitions and contended acquisitions; also drives the thread states.
+pub const METRIC_LOCK_WAIT: u32 = 3;
+/// Time a mutex or rwlock is held, per thread and object.
+pub const METRIC_LOCK_HOLD: u32 = 4;
+/// The per-thread ring of state transitions (for timelines).
+pub const METRIC_STATE_TRACE: u32 = 5;
 /// Number of metrics (bits used in a gate byte) for this layout version.
-pub const N_METRICS: u32 = 3;
+pub const N_METRICS: u32 = 6;
+/// Gate bits a wrapper point can have.
+pub const WRAP_BITS: u8 = metric_bit(METRIC_CALLS)
+    | metric_bit(METRIC_LOCK_WAIT)
+    | metric_bit(METRIC_LOCK_HOLD)
+    | metric_bit(METRIC_STATE_TRACE);
 /// Gate bits of the timer metrics: a frame is pushed when any of them is on.
 pub const TIMER_BITS: u8 = metric_bit(METRIC_CPU_TIME) | metric_bit(METRIC_WALL_TIME);
 
@@ -321,10 +608,13 @@ pub struct RtConfig {
     pub n_traps: u64,
     /// The SIGTRAP handler stub the rewriter generated (valid when `n_traps > 0`), relative.
     pub trap_handler_rel: i64,
+    /// This block's own address in the input ELF's address space: the run-time address
+    /// minus this is the load bias.
+    pub link_addr: u64,
 }
 
 pub const CONFIG_MAGIC: [u8; 8] = *b"STINTCFG";
-pub const CONFIG_VERSION: u32 = 2;
+pub const CONFIG_VERSION: u32 = 3;
 
 /// A site patched with `int3` (the trap tactic): the runtime's SIGTRAP handler resumes
 /// the thread at the site's trampoline. Both addresses are relative to the `RtConfig` block.
@@ -340,7 +630,7 @@ pub struct TrapEntry {
 /// Bytes the rewriter reserves (zero-filled, writable) for the runtime's own state. The
 /// runtime's state struct starts with the dummy column header that every thread's GS base
 /// points at before it registers.
-pub const RT_STATE_SIZE: u64 = PAGE;
+pub const RT_STATE_SIZE: u64 = 2 * PAGE;
 
 /// Marker at the start of the code segment the rewriter adds; finding it in an input means
 /// the input was already rewritten.
@@ -395,6 +685,7 @@ macro_rules! read_fields {
     (@read $b:expr, $off:expr, u64) => { u64_at($b, $off) };
     (@read $b:expr, $off:expr, bytes8) => {{ let mut a = [0u8; 8]; a.copy_from_slice(&$b[$off..$off + 8]); a }};
     (@read $b:expr, $off:expr, bytes16) => {{ let mut a = [0u8; 16]; a.copy_from_slice(&$b[$off..$off + 16]); a }};
+    (@read $b:expr, $off:expr, u64x8) => {{ let mut a = [0u64; 8]; for (i, x) in a.iter_mut().enumerate() { *x = u64_at($b, $off + 8 * i); } a }};
 }
 
 impl FileHeader {
@@ -432,6 +723,13 @@ impl FileHeader {
                 tid_offset: u32,
                 file_len: u64,
                 tsc_hz: u64,
+                objects_offset: u64,
+                obj_buckets: u32,
+                obj_cap: u32,
+                n_objects: u32,
+                _pad1: u32,
+                objects_lost: u64,
+                start_tsc: u64,
             }
         );
         if h.magic != FILE_MAGIC {
@@ -457,6 +755,9 @@ impl FileHeader {
         }
         if h.n_columns > h.capacity_columns {
             return Err(FormatError::Inconsistent("more columns than capacity"));
+        }
+        if !region_ok(h.objects_offset, objects_len(h.obj_buckets, h.obj_cap)) {
+            return Err(FormatError::Truncated);
         }
         let cols_len = (h.n_columns as u64).checked_mul(h.column_size);
         if !cols_len.is_some_and(|l| region_ok(h.columns_offset, l)) {
@@ -505,6 +806,19 @@ impl ColumnHeader {
                 shadow_overflow: u64,
                 abandoned_frames: u64,
                 resyncs: u64,
+                creator_tid: u32,
+                exit_kind: u32,
+                exit_value: u64,
+                end_monotonic_ns: u64,
+                thread_state: u32,
+                state_object: u32,
+                state_since: u64,
+                state_ticks: u64x8,
+                last_tsc: u64,
+                ring_head: u64,
+                wrap_skipped: u64,
+                n_held: u32,
+                _pad2: u32,
             }
         ))
     }
@@ -513,6 +827,41 @@ impl ColumnHeader {
     pub fn counter(col: &[u8], n_points: u32, slot: u32, point: u32) -> Option<u64> {
         let off = counter_offset(n_points, slot, point) as usize;
         col.get(off..off + 8).map(|_| u64_at(col, off))
+    }
+}
+
+impl WaitEntry {
+    /// Parse entry `i` of a column's wait table given the column's bytes.
+    pub fn parse(col: &[u8], i: u32) -> Option<WaitEntry> {
+        let off = WAITS_OFFSET as usize + i as usize * size_of::<WaitEntry>();
+        let b = col.get(off..off + size_of::<WaitEntry>())?;
+        Some(read_fields!(
+            b,
+            WaitEntry { object: u32, kind: u32, count: u64, contended: u64, wait_ticks: u64, hold_ticks: u64 }
+        ))
+    }
+}
+
+impl Transition {
+    /// Parse ring entry `i` (`0..RING_CAP`) of a column given the column's bytes.
+    pub fn parse(col: &[u8], i: u32) -> Option<Transition> {
+        let off = RING_OFFSET as usize + i as usize * size_of::<Transition>();
+        let b = col.get(off..off + size_of::<Transition>())?;
+        Some(read_fields!(b, Transition { tsc: u64, state: u32, object: u32 }))
+    }
+}
+
+impl SyncObject {
+    /// Parse object `i` of the table given the whole file and its header.
+    pub fn parse(file: &[u8], h: &FileHeader, i: u32) -> Option<SyncObject> {
+        if i >= h.obj_cap {
+            return None;
+        }
+        let off = h.objects_offset as usize
+            + h.obj_buckets as usize * size_of::<ObjBucket>()
+            + i as usize * size_of::<SyncObject>();
+        let b = file.get(off..off + size_of::<SyncObject>())?;
+        Some(read_fields!(b, SyncObject { address: u64, first_pc: u64, kind: u32, first_tid: u32, next: u32, _pad: u32 }))
     }
 }
 
@@ -544,6 +893,7 @@ impl RtConfig {
         put!(traps_rel, self.traps_rel.to_le_bytes());
         put!(n_traps, self.n_traps.to_le_bytes());
         put!(trap_handler_rel, self.trap_handler_rel.to_le_bytes());
+        put!(link_addr, self.link_addr.to_le_bytes());
         out
     }
 }
@@ -558,10 +908,13 @@ mod tests {
         assert_eq!(COL_OWNER_TP_OFFSET, 8);
         assert_eq!(COL_OWNER_KEY_OFFSET, 16);
         assert_eq!(FRAME_SIZE, 32);
-        assert_eq!(COUNTERS_OFFSET, 256 + 512 * 32);
-        assert_eq!(column_size(0, 1), 5 * PAGE);
-        assert_eq!(column_size(120, 4), 5 * PAGE);
-        assert_eq!(column_size(121, 4), 6 * PAGE);
+        assert_eq!(HELD_OFFSET, 512 + 512 * 32);
+        assert_eq!(WAITS_OFFSET, HELD_OFFSET + 16 * 16);
+        assert_eq!(RING_OFFSET, WAITS_OFFSET + 256 * 40);
+        assert_eq!(COUNTERS_OFFSET, RING_OFFSET + 256 * 16);
+        assert_eq!(column_size(0, 1), align_up(COUNTERS_OFFSET as u64, PAGE));
+        assert_eq!(size_of::<WrapSite>(), 32);
+        assert_eq!(size_of::<SyncObject>(), 32);
         assert_eq!(counter_offset(10, 0, 3), COUNTERS_OFFSET as u64 + 24);
         assert_eq!(counter_offset(10, SLOT_WALL_TICKS, 3), COUNTERS_OFFSET as u64 + 8 * 23);
     }
