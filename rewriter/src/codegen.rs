@@ -333,6 +333,30 @@ pub fn trap_stub(at: u64, config: u64, rt_trap: u64) -> Result<Vec<u8>> {
     b.encode(at)
 }
 
+/// The wrapper thunk of a thread-library import (D4); its PLT stub jumps here.
+/// ```text
+///        test  byte [rip+gate], <bits>    ; every metric of the wrapper off:
+///        je    .off
+///        mov   r8, [rsp]                  ; arg 5: the caller's return address ("first used in")
+///        lea   r9, [rip+site]             ; arg 6: the WrapSite descriptor
+///        jmp   stint_rt_wrap              ; a Rust function with the import's own arguments
+/// .off   jmp   [rip+got_slot]             ; what the PLT stub did
+/// ```
+/// The wrapped functions take at most four arguments (rdi, rsi, rdx, rcx), so r8 and r9
+/// are free; the thunk makes no frame, so the Rust function returns straight to the caller.
+pub fn wrap_thunk(at: u64, gate: u64, bits: u8, site: u64, rt_wrap: u64, got_slot: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    let off = b.label();
+    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(gate), bits as u32))?;
+    b.add(Instruction::with_branch(Code::Je_rel32_64, off).map_err(internal)?);
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::R8, mem(Register::RSP, 0)))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::R9, rip(site)))?;
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, rt_wrap).map_err(internal)?);
+    b.bind(off);
+    b.op(Instruction::with1(Code::Jmp_rm64, rip(got_slot)))?;
+    b.encode(at)
+}
+
 /// Addresses and offsets the shared timer routines need.
 #[derive(Clone, Copy, Debug)]
 pub struct TimerEnv {
@@ -518,6 +542,7 @@ mod tests {
             emulate_call: false,
             tactic: Tactic::Window,
             bits: 1,
+            wrap: None,
         };
         let env = TrampolineEnv {
             gate: 0x500000,
@@ -552,6 +577,7 @@ mod tests {
             emulate_call: true,
             tactic: Tactic::Window,
             bits: 1,
+            wrap: None,
         };
         let env = TrampolineEnv {
             gate: 0x500000,

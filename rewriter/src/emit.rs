@@ -32,8 +32,8 @@ use crate::plan::{Plan, Tactic, JMP_LEN};
 use crate::rtimage;
 use object::elf;
 use stint_layout::{
-    align_up, counter_offset, ctl_len, gate_offset, RtConfig, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS, N_METRICS,
-    PAGE, RT_STATE_SIZE, SEGMENT_MAGIC, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
+    align_up, counter_offset, ctl_len, gate_offset, RtConfig, WrapSite, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS,
+    N_METRICS, PAGE, RT_STATE_SIZE, SEGMENT_MAGIC, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
 };
 
 /// What the emitter needs besides the plan.
@@ -172,6 +172,25 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
         timer_exit,
     };
     for p in &plan.points {
+        if let Some(w) = &p.wrap {
+            // The WrapSite descriptor, then the thunk the PLT stub's jmp now leads to.
+            pad_to(&mut seg, 8);
+            let site_at = seg_vaddr + seg.len() as u64;
+            let site = WrapSite {
+                config_rel: config_at as i64 - site_at as i64,
+                real_rel: w.got_slot as i64 - site_at as i64,
+                indirect: 1,
+                func: w.func,
+                point: p.id,
+                lazy_rel: lazy_rel(elf, w.got_slot, site_at),
+            };
+            seg.extend_from_slice(&site.to_bytes());
+            let gate = control + gate_offset(p.id);
+            let rt_wrap = image_at + rtimage::STINT_RT_WRAP;
+            let at = put(&mut seg, &|at| codegen::wrap_thunk(at, gate, p.bits, site_at, rt_wrap, w.got_slot))?;
+            patch(elf, &mut out, p.tactic, p.address, p.window_len, at, &mut traps)?;
+            continue;
+        }
         let at = put(&mut seg, &|at| codegen::trampoline(p, env_of(p.id), at))?;
         patch(elf, &mut out, p.tactic, p.address, p.window_len, at, &mut traps)?;
     }
@@ -295,6 +314,18 @@ fn add_section_headers(out: &mut Vec<u8>, bss: (u64, u64, u64), code: (u64, u64,
     out[40..48].copy_from_slice(&new_shoff.to_le_bytes()); // e_shoff
     out[60..62].copy_from_slice(&(shnum + 2).to_le_bytes()); // e_shnum
     Ok(())
+}
+
+/// The file's value of a GOT slot (the lazy-binding entry in the PLT), relative to `from`;
+/// 0 if the slot holds nothing that could be one (bound at load time, or out of reach).
+fn lazy_rel(elf: &InputElf, slot: u64, from: u64) -> i32 {
+    let Some(v) = elf.bytes_at(slot, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())) else {
+        return 0;
+    };
+    if v == 0 || elf.exec_section_at(v).is_none() {
+        return 0;
+    }
+    i32::try_from(v as i64 - from as i64).unwrap_or(0)
 }
 
 fn pad_to(v: &mut Vec<u8>, align: usize) {

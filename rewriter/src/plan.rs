@@ -146,8 +146,44 @@ pub struct Point {
     pub tactic: Tactic,
     /// `metric_bit`s of the metrics this point measures: the calls bit if the spec selects
     /// the function for `calls`; the timer bits only if it selects it for a timer *and*
-    /// every exit of the function is patched (otherwise a frame could stay open).
+    /// every exit of the function is patched (otherwise a frame could stay open). For a
+    /// wrapper: `calls` and the `sync_calls` metrics.
     pub bits: u8,
+    /// The point is the wrapper of an imported thread-library function (D4): `address` and
+    /// `window_len` are its PLT stub's `jmp [rip+slot]`, `function` is `usize::MAX`.
+    pub wrap: Option<Wrap>,
+}
+
+/// A thread-library import whose PLT stub is redirected to a wrapper in the runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wrap {
+    /// `stint_layout::WRAP_*`.
+    pub func: u32,
+    /// The imported symbol.
+    pub name: String,
+    /// Address of the PLT stub (its `endbr64` if it has one): what callers call.
+    pub stub: u64,
+    /// The GOT slot the stub jumps through; the wrapper calls the real function through it,
+    /// so lazy binding keeps working.
+    pub got_slot: u64,
+}
+
+impl Point {
+    /// The function name a report shows for this point.
+    pub fn name<'a>(&'a self, an: &'a Analysis) -> &'a str {
+        match &self.wrap {
+            Some(w) => &w.name,
+            None => &an.functions[self.function].name,
+        }
+    }
+
+    /// The address a report shows for this point (the function's, or the PLT stub's).
+    pub fn function_address(&self, an: &Analysis) -> u64 {
+        match &self.wrap {
+            Some(w) => w.stub,
+            None => an.functions[self.function].address,
+        }
+    }
 }
 
 /// A patched exit site of a function (D3). Its trampoline runs the displaced instructions
@@ -268,13 +304,50 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
                     emulate_call,
                     tactic,
                     bits,
+                    wrap: None,
                 });
             }
             Err(reason) => plan.skipped.push(Skipped { function: i, address: start, reason }),
         }
     }
     plan_exits(elf, analysis, &mut plan, opts);
+    plan_wraps(elf, analysis, spec, &mut plan);
     plan
+}
+
+/// A wrapper point for every PLT stub of a thread-library function the spec selects (D4).
+/// The stub's `jmp [rip+slot]` (6 bytes, 7 with a `bnd` prefix, after `endbr64` in
+/// `.plt.sec`) becomes `jmp wrapper_thunk` + nops; the code after it (`push n; jmp .plt`,
+/// reached through the GOT until lazy binding resolves the slot) is untouched.
+fn plan_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
+    for stub in &an.plt_stubs {
+        let Some(func) = stint_layout::wrap_id(&stub.name) else { continue };
+        let bits = spec.wrap_bits_for(&stub.name);
+        if bits == 0 || plan.points.iter().any(|p| p.wrap.as_ref().is_some_and(|w| w.stub == stub.address)) {
+            continue;
+        }
+        let code = decode_at(elf, stub.address, 16);
+        let Some(jmp) = code.iter().find(|i| i.mnemonic() != Mnemonic::Endbr64) else { continue };
+        if jmp.flow_control() != FlowControl::IndirectBranch
+            || !jmp.is_ip_rel_memory_operand()
+            || jmp.ip_rel_memory_address() != stub.got_slot
+            || (jmp.len() as u64) < JMP_LEN
+        {
+            continue;
+        }
+        let id = plan.points.len() as u32;
+        plan.points.push(Point {
+            id,
+            function: usize::MAX,
+            address: jmp.ip(),
+            window_len: jmp.len() as u64,
+            displaced: Vec::new(),
+            emulate_call: false,
+            tactic: Tactic::Window,
+            bits,
+            wrap: Some(Wrap { func, name: stub.name.clone(), stub: stub.address, got_slot: stub.got_slot }),
+        });
+    }
 }
 
 /// Find the exit sites of every point whose function a timer metric selects and choose a
@@ -307,7 +380,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
     }
     for pi in 0..plan.points.len() {
         let p = &plan.points[pi];
-        if p.bits & stint_layout::TIMER_BITS == 0 {
+        if p.bits & stint_layout::TIMER_BITS == 0 || p.wrap.is_some() {
             continue;
         }
         let f = &an.functions[p.function];

@@ -76,6 +76,8 @@ pub struct Summary {
     pub entries: usize,
     pub patched: usize,
     pub skipped: usize,
+    /// Thread-library imports whose PLT stub leads to a wrapper (not counted in `entries`).
+    pub wrapped: usize,
     /// patched / entries, in percent.
     pub entry_coverage_pct: f64,
     pub by_tactic: BTreeMap<String, usize>,
@@ -132,16 +134,19 @@ impl RewriteReport {
         // (site, row): sorted by the numeric site address at the end.
         let mut points: Vec<(u64, PointRow)> = Vec::new();
         for pt in &p.plan.points {
-            let f = &fs[pt.function];
-            *s.by_tactic.entry(pt.tactic.name().into()).or_default() += 1;
+            if pt.wrap.is_some() {
+                s.wrapped += 1;
+            } else {
+                *s.by_tactic.entry(pt.tactic.name().into()).or_default() += 1;
+            }
             points.push((
                 pt.address,
                 PointRow {
-                    kind: "entry",
-                    function: f.name.clone(),
-                    address: hex(f.address),
+                    kind: if pt.wrap.is_some() { "wrap" } else { "entry" },
+                    function: pt.name(&p.analysis).to_string(),
+                    address: hex(pt.function_address(&p.analysis)),
                     site: hex(pt.address),
-                    tactic: pt.tactic.name(),
+                    tactic: if pt.wrap.is_some() { "plt" } else { pt.tactic.name() },
                     window: Some(pt.window_len),
                     patch: None,
                     reason: None,
@@ -222,11 +227,11 @@ impl RewriteReport {
         points.sort_by_key(|(site, row)| (*site, row.kind == "exit"));
         let points: Vec<PointRow> = points.into_iter().map(|(_, row)| row).collect();
         let pct = |n: usize, of: usize| if of == 0 { 100.0 } else { 100.0 * n as f64 / of as f64 };
-        s.patched = p.plan.points.len();
+        s.patched = p.plan.points.len() - s.wrapped;
         s.skipped = entry_skipped;
         s.entries = s.patched + s.skipped;
         s.entry_coverage_pct = pct(s.patched, s.entries);
-        let entry_traps = p.plan.points.iter().filter(|pt| pt.tactic == Tactic::Trap).count();
+        let entry_traps = p.plan.points.iter().filter(|pt| pt.wrap.is_none() && pt.tactic == Tactic::Trap).count();
         s.entries_without_traps_pct = pct(s.patched - entry_traps, s.entries);
         s.exits_patched = p.plan.exits.len();
         s.exits_skipped = p.plan.skipped_exits.len();
@@ -335,9 +340,13 @@ pub fn meta_json(p: &Planned, program: &str) -> String {
         .points
         .iter()
         .map(|pt| {
-            let f = &p.analysis.functions[pt.function];
+            let (kind, size) = match &pt.wrap {
+                Some(_) => ("wrap", 0),
+                None => ("entry", p.analysis.functions[pt.function].size),
+            };
             serde_json::json!({
-                "id": pt.id, "kind": "entry", "function": f.name, "address": hex(f.address), "bits": pt.bits,
+                "id": pt.id, "kind": kind, "function": pt.name(&p.analysis),
+                "address": hex(pt.function_address(&p.analysis)), "size": size, "bits": pt.bits,
             })
         })
         .collect();

@@ -10,12 +10,21 @@ pub const DEFAULT_SPEC: &str = include_str!("../../specs/default.yaml");
 
 /// Metrics this version can generate code for, with their runtime ids.
 /// (name, id, kind, where): a counter counts at the entry; a timer runs from the entry to
-/// the exits (`at: function`).
+/// the exits (`at: function`); the `sync_calls` metrics are measured by the wrappers around
+/// the thread-library functions (D4), and their globs select among those functions.
 const KNOWN: &[(&str, u32, &str, &str)] = &[
     ("calls", stint_layout::METRIC_CALLS, "counter", "entry"),
     ("cpu_time", stint_layout::METRIC_CPU_TIME, "timer", "function"),
     ("wall_time", stint_layout::METRIC_WALL_TIME, "timer", "function"),
+    ("lock_wait", stint_layout::METRIC_LOCK_WAIT, "wait", "sync_calls"),
+    ("lock_hold", stint_layout::METRIC_LOCK_HOLD, "wait", "sync_calls"),
+    ("state_trace", stint_layout::METRIC_STATE_TRACE, "trace", "sync_calls"),
 ];
+
+/// Metrics measured by the thread-library wrappers.
+const SYNC_BITS: u8 = stint_layout::metric_bit(stint_layout::METRIC_LOCK_WAIT)
+    | stint_layout::metric_bit(stint_layout::METRIC_LOCK_HOLD)
+    | stint_layout::metric_bit(stint_layout::METRIC_STATE_TRACE);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,8 +119,25 @@ impl Spec {
         Ok(Spec { metrics })
     }
 
-    /// `metric_bit`s of the metrics that select function `name`.
+    /// `metric_bit`s of the function metrics (calls, timers) that select function `name`.
     pub fn bits_for(&self, name: &str) -> u8 {
+        self.selecting(name) & !SYNC_BITS
+    }
+
+    /// `metric_bit`s a wrapper of thread-library function `name` measures: `calls` if it
+    /// selects the name, and the `sync_calls` metrics that select it. 0: not wrapped.
+    pub fn wrap_bits_for(&self, name: &str) -> u8 {
+        let b = self.selecting(name) & (SYNC_BITS | stint_layout::metric_bit(stint_layout::METRIC_CALLS));
+        if b & SYNC_BITS == 0 && stint_layout::wrap_id(name) != Some(stint_layout::WRAP_PTHREAD_CREATE) {
+            // Calls alone are counted by an entry point where there is one (static programs);
+            // a wrapper is worth its cost only for what only it can measure. pthread_create
+            // is always wrapped when selected: it names the threads (start routine, creator).
+            return b & SYNC_BITS;
+        }
+        b
+    }
+
+    fn selecting(&self, name: &str) -> u8 {
         self.metrics.iter().filter(|m| m.selects(name)).fold(0, |b, m| b | stint_layout::metric_bit(m.id))
     }
 
@@ -157,7 +183,12 @@ mod tests {
         let s = Spec::default_spec();
         let all = stint_layout::metric_bit(stint_layout::METRIC_CALLS) | stint_layout::TIMER_BITS;
         assert_eq!((s.bits_for("main"), s.bits_for("ns::f")), (all, all));
-        assert_eq!(s.on_at_start_bits(), all);
+        let wait = stint_layout::metric_bit(stint_layout::METRIC_LOCK_WAIT);
+        let hold = stint_layout::metric_bit(stint_layout::METRIC_LOCK_HOLD);
+        let trace = stint_layout::metric_bit(stint_layout::METRIC_STATE_TRACE);
+        assert_eq!(s.on_at_start_bits(), all | wait | hold);
+        let calls = stint_layout::metric_bit(0);
+        assert_eq!(s.wrap_bits_for("pthread_mutex_lock"), calls | wait | hold | trace);
         let s = Spec::parse(
             "metrics: [{name: calls, kind: counter, at: entry, on_at_start: true},\n\
              {name: wall_time, kind: timer, at: function, functions: [\"parse_*\"]}]",
@@ -166,6 +197,9 @@ mod tests {
         let (calls, wall) = (stint_layout::metric_bit(0), stint_layout::metric_bit(stint_layout::METRIC_WALL_TIME));
         assert_eq!((s.bits_for("parse_x"), s.bits_for("main")), (calls | wall, calls));
         assert_eq!(s.on_at_start_bits(), calls);
+        // Without a sync metric only pthread_create is wrapped (to name threads).
+        assert_eq!(s.wrap_bits_for("pthread_mutex_lock"), 0);
+        assert_eq!(s.wrap_bits_for("pthread_create"), calls);
     }
 
     #[test]

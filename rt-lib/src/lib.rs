@@ -26,6 +26,7 @@
 pub mod runtime;
 pub mod sys;
 pub mod trap;
+pub mod wrap;
 
 #[cfg(stint_image)]
 mod image;
@@ -68,4 +69,24 @@ pub unsafe extern "C" fn stint_rt_timer(config: *const RtConfig, op: u32, point:
 pub unsafe extern "C" fn stint_rt_slow(config: *const RtConfig, point: u32) -> u32 {
     // Safety: forwarded contract.
     unsafe { runtime::slow(runtime::Cfg(config), point) as u32 }
+}
+
+/// A wrapped thread-library call (D4): the wrapper thunk of the import jumped here with the
+/// call's own arguments in `a0..a3`, the caller's return address in `ra` and the import's
+/// descriptor in `site`. Returns what the real function returned.
+///
+/// # Safety
+/// `site` is a rewriter-emitted descriptor; the arguments are the program's.
+#[allow(unsafe_code)]
+#[no_mangle]
+pub unsafe extern "C" fn stint_rt_wrap(
+    a0: usize,
+    a1: usize,
+    a2: usize,
+    a3: usize,
+    ra: usize,
+    site: *const stint_layout::WrapSite,
+) -> usize {
+    // Safety: forwarded contract.
+    unsafe { wrap::wrap([a0, a1, a2, a3], ra, site) }
 }

@@ -30,11 +30,11 @@ use crate::sys::{self, Errno};
 use core::mem::size_of;
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    align_up, column_size, objects_len, OBJ_BUCKETS, OBJ_CAP, counter_offset, metric_bit, ColumnHeader, FileHeader, Frame, RtConfig,
+    align_up, column_size, counter_offset, metric_bit, objects_len, ColumnHeader, FileHeader, Frame, RtConfig,
     CLOCK_SOURCE_PERF_TSC, CLOCK_SOURCE_SYSCALL, COLUMN_HEADER_RESERVED, COLUMN_LIVE, CONFIG_MAGIC, ENV_PROFILE,
     FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, FRAME_SIZE, HEADER_RESERVED, METRIC_CPU_TIME,
-    METRIC_WALL_TIME, PAGE, RT_STATE_SIZE, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
-    TIMER_BITS,
+    METRIC_WALL_TIME, OBJ_BUCKETS, OBJ_CAP, PAGE, RT_STATE_SIZE, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE,
+    SLOT_CPU_TICKS, SLOT_WALL_TICKS, STATE_RUN, TIMER_BITS,
 };
 
 /// Address space reserved for the profile mapping; the file grows inside it.
@@ -71,6 +71,10 @@ pub struct RtState {
     template: [u8; TEMPLATE_MAX],
     /// Scratch for the expanded path (start-up and fork only: single-threaded).
     path: [u8; PATH_MAX],
+    /// Start routines handed from `pthread_create` to the new thread (see `wrap`).
+    pub(crate) pending: [crate::wrap::PendingStart; crate::wrap::PENDING_CAP],
+    /// Names given to threads that had not registered yet (guarded by `reg_lock`).
+    pub(crate) names: [crate::wrap::PendingName; crate::wrap::NAMES_CAP],
 }
 
 const _: () = assert!(size_of::<RtState>() as u64 <= RT_STATE_SIZE);
@@ -90,13 +94,13 @@ impl core::ops::Deref for Cfg {
     }
 }
 
-fn at<T>(config: Cfg, rel: i64) -> *mut T {
+pub(crate) fn at<T>(config: Cfg, rel: i64) -> *mut T {
     (config.0 as *mut u8).wrapping_offset(rel as isize) as *mut T
 }
 
 /// # Safety
 /// `config` is the rewriter-emitted block; its `state_rel` names RT_STATE_SIZE writable bytes.
-unsafe fn state(config: Cfg) -> &'static mut RtState {
+pub(crate) unsafe fn state(config: Cfg) -> &'static mut RtState {
     // Safety: per the contract the state page is ours, zero-initialised and never moved.
     unsafe { &mut *at::<RtState>(config, config.state_rel) }
 }
@@ -491,6 +495,14 @@ pub unsafe fn slow(config: Cfg, point: u32) -> bool {
     col.first_point = point;
     col.registered_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
     timer_setup(col, st.tsc_hz);
+    // The thread record: running since now, named by its comm (or a name given to it
+    // before it got here; we hold reg_lock, which `pthread_setname_np`'s wrapper takes).
+    col.thread_state = STATE_RUN;
+    col.state_object = u32::MAX;
+    col.state_since = sys::rdtsc();
+    col.last_tsc = col.state_since;
+    sys::thread_name(&mut col.name);
+    crate::wrap::take_pending_name(st, tp, &mut col.name);
     // Safety: aligned u32 fields in the mapping; release publishes the column's contents.
     unsafe {
         AtomicU32::from_ptr(&mut col.state).store(COLUMN_LIVE, Ordering::Release);
@@ -708,6 +720,74 @@ fn key(config: Cfg, tp: u64) -> u32 {
     } else {
         tp as u32
     }
+}
+
+/// This thread's column, registering the thread if needed (`None`: not measuring).
+///
+/// # Safety
+/// `config` is this program's block and start-up has run.
+pub(crate) unsafe fn own_column(config: Cfg, point: u32) -> Option<*mut ColumnHeader> {
+    // Safety: see `state`.
+    let st = unsafe { state(config) };
+    if st.active == 0 {
+        return None;
+    }
+    let tp = sys::thread_pointer();
+    // Safety: every thread's GS base points at a column header (see `refresh_if_owner`).
+    let cur = unsafe { sys::gs_self() } as *mut ColumnHeader;
+    if !cur.is_null() && cur as u64 != st.dummy.self_addr {
+        // Safety: `cur` is a column in our mapping.
+        let c = unsafe { &*cur };
+        if c.owner_tp == tp && c.owner_key == key(config, tp) {
+            return Some(cur);
+        }
+    }
+    // Safety: forwarded contract.
+    if !unsafe { slow(config, point) } {
+        return None;
+    }
+    // Safety: `slow` moved GS to this thread's column.
+    Some(unsafe { sys::gs_self() } as *mut ColumnHeader)
+}
+
+/// The mapped profile's header, if measuring.
+pub(crate) fn file_header(config: Cfg) -> Option<*mut FileHeader> {
+    // Safety: see `state`.
+    let st = unsafe { state(config) };
+    (st.active != 0 && st.base != 0).then_some(st.base as *mut FileHeader)
+}
+
+pub(crate) fn tsc_hz(config: Cfg) -> u64 {
+    // Safety: see `state`.
+    unsafe { state(config) }.tsc_hz
+}
+
+/// The newest live column of this process owned by thread pointer `tp` among the last
+/// `limit` columns (a `pthread_t` names the thread whose stack it is; glibc recycles
+/// stacks, so the newest is the current one).
+pub(crate) fn find_column(config: Cfg, tp: u64, limit: u32) -> Option<*mut ColumnHeader> {
+    let hdr = file_header(config)?;
+    // Safety: see `state`; the header is mapped.
+    let (st, h) = unsafe { (state(config), &*hdr) };
+    // Safety: aligned u32 in the mapping.
+    let n = unsafe { AtomicU32::from_ptr(&(*hdr).n_columns as *const u32 as *mut u32) }.load(Ordering::Acquire);
+    for i in (n.saturating_sub(limit)..n).rev() {
+        let addr = st.base + (h.columns_offset + i as u64 * h.column_size) as usize;
+        // Safety: columns below n_columns are published and mapped.
+        let c = unsafe { &*(addr as *const ColumnHeader) };
+        if c.owner_tp == tp && c.pid == st.pid {
+            return Some(addr as *mut ColumnHeader);
+        }
+    }
+    None
+}
+
+/// The registration lock (`FileHeader::reg_lock`), for the wrappers that look at other
+/// threads' columns.
+pub(crate) fn reg_lock(config: Cfg) -> Option<TcLock<'static>> {
+    let hdr = file_header(config)?;
+    // Safety: aligned u32 in the mapping, which lives as long as the process.
+    Some(TcLock::new(unsafe { AtomicU32::from_ptr(&mut (*hdr).reg_lock) }))
 }
 
 /// If GS already points at this thread's own column, refresh its key word and say so.

@@ -98,6 +98,7 @@ const SYS_GETGID: usize = 104;
 const SYS_GETEUID: usize = 107;
 const SYS_GETEGID: usize = 108;
 const SYS_GETPPID: usize = 110;
+const SYS_PRCTL: usize = 157;
 const SYS_ARCH_PRCTL: usize = 158;
 const SYS_GETTID: usize = 186;
 const SYS_CLOCK_GETTIME: usize = 228;
@@ -186,6 +187,12 @@ pub fn setid() -> bool {
 
 pub fn gettid() -> u32 {
     syscall!(SYS_GETTID).unwrap_or(0) as u32
+}
+
+/// The calling thread's name (comm), NUL-padded, as `prctl(PR_GET_NAME)` gives it.
+pub fn thread_name(out: &mut [u8; 16]) {
+    const PR_GET_NAME: usize = 16;
+    let _ = syscall!(SYS_PRCTL, PR_GET_NAME, out.as_mut_ptr());
 }
 
 /// Point this thread's GS base at `base`.

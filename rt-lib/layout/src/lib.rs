@@ -349,10 +349,7 @@ pub const OBJ_BUCKETS: u32 = 4096;
 pub const OBJ_CAP: u32 = 32768;
 /// Bytes of the sync-object table in the file.
 pub const fn objects_len(buckets: u32, cap: u32) -> u64 {
-    align_up(
-        buckets as u64 * size_of::<ObjBucket>() as u64 + cap as u64 * size_of::<SyncObject>() as u64,
-        PAGE,
-    )
+    align_up(buckets as u64 * size_of::<ObjBucket>() as u64 + cap as u64 * size_of::<SyncObject>() as u64, PAGE)
 }
 
 /// `SyncObject::kind` values.
@@ -498,7 +495,10 @@ pub struct WrapSite {
     pub func: u32,
     /// The point whose gate and `calls` counter the wrapper uses.
     pub point: u32,
-    pub _pad: u32,
+    /// The GOT slot's value before lazy binding resolves it (the PLT's resolver entry),
+    /// relative to this descriptor; 0 if none. A call made while the slot still holds it
+    /// runs the dynamic linker's resolver first, which is not a wait on the object.
+    pub lazy_rel: i32,
 }
 
 /// Offset of `tid` in glibc's `struct pthread` on x86-64 (glibc 2.26 and later); the
@@ -861,7 +861,24 @@ impl SyncObject {
             + h.obj_buckets as usize * size_of::<ObjBucket>()
             + i as usize * size_of::<SyncObject>();
         let b = file.get(off..off + size_of::<SyncObject>())?;
-        Some(read_fields!(b, SyncObject { address: u64, first_pc: u64, kind: u32, first_tid: u32, next: u32, _pad: u32 }))
+        Some(read_fields!(
+            b,
+            SyncObject { address: u64, first_pc: u64, kind: u32, first_tid: u32, next: u32, _pad: u32 }
+        ))
+    }
+}
+
+impl WrapSite {
+    /// The descriptor as bytes, as the rewriter writes it into the output.
+    pub fn to_bytes(&self) -> [u8; size_of::<WrapSite>()] {
+        let mut out = [0u8; size_of::<WrapSite>()];
+        out[offset_of!(WrapSite, config_rel)..][..8].copy_from_slice(&self.config_rel.to_le_bytes());
+        out[offset_of!(WrapSite, real_rel)..][..8].copy_from_slice(&self.real_rel.to_le_bytes());
+        out[offset_of!(WrapSite, indirect)..][..4].copy_from_slice(&self.indirect.to_le_bytes());
+        out[offset_of!(WrapSite, func)..][..4].copy_from_slice(&self.func.to_le_bytes());
+        out[offset_of!(WrapSite, point)..][..4].copy_from_slice(&self.point.to_le_bytes());
+        out[offset_of!(WrapSite, lazy_rel)..][..4].copy_from_slice(&self.lazy_rel.to_le_bytes());
+        out
     }
 }
 
