@@ -335,6 +335,27 @@ behaviour_tests! {
     bench_calls_nopie_o0: "bench_calls" "nopie-O0";
     bench_calls_nopie_o2: "bench_calls" "nopie-O2";
     bench_calls_pie_o2_stripped: "bench_calls" "pie-O2-stripped";
+    bench_locks_pie_o0: "bench_locks" "pie-O0";
+    bench_locks_pie_o2: "bench_locks" "pie-O2";
+    bench_locks_nopie_o0: "bench_locks" "nopie-O0";
+    bench_locks_nopie_o2: "bench_locks" "nopie-O2";
+    bench_locks_pie_o2_stripped: "bench_locks" "pie-O2-stripped";
+    locks_mutex_pie_o2: "locks_mutex" "pie-O2";
+    locks_mutex_nopie_o0: "locks_mutex" "nopie-O0";
+    locks_condvar_pie_o2: "locks_condvar" "pie-O2";
+    locks_condvar_nopie_o0: "locks_condvar" "nopie-O0";
+    locks_rwlock_pie_o2: "locks_rwlock" "pie-O2";
+    locks_rwlock_nopie_o0: "locks_rwlock" "nopie-O0";
+    locks_sem_pie_o2: "locks_sem" "pie-O2";
+    locks_sem_nopie_o0: "locks_sem" "nopie-O0";
+    locks_join_pie_o2: "locks_join" "pie-O2";
+    locks_join_nopie_o0: "locks_join" "nopie-O0";
+    locks_barrier_pie_o2: "locks_barrier" "pie-O2";
+    locks_barrier_nopie_o0: "locks_barrier" "nopie-O0";
+    locks_cancel_pie_o2: "locks_cancel" "pie-O2";
+    locks_cancel_nopie_o0: "locks_cancel" "nopie-O0";
+    locks_counts_pie_o2: "locks_counts" "pie-O2";
+    locks_counts_nopie_o0: "locks_counts" "nopie-O0";
 }
 
 /// The list above names every program of `testbins/` in exactly the variants its

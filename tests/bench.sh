@@ -9,7 +9,13 @@
 # RUNS times each; reports the minimum wall time of each as ns added per call and as a ratio
 # to the original.
 #
-# Usage: tests/bench.sh [N]      (N calls, default 100000000; RUNS=5 in the environment)
+# Then the same for testbins/bench_locks.c (uncontended pthread_mutex_lock/unlock pairs):
+# calls only (no wrappers: the spec selects no sync metric), calls + lock_wait + lock_hold
+# (both imports go through the wrappers), and that rewrite with every metric off (the
+# wrapper thunks fall through to the GOT).
+#
+# Usage: tests/bench.sh [N]      (N calls, default 100000000; RUNS=5 in the environment;
+#                                 LOCKS_N pairs, default N/5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,4 +71,37 @@ awk -v n="$N" -v o="$best_orig" -v on="$best_on" -v off="$best_off" -v tm="$best
     printf "calls on:     %+.2f ns/call (%.2fx)\n", (on - o) / n, on / o
     printf "calls+timers: %+.2f ns/call (%.2fx)\n", (tm - o) / n, tm / o
     printf "metrics off:  %+.2f ns/call (%.2fx)\n", (off - o) / n, off / o
+}'
+
+# ---- wrapped thread-library calls ----
+LOCKS_N=${LOCKS_N:-$((N / 5))}
+gcc -O2 -fPIE -pie -Wall -Werror -pthread testbins/bench_locks.c -o "$work/bench_locks"
+cat >"$work/locks.yaml" <<'YAML'
+metrics:
+  - {name: calls, kind: counter, at: entry, on_at_start: true}
+  - {name: lock_wait, kind: wait, at: sync_calls, on_at_start: true}
+  - {name: lock_hold, kind: wait, at: sync_calls, on_at_start: true}
+YAML
+"$STINT" rewrite "$work/bench_locks" -o "$work/bench_locks.calls" --spec "$work/calls.yaml" --quiet
+"$STINT" rewrite "$work/bench_locks" -o "$work/bench_locks.locks" --spec "$work/locks.yaml" --quiet
+lo='' lc='' ll='' loff=''
+for ((i = 0; i < RUNS; i++)); do
+    lo=$(min "$lo" "$(run lorig env -u STINT_PROFILE "$work/bench_locks" "$LOCKS_N")")
+    lc=$(min "$lc" "$(run lcalls env STINT_PROFILE="$work/profiles/bench_locks.%p.stint" "$work/bench_locks.calls" "$LOCKS_N")")
+    ll=$(min "$ll" "$(run llocks env STINT_PROFILE="$work/profiles/bench_locks.%p.stint" "$work/bench_locks.locks" "$LOCKS_N")")
+    loff=$(min "$loff" "$(run loff env STINT_PROFILE=/nonexistent-dir/p.%p.stint "$work/bench_locks.locks" "$LOCKS_N")")
+    for v in lcalls llocks loff; do
+        if ! cmp -s "$work/lorig.out" "$work/$v.out"; then
+            echo "bench.sh: the rewritten program ($v) printed something else than the original:" >&2
+            cat "$work/lorig.out" "$work/$v.out" >&2
+            exit 1
+        fi
+    done
+done
+echo "bench_locks: $LOCKS_N lock/unlock pairs, best wall time of $RUNS runs each"
+awk -v n="$LOCKS_N" -v o="$lo" -v c="$lc" -v l="$ll" -v off="$loff" 'BEGIN {
+    printf "original:             %.3f s (%.2f ns/pair)\n", o / 1e9, o / n
+    printf "calls (no wrappers):  %+.2f ns/pair (%.2fx)\n", (c - o) / n, c / o
+    printf "+lock_wait+lock_hold: %+.2f ns/pair (%.2fx)\n", (l - o) / n, l / o
+    printf "wrappers, all off:    %+.2f ns/pair (%.2fx)\n", (off - o) / n, off / o
 }'

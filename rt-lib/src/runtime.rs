@@ -503,6 +503,7 @@ pub unsafe fn slow(config: Cfg, point: u32) -> bool {
     col.last_tsc = col.state_since;
     sys::thread_name(&mut col.name);
     crate::wrap::take_pending_name(st, tp, &mut col.name);
+    crate::wrap::take_pending_start(config, st, tp, col);
     // Safety: aligned u32 fields in the mapping; release publishes the column's contents.
     unsafe {
         AtomicU32::from_ptr(&mut col.state).store(COLUMN_LIVE, Ordering::Release);
@@ -727,20 +728,8 @@ fn key(config: Cfg, tp: u64) -> u32 {
 /// # Safety
 /// `config` is this program's block and start-up has run.
 pub(crate) unsafe fn own_column(config: Cfg, point: u32) -> Option<*mut ColumnHeader> {
-    // Safety: see `state`.
-    let st = unsafe { state(config) };
-    if st.active == 0 {
-        return None;
-    }
-    let tp = sys::thread_pointer();
-    // Safety: every thread's GS base points at a column header (see `refresh_if_owner`).
-    let cur = unsafe { sys::gs_self() } as *mut ColumnHeader;
-    if !cur.is_null() && cur as u64 != st.dummy.self_addr {
-        // Safety: `cur` is a column in our mapping.
-        let c = unsafe { &*cur };
-        if c.owner_tp == tp && c.owner_key == key(config, tp) {
-            return Some(cur);
-        }
+    if let Some(c) = registered_column(config) {
+        return Some(c);
     }
     // Safety: forwarded contract.
     if !unsafe { slow(config, point) } {
@@ -748,6 +737,24 @@ pub(crate) unsafe fn own_column(config: Cfg, point: u32) -> Option<*mut ColumnHe
     }
     // Safety: `slow` moved GS to this thread's column.
     Some(unsafe { sys::gs_self() } as *mut ColumnHeader)
+}
+
+/// This thread's column if it has registered (never registers).
+pub(crate) fn registered_column(config: Cfg) -> Option<*mut ColumnHeader> {
+    // Safety: see `state`.
+    let st = unsafe { state(config) };
+    if st.active == 0 {
+        return None;
+    }
+    let tp = sys::thread_pointer();
+    // Safety: every thread's GS base points at a column header.
+    let cur = unsafe { sys::gs_self() } as *mut ColumnHeader;
+    if cur.is_null() || cur as u64 == st.dummy.self_addr {
+        return None;
+    }
+    // Safety: `cur` is a column in our mapping.
+    let c = unsafe { &*cur };
+    (c.owner_tp == tp && c.owner_key == key(config, tp)).then_some(cur)
 }
 
 /// The mapped profile's header, if measuring.

@@ -65,6 +65,8 @@ pub struct PendingStart {
     start: u64,
     arg: u64,
     config: u64,
+    /// Thread pointer of the new thread once it runs; its registration takes the record.
+    tp: u64,
 }
 
 /// A name given (pthread_setname_np) to a thread that had not registered yet.
@@ -399,6 +401,7 @@ fn create(ev: &Ev, a: [usize; 4], real: Real) -> usize {
     slot.start = a[2] as u64;
     slot.arg = a[3] as u64;
     slot.config = ev.config.0 as u64;
+    slot.tp = 0;
     let shim = thread_start as *const () as usize;
     // Safety: the real pthread_create with our start routine and argument.
     let r = unsafe { real(a[0], a[1], shim, slot as *mut PendingStart as usize) };
@@ -420,30 +423,51 @@ fn claim_pending(st: &mut RtState) -> Option<&mut PendingStart> {
     None
 }
 
-/// The start routine of every thread created through the wrapper.
+/// The start routine of every thread created through the wrapper. The thread registers at
+/// its first instrumented event as any thread does (so its first function is what it ran
+/// first); registration takes the creator and the start routine from the slot, which the
+/// thread marks with its thread pointer.
 extern "C" fn thread_start(arg: usize) -> usize {
     let p = arg as *mut PendingStart;
-    // Safety: `create` filled the slot before pthread_create; we own it until we free it.
-    let (creator, start, sarg, config) = unsafe { ((*p).creator_tid, (*p).start, (*p).arg, (*p).config) };
-    // Safety: as above.
-    unsafe { AtomicU32::from_ptr(&mut (*p).used) }.store(0, Ordering::Release);
+    let tp = sys::thread_pointer();
+    // Safety: `create` filled the slot before pthread_create; this thread owns it now.
+    let (start, sarg, config) = unsafe { ((*p).start, (*p).arg, (*p).config) };
+    // Safety: as above; only this thread's registration reads `tp`.
+    unsafe { core::ptr::write_volatile(&mut (*p).tp, tp) };
     let config = Cfg(config as *const RtConfig);
-    // Safety: start-up has run (the slot exists only then).
-    if let Some(col) = unsafe { runtime::own_column(config, u32::MAX) } {
-        // Safety: this thread's new column.
-        let c = unsafe { &mut *col };
-        c.creator_tid = creator;
-        c.start_routine = start.wrapping_sub(bias(config));
-    }
     // Safety: the program's start routine and argument.
     let routine = unsafe { core::mem::transmute::<u64, extern "C" fn(usize) -> usize>(start) };
     let ret = routine(sarg as usize);
     // Safety: as above.
-    if let Some(col) = unsafe { runtime::own_column(config, u32::MAX) } {
+    unsafe {
+        if core::ptr::read_volatile(&(*p).tp) == tp {
+            // Never registered (ran no instrumented code): give the slot back.
+            core::ptr::write_volatile(&mut (*p).tp, 0);
+            AtomicU32::from_ptr(&mut (*p).used).store(0, Ordering::Release);
+        }
+    }
+    if let Some(col) = runtime::registered_column(config) {
         let ev = Ev { config, col, gate: 0, ra: 0, tid: 0, resolving: false };
         thread_end(&ev, EXIT_RETURNED, ret as u64);
     }
     ret
+}
+
+/// Registration of thread `tp`: the creator and start routine its slot holds, if any.
+pub(crate) fn take_pending_start(config: Cfg, st: &mut RtState, tp: u64, col: &mut ColumnHeader) {
+    for p in st.pending.iter_mut() {
+        // Safety: aligned u32 in the runtime state.
+        let used = unsafe { AtomicU32::from_ptr(&mut p.used) };
+        // Safety: `tp` is written by the slot's thread, which is the one registering.
+        if used.load(Ordering::Acquire) == 1 && unsafe { core::ptr::read_volatile(&p.tp) } == tp && tp != 0 {
+            col.creator_tid = p.creator_tid;
+            col.start_routine = p.start.wrapping_sub(bias(config));
+            // Safety: as above.
+            unsafe { core::ptr::write_volatile(&mut p.tp, 0) };
+            used.store(0, Ordering::Release);
+            return;
+        }
+    }
 }
 
 /// The thread ends (returned from its start routine or called pthread_exit).
