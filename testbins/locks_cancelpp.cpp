@@ -1,0 +1,83 @@
+// locks_cancelpp: the C++ twin of locks_cancel.c (tests/locks.rs builds it with g++): a
+// thread blocked in pthread_cond_wait is cancelled, and the forced unwinding that glibc
+// starts inside pthread_cond_wait runs the destructor of a local object on its way
+// through the condvar wrapper and the thread's frames.
+//
+// sleeper locks m, creates a Guard, raises the atomic flag `waiting` and waits on c until
+// a flag that is never set is set. main waits for `waiting`, takes and releases m
+// (possible only once sleeper is inside pthread_cond_wait), cancels sleeper and joins it.
+// pthread_cond_wait takes m back before unwinding; ~Guard prints a line to stdout and
+// unlocks m. main prints whether the join returned PTHREAD_CANCELED, and takes m once
+// more (it would hang if ~Guard had not run).
+//
+// With TIMES_FILE set (see timing.h):
+//     tid ROLE TID                 gettid() of main and sleeper
+//     handle sleeper 0xPTHREAD_T   the sleeper's pthread_t
+//     obj NAME 0xADDR              run-time addresses of m and c
+//
+//# cflags: -pthread
+//# variants: pie-O2 nopie-O0
+//# expect: threads 2
+//# expect: threads from sleeper 1
+//# expect: thread sleeper calls _ZN5GuardD2Ev 1
+//# expect: main calls main 1
+#include "timing.h"
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+
+#define SIDE(...)                                                                         \
+    do {                                                                                  \
+        char line_[256];                                                                  \
+        times_line(line_, snprintf(line_, sizeof line_, __VA_ARGS__));                    \
+    } while (0)
+
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static int waiting;
+static volatile int never;
+
+struct Guard {
+    const char *who;
+    explicit Guard(const char *w) : who(w) {}
+    __attribute__((noinline)) ~Guard() {
+        printf("guard of %s destroyed\n", who);
+        pthread_mutex_unlock(&m);
+    }
+};
+
+extern "C" __attribute__((noinline)) void *sleeper(void *) {
+    SIDE("tid sleeper %ld\n", thread_id());
+    pthread_mutex_lock(&m);
+    Guard g("sleeper");
+    __atomic_store_n(&waiting, 1, __ATOMIC_RELEASE);
+    while (!never)
+        pthread_cond_wait(&c, &m);
+    return (void *)7;
+}
+
+int main() {
+    SIDE("tid main %ld\n", thread_id());
+    SIDE("obj m 0x%lx\n", (unsigned long)(uintptr_t)&m);
+    SIDE("obj c 0x%lx\n", (unsigned long)(uintptr_t)&c);
+    pthread_t t;
+    if (pthread_create(&t, nullptr, sleeper, nullptr)) {
+        fprintf(stderr, "pthread_create failed\n");
+        return 1;
+    }
+    SIDE("handle sleeper 0x%lx\n", (unsigned long)t);
+    while (!__atomic_load_n(&waiting, __ATOMIC_ACQUIRE))
+        sched_yield();
+    pthread_mutex_lock(&m);
+    pthread_mutex_unlock(&m);
+    pthread_cancel(t);
+    void *v = nullptr;
+    int rc = pthread_join(t, &v);
+    printf("join %d: %s\n", rc, v == PTHREAD_CANCELED ? "canceled" : "not canceled");
+    pthread_mutex_lock(&m);
+    printf("mutex free again\n");
+    pthread_mutex_unlock(&m);
+    fprintf(stderr, "locks_cancelpp: done\n");
+    times_write();
+    return 0;
+}
