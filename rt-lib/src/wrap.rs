@@ -242,6 +242,29 @@ fn blocking(
     let found_locked =
         // Safety: `addr` is the program's pthread_mutex_t (the call reads it too).
         busy == Busy::LockWord && addr != 0 && unsafe { core::ptr::read_volatile(addr as *const u32) } != 0;
+    if busy == Busy::LockWord && !found_locked && ev.gate & TRACE == 0 {
+        // A free mutex: the lock takes it at once, so no clock reads for a wait of ~0 (the
+        // TSC costs ~20 ns in a VM). A thread that takes the mutex between our look and
+        // the lock's makes us wait unmeasured: a window of a few instructions.
+        ev.end();
+        let r = call();
+        if !ev.begin() {
+            return r;
+        }
+        let acquired = ok(r);
+        if ev.gate & WAIT != 0 {
+            if let Some(e) = wait_entry(ev, obj, kind) {
+                e.count += acquired as u64;
+            }
+        }
+        if holds && acquired && ev.gate & HOLD != 0 {
+            let now = sys::rdtsc();
+            push_held(ev, obj, now);
+            ev.col().last_tsc = now;
+        }
+        ev.end();
+        return r;
+    }
     let c = ev.col();
     let (prev, prev_obj) = (c.thread_state, c.state_object);
     let t0 = sys::rdtsc();
@@ -572,8 +595,10 @@ fn object(ev: &Ev, kind: u32, addr: usize) -> Option<u32> {
     let buckets = (hdr as usize + h.objects_offset as usize) as *mut ObjBucket;
     let objects = (buckets as usize + h.obj_buckets as usize * core::mem::size_of::<ObjBucket>()) as *mut SyncObject;
     let hash = ((addr as u64 >> 3) ^ kind as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+    let n_buckets = h.obj_buckets as u64;
+    let b = if n_buckets.is_power_of_two() { hash & (n_buckets - 1) } else { hash % n_buckets };
     // Safety: the bucket lies inside the table.
-    let bucket = unsafe { &mut *buckets.add((hash % h.obj_buckets as u64) as usize) };
+    let bucket = unsafe { &mut *buckets.add(b as usize) };
     // Safety: aligned u32 in the mapping.
     let head = unsafe { AtomicU32::from_ptr(&mut bucket.head) };
     let find = |mut i: u32| -> Option<u32> {

@@ -345,6 +345,7 @@ pub struct SyncObject {
     pub _pad: u32,
 }
 
+/// A power of two (the hash is masked).
 pub const OBJ_BUCKETS: u32 = 4096;
 pub const OBJ_CAP: u32 = 32768;
 /// Bytes of the sync-object table in the file.
