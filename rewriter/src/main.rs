@@ -86,17 +86,40 @@ enum Format {
     Json,
 }
 
+/// What the table of `stint report` is arranged by.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum By {
+    /// Per thread, the functions it called: calls, CPU and wall time.
+    Function,
+    /// One row per thread: name, start routine, creator, lifetime, exit, % of time per state,
+    /// total wait.
+    Thread,
+    /// Per sync object (mutex, condvar, …): the threads that waited on it, with counts,
+    /// contended calls, wait and hold time.
+    Lock,
+}
+
 /// Show the per-thread profile a rewritten program wrote.
 #[derive(Parser, Debug)]
-#[command(
-    after_help = "EXAMPLES:\n  stint report /tmp/pigz.1234.stint\n  stint report /tmp/pigz.1234.stint --format json --top 20"
-)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint report /tmp/pigz.1234.stint\n  \
+    stint report /tmp/pigz.1234.stint --top 20\n  \
+    stint report /tmp/pigz.1234.stint --by lock      # which locks threads waited on, and how long\n  \
+    stint report /tmp/pigz.1234.stint --by thread    # lifetimes, exits, % of time per state\n  \
+    stint report /tmp/pigz.1234.stint --format json  # everything, whatever --by says")]
 struct ReportArgs {
     /// A profile file (it may belong to a running process).
     profile: PathBuf,
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
-    /// Show at most N functions per thread (table only).
+    /// Same as --format json.
+    #[arg(long)]
+    json: bool,
+    /// Arrange the table by function (per thread), by thread, or by lock (sync object).
+    /// JSON output is the same for all three.
+    #[arg(long, value_enum, default_value = "function")]
+    by: By,
+    /// Show at most N functions per thread (--by function only).
     #[arg(long)]
     top: Option<usize>,
 }
@@ -220,15 +243,18 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
 fn report(a: ReportArgs) -> anyhow::Result<()> {
     let p = stint::profile::load(&a.profile).map_err(|e| anyhow!("{}: {e}", a.profile.display()))?;
     let mut out = std::io::stdout().lock();
-    match a.format {
-        Format::Json => {
+    let format = if a.json { Format::Json } else { a.format };
+    match (format, a.by) {
+        (Format::Json, _) => {
             serde_json::to_writer_pretty(&mut out, &stint::report::to_json(&p))?;
             writeln!(out)?;
         }
-        Format::Table => {
+        (Format::Table, By::Function) => {
             let opts = stint::report::TableOptions { top: a.top };
             write!(out, "{}", stint::report::to_table_with(&p, &opts))?;
         }
+        (Format::Table, By::Thread) => write!(out, "{}", stint::report::to_thread_table(&p))?,
+        (Format::Table, By::Lock) => write!(out, "{}", stint::report::to_lock_table(&p))?,
     }
     Ok(())
 }
@@ -239,5 +265,26 @@ mod tests {
     fn cli_is_consistent() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn report_by_and_json() {
+        use super::{By, Cli, Command, Format};
+        use clap::Parser;
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Report(a)) => Ok((a.by, a.format, a.json)),
+            Ok(other) => panic!("not report: {other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        assert!(matches!(parse(&["stint", "report", "p.stint"]), Ok((By::Function, Format::Table, false))));
+        assert!(matches!(parse(&["stint", "report", "p.stint", "--by", "lock"]), Ok((By::Lock, _, false))));
+        assert!(matches!(
+            parse(&["stint", "report", "p.stint", "--by", "thread", "--json"]),
+            Ok((By::Thread, _, true))
+        ));
+        assert_eq!(
+            parse(&["stint", "report", "p.stint", "--by", "object"]).err(),
+            Some(clap::error::ErrorKind::InvalidValue)
+        );
     }
 }

@@ -22,24 +22,42 @@
 //! columns, so every column below the `n_columns` we saw is complete. Columns in any other
 //! state are skipped. The counters of threads still running are a snapshot.
 //!
+//! The sync-object table is read after the header, so a thread may name an object whose
+//! index is at or past the `n_objects` we saw: such an object is taken if its entry is
+//! complete (`kind` non-zero) in our copy, otherwise the thread's wait entry is skipped with
+//! a warning ([`Profile::warnings`]).
+//!
+//! # Thread states
+//! A column holds the TSC ticks of the thread's *closed* state intervals; the one it is in
+//! now (`thread_state` since `state_since`) is added here ([`ThreadProfile::state_ticks`]):
+//! up to now if the thread still runs ([`Observer`]: `/proc/<pid>/task/<tid>` exists and the
+//! process is no zombie), else up to the thread's last wrapper event (`last_tsc`; no open
+//! interval when there was none). An exited thread has no open interval.
+//!
 //! # Corrupt files
 //! Nothing here panics on bad input: every problem is a [`ProfileError`] with a one-line
-//! message (the caller prefixes the path). The one computation in the layout crate that could
-//! overflow on absurd header values, the column size for `n_points × n_counter_slots`, is
-//! checked here before the header is handed to `FileHeader::parse`.
+//! message (the caller prefixes the path), or, for a wait entry that names an object the file
+//! does not have, a warning and the entry skipped. The one computation in the layout crate
+//! that could overflow on absurd header values, the column size for
+//! `n_points × n_counter_slots`, is checked here before the header is handed to
+//! `FileHeader::parse`.
 //!
 //! # Synthetic files
 //! [`write_synthetic`] lays out a file as the runtime would, for tests of everything that reads
-//! profiles; [`patch_header`] and [`patch_column`] change one of its records.
+//! profiles; [`patch_header`] and [`patch_column`] change one of its records, and
+//! [`put_object`], [`put_wait`] and [`put_transition`] add sync objects, wait entries and
+//! state transitions.
 
 use std::mem::{offset_of, size_of};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use stint_layout::{
-    align_up, clock_source_name, column_size, counter_offset, ctl_len, gate_offset, ColumnHeader, FileHeader,
-    FormatError, COLUMN_LIVE, COUNTERS_OFFSET, FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED,
-    GLIBC_TID_OFFSET, HEADER_RESERVED, N_COUNTER_SLOTS, N_METRICS, PAGE, SLOT_CALLS,
+    align_up, clock_source_name, column_size, counter_offset, ctl_len, gate_offset, object_kind_name, objects_len,
+    ColumnHeader, FileHeader, FormatError, ObjBucket, SyncObject, Transition, WaitEntry, COLUMN_LIVE, COUNTERS_OFFSET,
+    FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, GLIBC_TID_OFFSET, HEADER_RESERVED,
+    N_COUNTER_SLOTS, N_METRICS, N_STATES, PAGE, RING_CAP, RING_OFFSET, SLOT_CALLS, STATE_EXITED, WAITS_OFFSET,
+    WAIT_CAP,
 };
 use thiserror::Error;
 
@@ -96,11 +114,22 @@ pub struct Profile {
     pub lost_threads: u64,
     /// TSC ticks per second (0 if the runtime could not calibrate): converts timer ticks.
     pub tsc_hz: u64,
+    /// TSC at start: the zero of every `*_tsc` value.
+    pub start_tsc: u64,
     pub metrics: Vec<MetricMeta>,
     /// Indexed by point id.
     pub points: Vec<PointMeta>,
     /// In column order, which is registration order.
     pub threads: Vec<ThreadProfile>,
+    /// The sync objects the program used, ascending by index in the file's table.
+    pub objects: Vec<ObjectProfile>,
+    /// Objects the runtime could not record because its table was full.
+    pub objects_lost: u64,
+    /// Whether the process was running when the file was read (see [`Observer`]).
+    pub alive: bool,
+    /// What was skipped while reading (one line each, e.g. a wait entry naming an object the
+    /// file does not record).
+    pub warnings: Vec<String>,
 }
 
 impl Profile {
@@ -127,6 +156,148 @@ impl Profile {
     pub fn timed(&self, id: u32) -> bool {
         self.point(id).is_some_and(|p| p.bits & stint_layout::TIMER_BITS != 0)
     }
+
+    /// The object with index `index` in the file's table.
+    pub fn object(&self, index: u32) -> Option<&ObjectProfile> {
+        self.objects.binary_search_by_key(&index, |o| o.index).ok().map(|i| &self.objects[i])
+    }
+
+    /// Nanoseconds from the start of the process to TSC value `tsc` (`None` without a
+    /// calibration).
+    pub fn tsc_to_ns_since_start(&self, tsc: u64) -> Option<u64> {
+        self.ticks_to_ns(tsc.saturating_sub(self.start_tsc))
+    }
+
+    /// The entry point of the function that contains `pc` (an address in the input ELF):
+    /// the entry point with the greatest address at or below `pc`, if the function's size is
+    /// unknown or `pc` lies inside it. Wrapper points (thread-library functions) are not
+    /// functions of the program and never match.
+    pub fn function_at(&self, pc: u64) -> Option<&PointMeta> {
+        let mut best: Option<(u64, &PointMeta)> = None;
+        for pm in self.points.iter().filter(|pm| pm.kind == POINT_ENTRY) {
+            let Some(a) = pm.address_value() else { continue };
+            // On equal addresses prefer a point that knows the function's size.
+            let better = match best {
+                None => true,
+                Some((b, bp)) => a > b || (a == b && bp.size == 0 && pm.size != 0),
+            };
+            if a <= pc && better {
+                best = Some((a, pm));
+            }
+        }
+        let (a, pm) = best?;
+        (pm.size == 0 || pc - a < pm.size).then_some(pm)
+    }
+}
+
+/// `PointMeta::kind` of a function's entry point.
+pub const POINT_ENTRY: &str = "entry";
+/// `PointMeta::kind` of a wrapped thread-library function (`function` is its name, e.g.
+/// `pthread_mutex_lock`).
+pub const POINT_WRAP: &str = "wrap";
+
+/// A synchronisation object of the file's table (D14: named by address and by the function
+/// that first used it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectProfile {
+    /// Index in the file's table (wait entries and transitions name objects by it).
+    pub index: u32,
+    /// Run-time address (for a thread: its `pthread_t`).
+    pub address: u64,
+    /// Return address of the call that first used it, in the input ELF (0: unknown).
+    pub first_pc: u64,
+    /// `OBJ_*`.
+    pub kind: u32,
+    /// tid of the thread that first used it.
+    pub first_tid: u32,
+}
+
+impl ObjectProfile {
+    /// `mutex`, `condvar`, … (`unknown` for a kind this version does not know).
+    pub fn kind_name(&self) -> &'static str {
+        object_kind_name(self.kind).unwrap_or("unknown")
+    }
+}
+
+/// What one thread did with one sync object (a wait-table entry of its column).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitProfile {
+    /// Index of the object ([`Profile::object`] finds it).
+    pub object: u32,
+    /// `OBJ_*`.
+    pub kind: u32,
+    /// Calls that acquired or waited successfully.
+    pub count: u64,
+    /// Of those, the ones that found the object busy.
+    pub contended: u64,
+    /// TSC ticks blocked in the calls.
+    pub wait_ticks: u64,
+    /// TSC ticks the lock was held (`lock_hold`).
+    pub hold_ticks: u64,
+}
+
+/// One entry of a thread's state-transition ring.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransitionProfile {
+    /// TSC of the transition.
+    pub tsc: u64,
+    /// `STATE_*` entered.
+    pub state: u32,
+    /// Index of the object the thread blocked on, if any.
+    pub object: Option<u32>,
+}
+
+/// How the reader learns whether a thread still runs and what time it is, for the open
+/// state interval of each thread. [`Observer::SYSTEM`] asks `/proc` and the TSC; tests pass
+/// their own.
+#[derive(Clone, Copy, Debug)]
+pub struct Observer {
+    /// Whether thread `tid` of process `pid` is alive now.
+    pub thread_alive: fn(pid: u32, tid: u32) -> bool,
+    /// Whether process `pid` is alive now.
+    pub process_alive: fn(pid: u32) -> bool,
+    /// The TSC now.
+    pub now_tsc: fn() -> u64,
+}
+
+impl Observer {
+    /// This machine: `/proc/<pid>` (not a zombie), `/proc/<pid>/task/<tid>`, `rdtsc`.
+    pub const SYSTEM: Observer =
+        Observer { thread_alive: system_thread_alive, process_alive: system_process_alive, now_tsc: system_tsc };
+    /// Every process has ended (the file is read as a post-mortem).
+    pub const ENDED: Observer = Observer { thread_alive: |_, _| false, process_alive: |_| false, now_tsc: || 0 };
+}
+
+fn system_process_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    // `/proc/<pid>/stat` is `pid (comm) S …`; comm may hold ')' so take the last one.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next());
+            !matches!(state, Some('Z') | Some('X') | None)
+        }
+        Err(_) => false,
+    }
+}
+
+fn system_thread_alive(pid: u32, tid: u32) -> bool {
+    tid != 0 && system_process_alive(pid) && Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
+/// The TSC of this CPU.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn system_tsc() -> u64 {
+    // SAFETY: `rdtsc` reads a counter; it has no preconditions and touches no memory.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// No TSC here: no open interval is added for running threads.
+#[cfg(not(target_arch = "x86_64"))]
+fn system_tsc() -> u64 {
+    0
 }
 
 /// A metric as the meta JSON describes it.
@@ -153,6 +324,9 @@ pub struct PointMeta {
     /// `metric_bit`s of the metrics the point can measure.
     #[serde(default)]
     pub bits: u8,
+    /// Size of the function in bytes (0: unknown).
+    #[serde(default)]
+    pub size: u64,
 }
 
 impl PointMeta {
@@ -196,6 +370,33 @@ pub struct ThreadProfile {
     pub shadow_overflow: u64,
     /// Re-synchronisations of the virtual CPU timer.
     pub resyncs: u64,
+    /// Whether the thread was running when the file was read.
+    pub alive: bool,
+    /// tid of the thread that created it with `pthread_create`, if known.
+    pub creator_tid: Option<u32>,
+    /// `EXIT_*`: how the thread ended, as far as the runtime saw.
+    pub exit_kind: u32,
+    /// Value the start routine returned or passed to `pthread_exit`.
+    pub exit_value: u64,
+    /// CLOCK_MONOTONIC when the thread ended, ns, if the runtime saw it end.
+    pub end_monotonic_ns: Option<u64>,
+    /// `STATE_*` the thread is in (as last written).
+    pub thread_state: u32,
+    /// Object the thread is blocked on now, if any.
+    pub state_object: Option<u32>,
+    /// TSC ticks in each `STATE_*`, the open interval included (see the module docs).
+    pub state_ticks: [u64; N_STATES as usize],
+    /// TSC of the thread's last wrapper event (0: none).
+    pub last_tsc: u64,
+    /// Transitions the thread wrote to its ring (the last `RING_CAP` are kept).
+    pub ring_head: u64,
+    /// Wrapper events whose bookkeeping was skipped (signal handler in the runtime, or the
+    /// wait table was full).
+    pub wrap_skipped: u64,
+    /// The thread's waits per object, ascending by object index.
+    pub waits: Vec<WaitProfile>,
+    /// The kept state transitions, oldest first.
+    pub transitions: Vec<TransitionProfile>,
 }
 
 impl ThreadProfile {
@@ -222,12 +423,22 @@ struct Meta {
 
 /// Read a profile file (once; it may be live) and parse it.
 pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+    load_with(path, &Observer::SYSTEM)
+}
+
+/// [`load`] with the given view of which threads still run.
+pub fn load_with(path: &Path, obs: &Observer) -> Result<Profile, ProfileError> {
     let bytes = std::fs::read(path).map_err(ProfileError::Read)?;
-    parse(&bytes)
+    parse_with(&bytes, obs)
 }
 
 /// Parse the bytes of a profile file.
 pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
+    parse_with(b, &Observer::SYSTEM)
+}
+
+/// [`parse`] with the given view of which threads still run.
+pub fn parse_with(b: &[u8], obs: &Observer) -> Result<Profile, ProfileError> {
     check_column_arithmetic(b)?;
     let h = FileHeader::parse(b, b.len() as u64)?;
     let meta_bytes = region(b, h.meta_offset, h.meta_len).ok_or(FormatError::Truncated)?;
@@ -249,6 +460,11 @@ pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
         (None, None) => None,
         _ => return Err(ProfileError::Meta("timer metrics without valid counter slots".into())),
     };
+
+    let alive = (obs.process_alive)(h.pid);
+    let now_tsc = if alive { (obs.now_tsc)() } else { 0 };
+    let mut objects = Objects::read(b, &h);
+    let mut warnings = Vec::new();
 
     let mut threads = Vec::new();
     for i in 0..h.n_columns {
@@ -294,7 +510,27 @@ pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
                 }
             }
         }
+        let thread_alive = alive && c.thread_state != STATE_EXITED && (obs.thread_alive)(h.pid, c.tid);
+        let mut state_ticks = c.state_ticks;
+        if let Some(t) = state_ticks.get_mut(c.thread_state as usize) {
+            *t = t.saturating_add(open_interval(&c, thread_alive, now_tsc));
+        }
+        let waits = read_waits(col, &c, b, &h, &mut objects, &mut warnings);
+        let transitions = read_ring(col, &c, b, &h, &mut objects);
         threads.push(ThreadProfile {
+            alive: thread_alive,
+            creator_tid: (c.creator_tid != 0).then_some(c.creator_tid),
+            exit_kind: c.exit_kind,
+            exit_value: c.exit_value,
+            end_monotonic_ns: (c.end_monotonic_ns != 0).then_some(c.end_monotonic_ns),
+            thread_state: c.thread_state,
+            state_object: (c.state_object != u32::MAX).then(|| objects.resolve(b, &h, c.state_object)).flatten(),
+            state_ticks,
+            last_tsc: c.last_tsc,
+            ring_head: c.ring_head,
+            wrap_skipped: c.wrap_skipped,
+            waits,
+            transitions,
             times,
             clock_source: clock_source_name(c.clock_source).map(str::to_owned),
             timer_skipped: c.timer_skipped,
@@ -324,10 +560,124 @@ pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
         skipped_reentrant: h.skipped_reentrant,
         lost_threads: h.lost_threads,
         tsc_hz: h.tsc_hz,
+        start_tsc: h.start_tsc,
         metrics: meta.metrics,
         points: meta.points,
         threads,
+        objects: objects.into_vec(),
+        objects_lost: h.objects_lost,
+        alive,
+        warnings,
     })
+}
+
+/// The sync objects read so far, by index: the table's first `min(n_objects, obj_cap)`
+/// complete entries, and any later entry a thread names once it is complete in our copy.
+struct Objects(std::collections::BTreeMap<u32, ObjectProfile>);
+
+impl Objects {
+    fn read(b: &[u8], h: &FileHeader) -> Objects {
+        let mut m = std::collections::BTreeMap::new();
+        for i in 0..h.n_objects.min(h.obj_cap) {
+            if let Some(o) = object_entry(b, h, i) {
+                m.insert(i, o);
+            }
+        }
+        Objects(m)
+    }
+
+    /// The index of object `i` if the file records it (`u32::MAX` is "none").
+    fn resolve(&mut self, b: &[u8], h: &FileHeader, i: u32) -> Option<u32> {
+        if self.0.contains_key(&i) {
+            return Some(i);
+        }
+        let o = object_entry(b, h, i)?;
+        self.0.insert(i, o);
+        Some(i)
+    }
+
+    fn into_vec(self) -> Vec<ObjectProfile> {
+        self.0.into_values().collect()
+    }
+}
+
+/// Entry `i` of the sync-object table, if it lies in the table and is complete.
+fn object_entry(b: &[u8], h: &FileHeader, i: u32) -> Option<ObjectProfile> {
+    let o = SyncObject::parse(b, h, i)?;
+    (o.kind != 0).then_some(ObjectProfile {
+        index: i,
+        address: o.address,
+        first_pc: o.first_pc,
+        kind: o.kind,
+        first_tid: o.first_tid,
+    })
+}
+
+/// TSC ticks of the state the thread is in now, not yet in `state_ticks`: up to `now_tsc`
+/// if the thread runs, else up to its last wrapper event.
+fn open_interval(c: &ColumnHeader, thread_alive: bool, now_tsc: u64) -> u64 {
+    if c.thread_state >= N_STATES || c.thread_state == STATE_EXITED || c.state_since == 0 {
+        return 0;
+    }
+    let end = if thread_alive { now_tsc } else { c.last_tsc };
+    end.saturating_sub(c.state_since)
+}
+
+/// The thread's wait table, entries merged per object; entries naming an object the file
+/// does not record are skipped with a warning.
+fn read_waits(
+    col: &[u8],
+    c: &ColumnHeader,
+    b: &[u8],
+    h: &FileHeader,
+    objects: &mut Objects,
+    warnings: &mut Vec<String>,
+) -> Vec<WaitProfile> {
+    let mut waits: std::collections::BTreeMap<u32, WaitProfile> = std::collections::BTreeMap::new();
+    for slot in 0..WAIT_CAP {
+        let Some(w) = WaitEntry::parse(col, slot) else { break };
+        if w.object == 0 {
+            continue;
+        }
+        let Some(object) = objects.resolve(b, h, w.object - 1) else {
+            warnings.push(format!(
+                "thread {}: wait entry {slot} names sync object {}, which the file does not record \
+                 ({} objects, table of {}); skipped",
+                c.tid,
+                w.object - 1,
+                h.n_objects,
+                h.obj_cap
+            ));
+            continue;
+        };
+        let e = waits.entry(object).or_insert(WaitProfile {
+            object,
+            kind: objects.0.get(&object).map_or(w.kind, |o| o.kind),
+            count: 0,
+            contended: 0,
+            wait_ticks: 0,
+            hold_ticks: 0,
+        });
+        e.count = e.count.saturating_add(w.count);
+        e.contended = e.contended.saturating_add(w.contended);
+        e.wait_ticks = e.wait_ticks.saturating_add(w.wait_ticks);
+        e.hold_ticks = e.hold_ticks.saturating_add(w.hold_ticks);
+    }
+    waits.into_values().collect()
+}
+
+/// The kept transitions of the thread's ring, oldest first: transition `n` is at
+/// `n % RING_CAP`, `ring_head` were written.
+fn read_ring(col: &[u8], c: &ColumnHeader, b: &[u8], h: &FileHeader, objects: &mut Objects) -> Vec<TransitionProfile> {
+    let first = c.ring_head.saturating_sub(RING_CAP as u64);
+    (first..c.ring_head)
+        .filter_map(|n| Transition::parse(col, (n % RING_CAP as u64) as u32))
+        .map(|t| TransitionProfile {
+            tsc: t.tsc,
+            state: t.state,
+            object: if t.object == u32::MAX { None } else { objects.resolve(b, h, t.object) },
+        })
+        .collect()
 }
 
 fn region(b: &[u8], offset: u64, len: u64) -> Option<&[u8]> {
@@ -409,9 +759,16 @@ const SYNTHETIC_INITIAL_COLUMNS: u32 = 16;
 const SYNTHETIC_PID: u32 = 4242;
 /// Start times of synthetic files (fixed, so snapshots are stable).
 const SYNTHETIC_REALTIME_NS: u64 = 1_700_000_000_000_000_000;
-const SYNTHETIC_MONOTONIC_NS: u64 = 1_000_000_000;
+#[doc(hidden)]
+pub const SYNTHETIC_MONOTONIC_NS: u64 = 1_000_000_000;
 /// Pretend address of the file's mapping in the writer (for `ColumnHeader::self_addr`).
 const SYNTHETIC_MAP_BASE: u64 = 0x7f00_0000_0000;
+/// The sync-object table of a synthetic file (smaller than the runtime's).
+const SYNTHETIC_OBJ_BUCKETS: u32 = 16;
+const SYNTHETIC_OBJ_CAP: u32 = 64;
+/// TSC at start of a synthetic file.
+#[doc(hidden)]
+pub const SYNTHETIC_START_TSC: u64 = 1_000_000;
 
 /// Meta JSON in the rewriter's format with one entry point per `(function, address)`, in
 /// order: point `i` is `functions[i]`.
@@ -420,8 +777,30 @@ pub fn synthetic_meta(program: &str, functions: &[(&str, &str)]) -> String {
     let points: Vec<_> = functions
         .iter()
         .enumerate()
-        .map(|(i, (f, a))| serde_json::json!({"id": i, "kind": "entry", "function": f, "address": a}))
+        .map(|(i, (f, a))| serde_json::json!({"id": i, "kind": POINT_ENTRY, "function": f, "address": a}))
         .collect();
+    meta_with_points(program, points)
+}
+
+/// Meta JSON with one point per `(kind, function, address, size)`, in order; a size of 0 is
+/// left out (as older rewriters do).
+#[doc(hidden)]
+pub fn synthetic_meta_points(program: &str, points: &[(&str, &str, &str, u64)]) -> String {
+    let points: Vec<_> = points
+        .iter()
+        .enumerate()
+        .map(|(i, &(kind, f, a, size))| {
+            let mut p = serde_json::json!({"id": i, "kind": kind, "function": f, "address": a});
+            if size != 0 {
+                p["size"] = size.into();
+            }
+            p
+        })
+        .collect();
+    meta_with_points(program, points)
+}
+
+fn meta_with_points(program: &str, points: Vec<serde_json::Value>) -> String {
     serde_json::json!({
         "schema": META_SCHEMA,
         "program": program,
@@ -433,8 +812,10 @@ pub fn synthetic_meta(program: &str, functions: &[(&str, &str)]) -> String {
 }
 
 /// A complete profile file laid out as the runtime lays it out: the header, the control
-/// region at `HEADER_RESERVED` with every gate on, the meta, then page-aligned columns with
-/// room for at least 16. Column `i` belongs to `threads[i]`: `(tid, [(point, calls)])`. The
+/// region at `HEADER_RESERVED` with every gate on, the meta, an empty sync-object table of
+/// 64 entries at the next page, then columns with room for at least 16 (TSC at start:
+/// `SYNTHETIC_START_TSC`, no TSC calibration, every thread in state RUN with no state
+/// record). Column `i` belongs to `threads[i]`: `(tid, [(point, calls)])`. The
 /// first thread is the main thread (its tid is the pid); a thread's first point is the first
 /// point in its list. `n_points` is the length of the meta's `points` array (0 when the meta
 /// is not JSON, so broken metas can be written too), and counts go to the counter slot the
@@ -463,7 +844,8 @@ pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> V
     let ctl = ctl_len(n_points);
     let meta_offset = ctl_offset + ctl;
     let meta_len = meta_json.len() as u64;
-    let columns_offset = align_up(meta_offset + meta_len, PAGE);
+    let objects_offset = align_up(meta_offset + meta_len, PAGE);
+    let columns_offset = objects_offset + objects_len(SYNTHETIC_OBJ_BUCKETS, SYNTHETIC_OBJ_CAP);
     let col_size = column_size(n_points, N_COUNTER_SLOTS);
     let n_columns = threads.len() as u32;
     let mut capacity = SYNTHETIC_INITIAL_COLUMNS;
@@ -500,6 +882,12 @@ pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> V
         tid_offset: GLIBC_TID_OFFSET,
         file_len,
         tsc_hz: 0,
+        objects_offset,
+        obj_buckets: SYNTHETIC_OBJ_BUCKETS,
+        obj_cap: SYNTHETIC_OBJ_CAP,
+        n_objects: 0,
+        objects_lost: 0,
+        start_tsc: SYNTHETIC_START_TSC,
         ..FileHeader::default()
     };
     out[..size_of::<FileHeader>()].copy_from_slice(&file_header_bytes(&h));
@@ -524,6 +912,7 @@ pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> V
             registered_monotonic_ns: SYNTHETIC_MONOTONIC_NS + (i as u64 + 1) * 1000,
             start_routine: 0,
             name: [0; 16],
+            state_object: u32::MAX,
             ..ColumnHeader::default()
         };
         col[..size_of::<ColumnHeader>()].copy_from_slice(&column_header_bytes(&c));
@@ -601,6 +990,12 @@ pub fn file_header_bytes(h: &FileHeader) -> [u8; size_of::<FileHeader>()] {
     put!(out, FileHeader, tid_offset, h.tid_offset.to_le_bytes());
     put!(out, FileHeader, file_len, h.file_len.to_le_bytes());
     put!(out, FileHeader, tsc_hz, h.tsc_hz.to_le_bytes());
+    put!(out, FileHeader, objects_offset, h.objects_offset.to_le_bytes());
+    put!(out, FileHeader, obj_buckets, h.obj_buckets.to_le_bytes());
+    put!(out, FileHeader, obj_cap, h.obj_cap.to_le_bytes());
+    put!(out, FileHeader, n_objects, h.n_objects.to_le_bytes());
+    put!(out, FileHeader, objects_lost, h.objects_lost.to_le_bytes());
+    put!(out, FileHeader, start_tsc, h.start_tsc.to_le_bytes());
     out
 }
 
@@ -631,13 +1026,107 @@ pub fn column_header_bytes(c: &ColumnHeader) -> [u8; size_of::<ColumnHeader>()] 
     put!(out, ColumnHeader, shadow_overflow, c.shadow_overflow.to_le_bytes());
     put!(out, ColumnHeader, abandoned_frames, c.abandoned_frames.to_le_bytes());
     put!(out, ColumnHeader, resyncs, c.resyncs.to_le_bytes());
+    put!(out, ColumnHeader, creator_tid, c.creator_tid.to_le_bytes());
+    put!(out, ColumnHeader, exit_kind, c.exit_kind.to_le_bytes());
+    put!(out, ColumnHeader, exit_value, c.exit_value.to_le_bytes());
+    put!(out, ColumnHeader, end_monotonic_ns, c.end_monotonic_ns.to_le_bytes());
+    put!(out, ColumnHeader, thread_state, c.thread_state.to_le_bytes());
+    put!(out, ColumnHeader, state_object, c.state_object.to_le_bytes());
+    put!(out, ColumnHeader, state_since, c.state_since.to_le_bytes());
+    let ticks: Vec<u8> = c.state_ticks.iter().flat_map(|t| t.to_le_bytes()).collect();
+    put!(out, ColumnHeader, state_ticks, ticks);
+    put!(out, ColumnHeader, last_tsc, c.last_tsc.to_le_bytes());
+    put!(out, ColumnHeader, ring_head, c.ring_head.to_le_bytes());
+    put!(out, ColumnHeader, wrap_skipped, c.wrap_skipped.to_le_bytes());
+    put!(out, ColumnHeader, n_held, c.n_held.to_le_bytes());
     out
+}
+
+/// A sync-object table entry as the runtime leaves it in the file.
+#[doc(hidden)]
+pub fn sync_object_bytes(o: &SyncObject) -> [u8; size_of::<SyncObject>()] {
+    let mut out = [0u8; size_of::<SyncObject>()];
+    put!(out, SyncObject, address, o.address.to_le_bytes());
+    put!(out, SyncObject, first_pc, o.first_pc.to_le_bytes());
+    put!(out, SyncObject, kind, o.kind.to_le_bytes());
+    put!(out, SyncObject, first_tid, o.first_tid.to_le_bytes());
+    put!(out, SyncObject, next, o.next.to_le_bytes());
+    out
+}
+
+/// A wait-table entry as the runtime leaves it in a column.
+#[doc(hidden)]
+pub fn wait_entry_bytes(w: &WaitEntry) -> [u8; size_of::<WaitEntry>()] {
+    let mut out = [0u8; size_of::<WaitEntry>()];
+    put!(out, WaitEntry, object, w.object.to_le_bytes());
+    put!(out, WaitEntry, kind, w.kind.to_le_bytes());
+    put!(out, WaitEntry, count, w.count.to_le_bytes());
+    put!(out, WaitEntry, contended, w.contended.to_le_bytes());
+    put!(out, WaitEntry, wait_ticks, w.wait_ticks.to_le_bytes());
+    put!(out, WaitEntry, hold_ticks, w.hold_ticks.to_le_bytes());
+    out
+}
+
+/// A ring entry as the runtime leaves it in a column.
+#[doc(hidden)]
+pub fn transition_bytes(t: &Transition) -> [u8; size_of::<Transition>()] {
+    let mut out = [0u8; size_of::<Transition>()];
+    put!(out, Transition, tsc, t.tsc.to_le_bytes());
+    put!(out, Transition, state, t.state.to_le_bytes());
+    put!(out, Transition, object, t.object.to_le_bytes());
+    out
+}
+
+/// Write entry `i` of the sync-object table of a valid profile file and raise `n_objects`
+/// to at least `i + 1`.
+///
+/// # Panics
+/// If `file` is not a valid profile or `i` is outside its table.
+#[doc(hidden)]
+pub fn put_object(file: &mut [u8], i: u32, o: &SyncObject) {
+    let h = FileHeader::parse(file, file.len() as u64).expect("put_object: not a valid profile");
+    assert!(i < h.obj_cap, "put_object: the table has {} entries, no {i}", h.obj_cap);
+    let off = h.objects_offset as usize
+        + h.obj_buckets as usize * size_of::<ObjBucket>()
+        + i as usize * size_of::<SyncObject>();
+    file[off..off + size_of::<SyncObject>()].copy_from_slice(&sync_object_bytes(o));
+    patch_header(file, |h| h.n_objects = h.n_objects.max(i + 1));
+}
+
+/// Write entry `slot` of the wait table of column `col`.
+///
+/// # Panics
+/// If `file` is not a valid profile, has no column `col` or `slot` is not below `WAIT_CAP`.
+#[doc(hidden)]
+pub fn put_wait(file: &mut [u8], col: u32, slot: u32, w: &WaitEntry) {
+    let h = FileHeader::parse(file, file.len() as u64).expect("put_wait: not a valid profile");
+    assert!(col < h.capacity_columns && slot < WAIT_CAP, "put_wait: no column {col} or slot {slot}");
+    let off = h.column_range(col).start + WAITS_OFFSET as usize + slot as usize * size_of::<WaitEntry>();
+    file[off..off + size_of::<WaitEntry>()].copy_from_slice(&wait_entry_bytes(w));
+}
+
+/// Write transition number `n` into the ring of column `col` (at `n % RING_CAP`) and raise
+/// the column's `ring_head` to at least `n + 1`.
+///
+/// # Panics
+/// If `file` is not a valid profile or has no column `col`.
+#[doc(hidden)]
+pub fn put_transition(file: &mut [u8], col: u32, n: u64, t: &Transition) {
+    let h = FileHeader::parse(file, file.len() as u64).expect("put_transition: not a valid profile");
+    assert!(col < h.capacity_columns, "put_transition: no column {col}");
+    let i = (n % RING_CAP as u64) as usize;
+    let off = h.column_range(col).start + RING_OFFSET as usize + i * size_of::<Transition>();
+    file[off..off + size_of::<Transition>()].copy_from_slice(&transition_bytes(t));
+    patch_column(file, col, |c| c.ring_head = c.ring_head.max(n + 1));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stint_layout::{COLUMN_EMPTY, FLAG_FORK_CHILD};
+    use stint_layout::{
+        COLUMN_EMPTY, EXIT_RETURNED, FLAG_FORK_CHILD, OBJ_CONDVAR, OBJ_MUTEX, STATE_BLOCKED_CONDVAR,
+        STATE_BLOCKED_MUTEX, STATE_RUN,
+    };
 
     fn meta5() -> String {
         synthetic_meta(
@@ -691,7 +1180,7 @@ mod tests {
             meta_offset: 11,
             meta_len: 12,
             columns_offset: 13,
-            column_size: 5 * PAGE,
+            column_size: column_size(6, 8),
             n_columns: 15,
             capacity_columns: 16,
             start_realtime_ns: 17,
@@ -702,6 +1191,13 @@ mod tests {
             tid_offset: 22,
             file_len: 23,
             tsc_hz: 24,
+            objects_offset: 25,
+            obj_buckets: 26,
+            obj_cap: 27,
+            n_objects: 28,
+            _pad1: 0,
+            objects_lost: 29,
+            start_tsc: 30,
         };
         assert_eq!(FileHeader::parse(&file_header_bytes(&h), u64::MAX), Ok(h));
 
@@ -730,8 +1226,35 @@ mod tests {
             abandoned_frames: 20,
             shadow_overflow: 21,
             resyncs: 22,
+            creator_tid: 23,
+            exit_kind: 24,
+            exit_value: 25,
+            end_monotonic_ns: 26,
+            thread_state: 27,
+            state_object: 28,
+            state_since: 29,
+            state_ticks: [30, 31, 32, 33, 34, 35, 36, 37],
+            last_tsc: 38,
+            ring_head: 39,
+            wrap_skipped: 40,
+            n_held: 41,
+            _pad2: 0,
         };
         assert_eq!(ColumnHeader::parse(&column_header_bytes(&c)), Ok(c));
+
+        let o = SyncObject { address: 1, first_pc: 2, kind: 3, first_tid: 4, next: 5, _pad: 0 };
+        let mut b = sample();
+        put_object(&mut b, 7, &o);
+        let h = FileHeader::parse(&b, b.len() as u64).unwrap();
+        assert_eq!((SyncObject::parse(&b, &h, 7), h.n_objects), (Some(o), 8));
+        let w = WaitEntry { object: 1, kind: 2, count: 3, contended: 4, wait_ticks: 5, hold_ticks: 6 };
+        put_wait(&mut b, 1, 200, &w);
+        let t = Transition { tsc: 1, state: 2, object: 3 };
+        put_transition(&mut b, 1, 300, &t);
+        let col = &b[h.column_range(1)];
+        assert_eq!(WaitEntry::parse(col, 200), Some(w));
+        assert_eq!(Transition::parse(col, 300 % RING_CAP), Some(t));
+        assert_eq!(ColumnHeader::parse(col).unwrap().ring_head, 301);
     }
 
     #[test]
@@ -832,7 +1355,7 @@ mod tests {
         assert_eq!(err(&b), "not a stint profile (bad magic)");
         let mut b = sample();
         patch_header(&mut b, |h| h.version = 1);
-        assert_eq!(err(&b), "profile layout version 1 is not supported (this stint reads 2)");
+        assert_eq!(err(&b), format!("profile layout version 1 is not supported (this stint reads {FILE_VERSION})"));
         assert_eq!(err(&vec![0u8; 8192]), "not a stint profile (bad magic)");
     }
 
@@ -889,25 +1412,252 @@ mod tests {
         assert_eq!(p.threads[0].counts, vec![]);
     }
 
-    /// Flip every byte of the header page, the meta and the first column header in turn:
-    /// each result loads or fails, and what loads renders.
+    /// Flip every byte of the header page, the meta, the first column header, the first
+    /// objects, wait entries and ring entries in turn: each result loads or fails, and what
+    /// loads renders.
     #[test]
     fn flipped_bytes_never_panic() {
-        let good = sample();
+        let good = with_locks(sample());
         let h = FileHeader::parse(&good, good.len() as u64).unwrap();
         let meta = h.meta_offset as usize..(h.meta_offset + h.meta_len) as usize;
         let col = h.columns_offset as usize..h.columns_offset as usize + stint_layout::COLUMN_HEADER_RESERVED as usize;
+        let objects_start = h.objects_offset as usize + h.obj_buckets as usize * size_of::<ObjBucket>();
+        let objects = objects_start..objects_start + 3 * size_of::<SyncObject>();
+        let col1 = h.column_range(1).start;
+        let waits = col1 + WAITS_OFFSET as usize..col1 + WAITS_OFFSET as usize + 2 * size_of::<WaitEntry>();
+        let ring = col1 + RING_OFFSET as usize..col1 + RING_OFFSET as usize + 2 * size_of::<Transition>();
         let mut b = good.clone();
-        for i in (0..512).chain(meta).chain(col) {
+        for i in (0..512).chain(meta).chain(col).chain(objects).chain(waits).chain(ring) {
             for flip in [0xff, 0x01, 0x80] {
                 b[i] ^= flip;
-                if let Ok(p) = parse(&b) {
+                let obs = if i % 2 == 0 { Observer::ENDED } else { ALIVE_AT_5000 };
+                if let Ok(p) = parse_with(&b, &obs) {
                     let _ = crate::report::to_json(&p);
                     let _ = crate::report::to_table(&p);
+                    let _ = crate::report::to_lock_table(&p);
+                    let _ = crate::report::to_thread_table(&p);
                 }
                 b[i] ^= flip;
             }
         }
         assert_eq!(b, good);
+    }
+
+    /// Every process and thread runs, and the TSC reads `SYNTHETIC_START_TSC + 5000`.
+    const ALIVE_AT_5000: Observer =
+        Observer { thread_alive: |_, _| true, process_alive: |_| true, now_tsc: || SYNTHETIC_START_TSC + 5000 };
+
+    const T0: u64 = SYNTHETIC_START_TSC;
+
+    /// `sample()` plus two objects (a mutex and a condvar); thread 101 waited on both and is
+    /// blocked on the condvar since T0 + 1000; thread 100 is running, its last event at
+    /// T0 + 3000; thread 102 exited.
+    fn with_locks(mut b: Vec<u8>) -> Vec<u8> {
+        put_object(
+            &mut b,
+            0,
+            &SyncObject { address: 0x5000, first_pc: 0x11d0, kind: OBJ_MUTEX, first_tid: 101, ..Default::default() },
+        );
+        put_object(
+            &mut b,
+            1,
+            &SyncObject { address: 0x5040, first_pc: 0, kind: OBJ_CONDVAR, first_tid: 101, ..Default::default() },
+        );
+        let mutex = WaitEntry { object: 1, kind: OBJ_MUTEX, count: 10, contended: 3, wait_ticks: 700, hold_ticks: 90 };
+        put_wait(&mut b, 1, 0, &mutex);
+        put_wait(&mut b, 1, 5, &WaitEntry { object: 2, kind: OBJ_CONDVAR, count: 2, wait_ticks: 400, ..mutex });
+        put_transition(&mut b, 1, 0, &Transition { tsc: T0 + 500, state: STATE_BLOCKED_MUTEX, object: 0 });
+        put_transition(&mut b, 1, 1, &Transition { tsc: T0 + 600, state: STATE_RUN, object: u32::MAX });
+        put_transition(&mut b, 1, 2, &Transition { tsc: T0 + 1000, state: STATE_BLOCKED_CONDVAR, object: 1 });
+        patch_column(&mut b, 1, |c| {
+            c.creator_tid = 100;
+            c.thread_state = STATE_BLOCKED_CONDVAR;
+            c.state_object = 1;
+            c.state_since = T0 + 1000;
+            c.state_ticks[STATE_RUN as usize] = 900;
+            c.state_ticks[STATE_BLOCKED_MUTEX as usize] = 100;
+            c.last_tsc = T0 + 1000;
+            c.wrap_skipped = 1;
+        });
+        patch_column(&mut b, 0, |c| {
+            c.state_since = T0 + 10;
+            c.state_ticks[STATE_RUN as usize] = 10;
+            c.last_tsc = T0 + 3000;
+        });
+        patch_column(&mut b, 2, |c| {
+            c.thread_state = STATE_EXITED;
+            c.state_since = T0 + 2000;
+            c.state_ticks[STATE_RUN as usize] = 1500;
+            c.last_tsc = T0 + 2000;
+            c.exit_kind = EXIT_RETURNED;
+            c.exit_value = 7;
+            c.end_monotonic_ns = SYNTHETIC_MONOTONIC_NS + 2500;
+        });
+        b
+    }
+
+    #[test]
+    fn reads_objects_waits_records_and_transitions() {
+        let p = parse_with(&with_locks(sample()), &Observer::ENDED).unwrap();
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        assert_eq!((p.start_tsc, p.objects_lost, p.alive), (T0, 0, false));
+        assert_eq!(
+            p.objects,
+            vec![
+                ObjectProfile { index: 0, address: 0x5000, first_pc: 0x11d0, kind: OBJ_MUTEX, first_tid: 101 },
+                ObjectProfile { index: 1, address: 0x5040, first_pc: 0, kind: OBJ_CONDVAR, first_tid: 101 },
+            ]
+        );
+        assert_eq!(p.object(1).map(|o| o.kind_name()), Some("condvar"));
+        let t = &p.threads[1];
+        assert_eq!(
+            t.waits,
+            vec![
+                WaitProfile { object: 0, kind: OBJ_MUTEX, count: 10, contended: 3, wait_ticks: 700, hold_ticks: 90 },
+                WaitProfile { object: 1, kind: OBJ_CONDVAR, count: 2, contended: 3, wait_ticks: 400, hold_ticks: 90 },
+            ]
+        );
+        assert_eq!((t.creator_tid, t.state_object, t.wrap_skipped, t.ring_head), (Some(100), Some(1), 1, 3));
+        assert_eq!(
+            t.transitions,
+            vec![
+                TransitionProfile { tsc: T0 + 500, state: STATE_BLOCKED_MUTEX, object: Some(0) },
+                TransitionProfile { tsc: T0 + 600, state: STATE_RUN, object: None },
+                TransitionProfile { tsc: T0 + 1000, state: STATE_BLOCKED_CONDVAR, object: Some(1) },
+            ]
+        );
+        // Ended unseen: the open interval ends at the last event, which is when it started.
+        assert_eq!(t.state_ticks[..3], [900, 100, 0]);
+        // Main: RUN since T0 + 10, last event at T0 + 3000.
+        assert_eq!(p.threads[0].state_ticks[0], 10 + 2990);
+        assert_eq!((p.threads[0].creator_tid, p.threads[0].exit_kind, p.threads[0].end_monotonic_ns), (None, 0, None));
+        // Exited: no open interval.
+        let t2 = &p.threads[2];
+        assert_eq!((t2.state_ticks[0], t2.exit_kind, t2.exit_value), (1500, EXIT_RETURNED, 7));
+        assert_eq!(t2.end_monotonic_ns, Some(SYNTHETIC_MONOTONIC_NS + 2500));
+        assert!(p.threads.iter().all(|t| !t.alive));
+    }
+
+    #[test]
+    fn open_interval_of_running_threads_ends_now() {
+        let p = parse_with(&with_locks(sample()), &ALIVE_AT_5000).unwrap();
+        assert!(p.alive);
+        assert_eq!(p.threads.iter().map(|t| t.alive).collect::<Vec<_>>(), [true, true, false]);
+        assert_eq!(p.threads[0].state_ticks[0], 10 + 4990);
+        assert_eq!(p.threads[1].state_ticks[STATE_BLOCKED_CONDVAR as usize], 4000);
+        assert_eq!(p.threads[2].state_ticks[0], 1500);
+        // A thread that is gone from a live process ends at its last event.
+        let gone = Observer { thread_alive: |_, tid| tid != 101, ..ALIVE_AT_5000 };
+        let p = parse_with(&with_locks(sample()), &gone).unwrap();
+        assert_eq!(p.threads[1].state_ticks[STATE_BLOCKED_CONDVAR as usize], 0);
+        // A TSC behind the state's start (another machine, or a recycled pid) adds nothing.
+        let early = Observer { now_tsc: || 5, ..ALIVE_AT_5000 };
+        assert_eq!(parse_with(&with_locks(sample()), &early).unwrap().threads[0].state_ticks[0], 10);
+        // No state record (no wrapper event, state_since 0): no open interval at all.
+        assert_eq!(parse_with(&sample(), &ALIVE_AT_5000).unwrap().threads[0].state_ticks, [0; 8]);
+    }
+
+    #[test]
+    fn the_system_observer_sees_this_process() {
+        assert!(system_process_alive(std::process::id()));
+        assert!(system_thread_alive(std::process::id(), std::process::id()));
+        assert!(!system_process_alive(0) && !system_thread_alive(std::process::id(), 0));
+        assert!(!system_process_alive(u32::MAX));
+        let a = system_tsc();
+        assert!(system_tsc() >= a);
+    }
+
+    #[test]
+    fn function_at_uses_sizes_and_skips_wrappers() {
+        let meta = synthetic_meta_points(
+            "p",
+            &[
+                ("entry", "main", "0x1000", 0x40),
+                ("entry", "helper", "0x1100", 0),
+                ("wrap", "pthread_mutex_lock", "0x1040", 0),
+                ("entry", "main_alias", "0x1000", 0),
+            ],
+        );
+        let p = parse_with(&write_synthetic(&meta, &[]), &Observer::ENDED).unwrap();
+        let f = |pc| p.function_at(pc).map(|pm| pm.function.as_str());
+        assert_eq!(f(0x1000), Some("main"));
+        assert_eq!(f(0x103f), Some("main"));
+        // Past main's end, and the wrapper point is no function: nothing.
+        assert_eq!(f(0x1040), None);
+        assert_eq!(f(0x10ff), None);
+        // No size: the nearest entry at or below.
+        assert_eq!(f(0x1100), Some("helper"));
+        assert_eq!(f(0x9999), Some("helper"));
+        assert_eq!(f(0xfff), None);
+        assert_eq!(p.points[0].size, 0x40);
+        assert_eq!(p.points[1].size, 0);
+    }
+
+    #[test]
+    fn wait_entry_naming_a_missing_object_is_skipped_with_a_warning() {
+        let mut b = with_locks(sample());
+        // Object 5 is past n_objects (2) and its entry is empty; 9999 is past the table.
+        let w = WaitEntry { object: 6, kind: OBJ_MUTEX, count: 1, ..Default::default() };
+        put_wait(&mut b, 2, 3, &w);
+        put_wait(&mut b, 2, 4, &WaitEntry { object: 10_000, ..w });
+        put_wait(&mut b, 2, 5, &WaitEntry { object: u32::MAX, ..w });
+        let p = parse_with(&b, &Observer::ENDED).unwrap();
+        assert_eq!(p.threads[2].waits, vec![]);
+        assert_eq!(
+            p.warnings,
+            [
+                "thread 102: wait entry 3 names sync object 5, which the file does not record (2 objects, table of 64); skipped",
+                "thread 102: wait entry 4 names sync object 9999, which the file does not record (2 objects, table of 64); skipped",
+                "thread 102: wait entry 5 names sync object 4294967294, which the file does not record (2 objects, table of 64); skipped",
+            ]
+        );
+        assert_eq!(p.objects.len(), 2);
+        // An entry past the n_objects we saw but complete in our copy (a live file) is taken.
+        let o = SyncObject { address: 0x6000, kind: OBJ_MUTEX, first_tid: 102, ..Default::default() };
+        put_object(&mut b, 5, &o);
+        patch_header(&mut b, |h| h.n_objects = 2);
+        let p = parse_with(&b, &Observer::ENDED).unwrap();
+        assert_eq!(p.warnings.len(), 2);
+        assert_eq!(p.threads[2].waits.iter().map(|w| w.object).collect::<Vec<_>>(), [5]);
+        assert_eq!(p.objects.iter().map(|o| o.index).collect::<Vec<_>>(), [0, 1, 5]);
+    }
+
+    #[test]
+    fn corrupt_object_tables() {
+        // More objects than the table holds: the table is read, nothing more.
+        let mut b = with_locks(sample());
+        patch_header(&mut b, |h| h.n_objects = u32::MAX);
+        let p = parse_with(&b, &Observer::ENDED).unwrap();
+        assert_eq!(p.objects.len(), 2);
+        // A table past the end of the file, or whose end overflows.
+        let mut b = with_locks(sample());
+        patch_header(&mut b, |h| h.objects_offset = h.file_len - PAGE + 8);
+        assert_eq!(err(&b), "file is truncated");
+        let mut b = with_locks(sample());
+        patch_header(&mut b, |h| h.objects_offset = u64::MAX - 10);
+        assert_eq!(err(&b), "file is truncated");
+        let mut b = with_locks(sample());
+        patch_header(&mut b, |h| h.obj_cap = u32::MAX);
+        assert_eq!(err(&b), "file is truncated");
+        // Unknown kinds, states and exit kinds, a state object and ring beyond reason.
+        let mut b = with_locks(sample());
+        put_object(&mut b, 2, &SyncObject { address: 1, kind: 99, ..Default::default() });
+        put_transition(&mut b, 2, 0, &Transition { tsc: 1, state: 1000, object: 77 });
+        patch_column(&mut b, 1, |c| {
+            c.thread_state = 12;
+            c.state_object = 4000;
+            c.exit_kind = 55;
+            c.ring_head = u64::MAX;
+            c.state_since = u64::MAX;
+        });
+        let p = parse_with(&b, &ALIVE_AT_5000).unwrap();
+        assert_eq!(p.object(2).map(|o| o.kind_name()), Some("unknown"));
+        assert_eq!(p.threads[1].state_object, None);
+        assert_eq!(p.threads[1].transitions.len(), RING_CAP as usize);
+        assert_eq!(p.threads[2].transitions, vec![TransitionProfile { tsc: 1, state: 1000, object: None }]);
+        let j = crate::report::to_json(&p);
+        assert_eq!(j["threads"][1]["state"], "unknown");
+        assert_eq!(j["threads"][1]["exit"], "unknown");
+        assert_eq!(j["threads"][2]["transitions"][0]["state"], "unknown");
     }
 }

@@ -15,13 +15,25 @@
 //! Threads come in column order (registration order). Functions are named as D14 says, by the
 //! names the rewriter put in the meta; a function reached through several points appears once
 //! with their calls summed. Only functions a thread called are listed, most calls first.
+//!
+//! Threads also carry their record (creator, lifetime, how they ended), the time they spent
+//! in each state, and their waits per sync object; the top level lists the sync objects
+//! (named by address and by the function that first used them). An address in the input ELF
+//! (a start routine, the caller that first used an object) is named by the function that
+//! contains it ([`Profile::function_at`]), else given in hex. Besides the per-function table
+//! ([`to_table_with`]) the profile renders per sync object ([`to_lock_table`]) and per thread
+//! ([`to_thread_table`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::profile::{Profile, ThreadProfile};
+use crate::profile::{ObjectProfile, Profile, ThreadProfile, WaitProfile};
+use stint_layout::{
+    exit_kind_name, object_kind_name, state_name, EXIT_UNKNOWN, N_STATES, OBJ_MUTEX, OBJ_RWLOCK, STATE_EXITED,
+    STATE_RUN,
+};
 
 /// `schema` of the JSON report.
 pub const SCHEMA: &str = "stint-profile/1";
@@ -83,14 +95,99 @@ pub fn first_function<'a>(p: &'a Profile, t: &ThreadProfile) -> Option<&'a str> 
     t.first_point.and_then(|id| p.point(id)).map(|pm| pm.function.as_str())
 }
 
-/// The thread's start routine: the name of the function at that address if some point names
-/// it, else the address in hex.
+/// The thread's start routine: the name of the function at that address, else the address
+/// in hex.
 pub fn start_routine(p: &Profile, t: &ThreadProfile) -> Option<String> {
-    let addr = t.start_routine?;
-    Some(match p.points.iter().find(|pm| pm.address_value() == Some(addr)) {
+    t.start_routine.map(|addr| code_name(p, addr))
+}
+
+/// The name of the function that contains `pc` (an address in the input ELF), else `pc` in
+/// hex.
+pub fn code_name(p: &Profile, pc: u64) -> String {
+    match p.function_at(pc) {
         Some(pm) => pm.function.clone(),
-        None => format!("{addr:#x}"),
-    })
+        None => format!("{pc:#x}"),
+    }
+}
+
+/// The function that first used the object (`None` if the runtime did not record a caller).
+pub fn first_used_in(p: &Profile, o: &ObjectProfile) -> Option<String> {
+    (o.first_pc != 0).then(|| code_name(p, o.first_pc))
+}
+
+/// `mutex`, `condvar`, … of an `OBJ_*` value (`unknown` for others).
+fn kind_name(kind: u32) -> &'static str {
+    object_kind_name(kind).unwrap_or("unknown")
+}
+
+/// The address of object `index` in hex, if the profile has it.
+fn object_address(p: &Profile, index: u32) -> Option<String> {
+    p.object(index).map(|o| format!("{:#x}", o.address))
+}
+
+/// Name of a `STATE_*` value (`unknown` for others).
+fn state_label(s: u32) -> &'static str {
+    state_name(s).unwrap_or("unknown")
+}
+
+/// The thread's waits, most wait time first (then by object index).
+pub fn waits_by_time(t: &ThreadProfile) -> Vec<&WaitProfile> {
+    let mut w: Vec<&WaitProfile> = t.waits.iter().collect();
+    w.sort_by_key(|w| (std::cmp::Reverse(w.wait_ticks), w.object));
+    w
+}
+
+/// ns from the process's start to the thread's registration.
+pub fn start_ns(p: &Profile, t: &ThreadProfile) -> u64 {
+    t.registered_monotonic_ns.saturating_sub(p.start_monotonic_ns)
+}
+
+/// ns from the process's start to the thread's end, if the runtime saw it end.
+pub fn end_ns(p: &Profile, t: &ThreadProfile) -> Option<u64> {
+    t.end_monotonic_ns.map(|e| e.saturating_sub(p.start_monotonic_ns))
+}
+
+/// The thread-specific fields of the JSON (record, states, waits, transitions).
+fn thread_record_json(p: &Profile, t: &ThreadProfile, out: &mut serde_json::Map<String, Value>) {
+    let states: serde_json::Map<String, Value> =
+        (0..N_STATES).map(|s| (state_label(s).to_owned(), json!(p.ticks_to_ns(t.state_ticks[s as usize])))).collect();
+    let waits: Vec<Value> = waits_by_time(t)
+        .into_iter()
+        .map(|w| {
+            json!({
+                "object": object_address(p, w.object),
+                "kind": kind_name(w.kind),
+                "wait_ns": p.ticks_to_ns(w.wait_ticks),
+                "count": w.count,
+                "contended": w.contended,
+                "hold_ns": p.ticks_to_ns(w.hold_ticks),
+            })
+        })
+        .collect();
+    out.insert("running".into(), json!(t.alive));
+    out.insert("creator_tid".into(), json!(t.creator_tid));
+    out.insert("start_ns".into(), json!(start_ns(p, t)));
+    out.insert("end_ns".into(), json!(end_ns(p, t)));
+    out.insert("exit".into(), json!(exit_kind_name(t.exit_kind)));
+    out.insert("exit_value".into(), json!((t.exit_kind != EXIT_UNKNOWN).then_some(t.exit_value)));
+    out.insert("state".into(), json!(state_label(t.thread_state)));
+    out.insert("states".into(), Value::Object(states));
+    out.insert("waits".into(), Value::Array(waits));
+    out.insert("wrap_skipped".into(), json!(t.wrap_skipped));
+    if !t.transitions.is_empty() {
+        let tr: Vec<Value> = t
+            .transitions
+            .iter()
+            .map(|x| {
+                json!({
+                    "t_ns": p.tsc_to_ns_since_start(x.tsc),
+                    "state": state_label(x.state),
+                    "object": x.object.and_then(|o| object_address(p, o)),
+                })
+            })
+            .collect();
+        out.insert("transitions".into(), Value::Array(tr));
+    }
 }
 
 /// The `stint-profile/1` JSON of a profile.
@@ -105,7 +202,7 @@ pub fn to_json(p: &Profile) -> Value {
                     json!({"name": f.name, "address": f.address, "calls": f.calls, "cpu_ns": f.cpu_ns, "wall_ns": f.wall_ns})
                 })
                 .collect();
-            json!({
+            let mut v = json!({
                 "tid": t.tid,
                 "name": t.name,
                 "start_routine": start_routine(p, t),
@@ -118,6 +215,22 @@ pub fn to_json(p: &Profile) -> Value {
                 "shadow_overflow": t.shadow_overflow,
                 "resyncs": t.resyncs,
                 "functions": functions,
+            });
+            if let Value::Object(m) = &mut v {
+                thread_record_json(p, t, m);
+            }
+            v
+        })
+        .collect();
+    let objects: Vec<Value> = p
+        .objects
+        .iter()
+        .map(|o| {
+            json!({
+                "address": format!("{:#x}", o.address),
+                "kind": o.kind_name(),
+                "first_used_in": first_used_in(p, o),
+                "first_tid": o.first_tid,
             })
         })
         .collect();
@@ -131,6 +244,9 @@ pub fn to_json(p: &Profile) -> Value {
         "skipped_reentrant": p.skipped_reentrant,
         "lost_threads": p.lost_threads,
         "tsc_hz": p.tsc_hz,
+        "objects": objects,
+        "objects_lost": p.objects_lost,
+        "warnings": p.warnings,
     })
 }
 
@@ -249,6 +365,220 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
             sum(|t| t.timer_skipped),
         );
     }
+    push_warnings(&mut out, p);
+    out
+}
+
+/// One `warning: …` line per thing skipped while reading.
+fn push_warnings(out: &mut String, p: &Profile) {
+    for w in &p.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+}
+
+/// `program pigz  pid 1234` and, for a forked child, `(forked from 1200)`.
+fn program_line(p: &Profile) -> String {
+    let mut out = format!("program {}  pid {}", p.program, p.pid);
+    if p.fork_child() {
+        let _ = write!(out, " (forked from {})", p.ppid);
+    }
+    out
+}
+
+/// Milliseconds with three decimals, `-` if unknown.
+fn ms(ns: Option<u64>) -> String {
+    ns.map_or("-".into(), |n| format!("{:.3}", n as f64 / 1e6))
+}
+
+/// `1235 compress`, or `1235` for a thread without a name.
+fn thread_label(t: &ThreadProfile) -> String {
+    match &t.name {
+        Some(n) => format!("{} {n}", t.tid),
+        None => t.tid.to_string(),
+    }
+}
+
+/// Lay out rows of cells in columns two spaces apart; `right[i]` right-aligns column `i`.
+/// Trailing blanks are trimmed; every line is indented by `indent`.
+fn columns(rows: &[Vec<String>], right: &[bool], indent: &str) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> =
+        (0..n).map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::from(indent);
+        for (i, c) in r.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            let w = widths[i];
+            if right.get(i).copied().unwrap_or(false) {
+                let _ = write!(line, "{c:>w$}");
+            } else {
+                let _ = write!(line, "{c:<w$}");
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out
+}
+
+/// The profile per sync object: a heading per object (kind, address, the function that
+/// first used it and the thread), then one row per thread that waited on it; objects by total
+/// wait time, most first.
+///
+/// ```text
+/// program pigz  pid 1234  objects 2  threads 3
+///
+/// mutex 0x5555555580a0  first used in: worker  by 1235
+///   thread         calls  contended  wait ms  hold ms
+///   1235 compress    120         30   12.500    3.250
+///   1236              80         10    2.000    1.000
+///   total            200         40   14.500    4.250
+/// ```
+pub fn to_lock_table(p: &Profile) -> String {
+    // Per object: (thread, wait) in column order, and the total wait ticks.
+    let mut per_object: BTreeMap<u32, Vec<(&ThreadProfile, &WaitProfile)>> = BTreeMap::new();
+    for t in &p.threads {
+        for w in &t.waits {
+            per_object.entry(w.object).or_default().push((t, w));
+        }
+    }
+    let total = |v: &[(&ThreadProfile, &WaitProfile)]| v.iter().fold(0u64, |s, (_, w)| s.saturating_add(w.wait_ticks));
+    let mut objects: Vec<(&ObjectProfile, Vec<(&ThreadProfile, &WaitProfile)>)> =
+        p.objects.iter().map(|o| (o, per_object.remove(&o.index).unwrap_or_default())).collect();
+    objects.sort_by_key(|(o, v)| (std::cmp::Reverse(total(v)), o.index));
+
+    let mut out = program_line(p);
+    let _ = write!(out, "  objects {}  threads {}", p.objects.len(), p.threads.len());
+    if p.objects_lost != 0 {
+        let _ = write!(out, "  (objects not recorded, table full: {})", p.objects_lost);
+    }
+    out.push('\n');
+    if objects.is_empty() {
+        out.push_str("\n(no sync objects: the lock_wait metric was off, or no wrapped thread-library call ran)\n");
+    }
+    for (o, mut waits) in objects {
+        let _ = write!(out, "\n{} {:#x}", o.kind_name(), o.address);
+        if let Some(f) = first_used_in(p, o) {
+            let _ = write!(out, "  first used in: {f}");
+        }
+        if o.first_tid != 0 {
+            let _ = write!(out, "  by {}", o.first_tid);
+        }
+        out.push('\n');
+        if waits.is_empty() {
+            out.push_str("  (no waits recorded)\n");
+            continue;
+        }
+        waits.sort_by_key(|(_, w)| std::cmp::Reverse(w.wait_ticks));
+        let holds = matches!(o.kind, OBJ_MUTEX | OBJ_RWLOCK);
+        let row = |label: String, count: u64, contended: u64, wait: u64, hold: u64| {
+            vec![
+                label,
+                count.to_string(),
+                contended.to_string(),
+                ms(p.ticks_to_ns(wait)),
+                if holds { ms(p.ticks_to_ns(hold)) } else { "-".into() },
+            ]
+        };
+        let mut rows = vec![["thread", "calls", "contended", "wait ms", "hold ms"].map(String::from).to_vec()];
+        for (t, w) in &waits {
+            rows.push(row(thread_label(t), w.count, w.contended, w.wait_ticks, w.hold_ticks));
+        }
+        if waits.len() > 1 {
+            let sum = |f: fn(&WaitProfile) -> u64| waits.iter().fold(0u64, |s, (_, w)| s.saturating_add(f(w)));
+            rows.push(row(
+                "total".into(),
+                sum(|w| w.count),
+                sum(|w| w.contended),
+                sum(|w| w.wait_ticks),
+                sum(|w| w.hold_ticks),
+            ));
+        }
+        out.push_str(&columns(&rows, &[false, true, true, true, true], "  "));
+    }
+    out.push_str(
+        "\ncalls: calls that acquired or waited successfully; contended: of those, the ones that found a mutex \
+         locked (other kinds: that blocked over 1 µs); wait: time blocked in the calls; hold: time a mutex or \
+         rwlock was held\n",
+    );
+    push_warnings(&mut out, p);
+    out
+}
+
+/// Column heading of a state in the thread table: `RUN%`, `MUTEX%`, …
+fn state_heading(s: u32) -> String {
+    let name = state_label(s);
+    format!("{}%", name.strip_prefix("BLOCKED_").unwrap_or(name))
+}
+
+/// The profile per thread: one row per thread with its record (name, start routine, creator,
+/// lifetime, how it ended), the share of its time in each state (RUN and every BLOCKED_*
+/// state some thread was in) and its total wait.
+///
+/// ```text
+/// program pigz  pid 1234  threads 2  (process ended)
+///
+///    tid  name      start routine  creator  lifetime ms      exit      RUN%  MUTEX%  wait ms
+///   1234  -         -              -        0.001 → ?        unknown   90.0    10.0    1.000
+///   1235  compress  worker         1234     0.020 → 10.000   returned  50.0    50.0    4.990
+/// ```
+pub fn to_thread_table(p: &Profile) -> String {
+    let shown: Vec<u32> = (0..N_STATES)
+        .filter(|&s| s == STATE_RUN || (s != STATE_EXITED && p.threads.iter().any(|t| t.state_ticks[s as usize] != 0)))
+        .collect();
+    let mut out = program_line(p);
+    let _ =
+        writeln!(out, "  threads {}  ({})", p.threads.len(), if p.alive { "process running" } else { "process ended" });
+    if p.threads.is_empty() {
+        push_warnings(&mut out, p);
+        return out;
+    }
+    out.push('\n');
+    let mut head: Vec<String> =
+        ["tid", "name", "start routine", "creator", "lifetime ms", "exit"].map(String::from).to_vec();
+    head.extend(shown.iter().map(|&s| state_heading(s)));
+    head.push("wait ms".into());
+    let mut rows = vec![head];
+    for t in &p.threads {
+        let mut tid = t.tid.to_string();
+        if t.is_main(p) {
+            tid.push('*');
+        }
+        let end = match end_ns(p, t) {
+            Some(e) => ms(Some(e)),
+            None if t.alive => "running".into(),
+            None => "?".into(),
+        };
+        let exit = if t.alive && t.exit_kind == EXIT_UNKNOWN { "-" } else { exit_kind_name(t.exit_kind) };
+        let mut row = vec![
+            tid,
+            t.name.clone().unwrap_or_else(|| "-".into()),
+            start_routine(p, t).unwrap_or_else(|| "-".into()),
+            t.creator_tid.map_or("-".into(), |c| c.to_string()),
+            format!("{} → {end}", ms(Some(start_ns(p, t)))),
+            exit.to_owned(),
+        ];
+        let observed =
+            (0..N_STATES).filter(|&s| s != STATE_EXITED).fold(0u64, |a, s| a.saturating_add(t.state_ticks[s as usize]));
+        for &s in &shown {
+            let ticks = t.state_ticks[s as usize];
+            row.push(if observed == 0 { "-".into() } else { format!("{:.1}", ticks as f64 * 100.0 / observed as f64) });
+        }
+        let wait = t.waits.iter().fold(0u64, |a, w| a.saturating_add(w.wait_ticks));
+        row.push(ms(p.ticks_to_ns(wait)));
+        rows.push(row);
+    }
+    let mut right = vec![true, false, false, true, false, false];
+    right.extend(shown.iter().map(|_| true));
+    right.push(true);
+    out.push_str(&columns(&rows, &right, "  "));
+    out.push_str(
+        "\n*: main thread; lifetime: ms since the process started (running: the thread still runs; ?: it ended \
+         unseen); states: % of the thread's observed time; wait: time blocked in thread-library calls\n",
+    );
+    push_warnings(&mut out, p);
     out
 }
 
@@ -276,8 +606,15 @@ fn thread_heading(p: &Profile, t: &ThreadProfile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{load, parse, patch_column, patch_header, synthetic_meta, write_synthetic};
-    use stint_layout::{COLUMN_EMPTY, FLAG_FORK_CHILD};
+    use crate::profile::{
+        load, parse, parse_with, patch_column, patch_header, put_object, put_transition, put_wait, synthetic_meta,
+        synthetic_meta_points, write_synthetic, Observer, SYNTHETIC_MONOTONIC_NS, SYNTHETIC_START_TSC,
+    };
+    use stint_layout::{
+        SyncObject, Transition, WaitEntry, COLUMN_EMPTY, EXIT_CANCELED, EXIT_RETURNED, FLAG_FORK_CHILD, OBJ_BARRIER,
+        OBJ_CONDVAR, OBJ_SEMAPHORE, OBJ_THREAD, RING_CAP, STATE_BLOCKED_CONDVAR, STATE_BLOCKED_JOIN,
+        STATE_BLOCKED_MUTEX,
+    };
 
     /// Point 4 is a second entry of `mid` (same name and address): its calls add to point 2's.
     fn meta() -> String {
@@ -303,7 +640,8 @@ mod tests {
             c.name[..8].copy_from_slice(b"compress");
             c.start_routine = 0x1189;
         });
-        patch_column(&mut b, 3, |c| c.start_routine = 0xdead0);
+        // Below every function: no function contains it.
+        patch_column(&mut b, 3, |c| c.start_routine = 0x1000);
         patch_column(&mut b, 4, |c| c.state = COLUMN_EMPTY);
         b
     }
@@ -333,7 +671,7 @@ mod tests {
                  "functions": [{"name": "leaf", "address": "0x1200", "calls": 2000},
                                {"name": "mid", "address": "0x11c0", "calls": 500},
                                {"name": "worker", "address": "0x1189", "calls": 1}]},
-                {"tid": 1237, "name": null, "start_routine": "0xdead0", "first_function": null, "main": false,
+                {"tid": 1237, "name": null, "start_routine": "0x1000", "first_function": null, "main": false,
                  "functions": []},
             ],
             "skipped_reentrant": 0, "lost_threads": 0,
@@ -355,8 +693,36 @@ mod tests {
                 f["wall_ns"] = json!(null);
             }
         }
+        // The thread record of threads the wrappers never saw: registered 1, 2, 3, 4 µs after
+        // the start, nothing else known, no time in any state (no calibration: null).
+        for (i, t) in expected["threads"].as_array_mut().unwrap().iter_mut().enumerate() {
+            let states: serde_json::Map<String, Value> =
+                (0..N_STATES).map(|s| (state_label(s).to_owned(), json!(null))).collect();
+            for (k, v) in [
+                ("running", json!(false)),
+                ("creator_tid", json!(null)),
+                ("start_ns", json!((i + 1) * 1000)),
+                ("end_ns", json!(null)),
+                ("exit", json!("unknown")),
+                ("exit_value", json!(null)),
+                ("state", json!("RUN")),
+                ("states", Value::Object(states)),
+                ("waits", json!([])),
+                ("wrap_skipped", json!(0)),
+            ] {
+                t[k] = v;
+            }
+        }
         expected["tsc_hz"] = json!(0);
-        assert_eq!(to_json(&sample()), expected);
+        expected["objects"] = json!([]);
+        expected["objects_lost"] = json!(0);
+        expected["warnings"] = json!([]);
+        let mut got = to_json(&sample());
+        // Whether pid 1234 runs on this machine is not the test's business.
+        for t in got["threads"].as_array_mut().unwrap() {
+            t["running"] = json!(false);
+        }
+        assert_eq!(got, expected);
     }
 
     #[test]
@@ -404,6 +770,266 @@ mod tests {
             to_table(&p),
             "program pigz  pid 4242  threads 0  (skipped reentrant events: 0)\n\ntotal: 0 threads, 0 calls\n"
         );
+    }
+
+    const T0: u64 = SYNTHETIC_START_TSC;
+    /// 2 GHz: 2 ticks a nanosecond.
+    const HZ: u64 = 2_000_000_000;
+    const MS: u64 = 2_000_000;
+
+    /// A producer and a consumer sharing a mutex and a condvar, joined by main; the consumer
+    /// is canceled, main ended unseen (the process exited). Objects of every kind, one that
+    /// nobody waited on, one first used outside every function, one with no caller recorded.
+    fn locks_file() -> Vec<u8> {
+        let meta = synthetic_meta_points(
+            "pc",
+            &[
+                ("entry", "main", "0x1139", 0x50),
+                ("entry", "producer", "0x1189", 0x37),
+                ("entry", "consumer", "0x11c0", 0x40),
+                ("entry", "leaf", "0x1200", 0x20),
+                ("wrap", "pthread_mutex_lock", "0x1030", 0),
+                ("wrap", "pthread_cond_wait", "0x1040", 0),
+                ("wrap", "pthread_join", "0x1050", 0),
+            ],
+        );
+        let mut b = write_synthetic(
+            &meta,
+            &[
+                (1234, vec![(0, 1), (6, 2)]),
+                (1235, vec![(1, 1), (4, 120), (3, 500)]),
+                (1236, vec![(2, 1), (4, 80), (5, 40)]),
+            ],
+        );
+        patch_header(&mut b, |h| h.tsc_hz = HZ);
+        let objects = [
+            (OBJ_MUTEX, 0x5555_5555_a040, 0x11a0, 1235),
+            (OBJ_CONDVAR, 0x5555_5555_a080, 0x11d3, 1236),
+            (OBJ_THREAD, 0x7f00_00a0_0640, 0x1160, 1234),
+            (OBJ_THREAD, 0x7f00_0020_0640, 0x1170, 1234),
+            (OBJ_SEMAPHORE, 0x5555_5555_a0c0, 0x9000, 1235),
+            (OBJ_RWLOCK, 0x5555_5555_a100, 0, 1236),
+            (OBJ_BARRIER, 0x5555_5555_a140, 0x1205, 1236),
+        ];
+        for (i, &(kind, address, first_pc, first_tid)) in objects.iter().enumerate() {
+            put_object(&mut b, i as u32, &SyncObject { address, first_pc, kind, first_tid, ..Default::default() });
+        }
+        let wait = |object: u32, kind, count, contended, wait_ms_x2: u64, hold_ms_x2: u64| WaitEntry {
+            object: object + 1,
+            kind,
+            count,
+            contended,
+            wait_ticks: wait_ms_x2 * MS / 2,
+            hold_ticks: hold_ms_x2 * MS / 2,
+        };
+        // main joined both threads
+        put_wait(&mut b, 0, 7, &wait(2, OBJ_THREAD, 1, 1, 80, 0));
+        put_wait(&mut b, 0, 9, &WaitEntry { wait_ticks: 2000, ..wait(3, OBJ_THREAD, 1, 0, 0, 0) });
+        // producer: the mutex, 12.5 ms waiting, 3.25 ms holding
+        put_wait(&mut b, 1, 0, &wait(0, OBJ_MUTEX, 120, 30, 25, 6));
+        put_wait(&mut b, 1, 1, &WaitEntry { hold_ticks: 6_500_000, ..wait(0, OBJ_MUTEX, 0, 0, 0, 0) });
+        // consumer: the mutex and the condvar, and a barrier it passed without waiting
+        put_wait(&mut b, 2, 3, &wait(0, OBJ_MUTEX, 80, 10, 4, 2));
+        put_wait(&mut b, 2, 4, &wait(1, OBJ_CONDVAR, 40, 40, 60, 0));
+        put_wait(&mut b, 2, 5, &wait(6, OBJ_BARRIER, 1, 0, 0, 0));
+        patch_column(&mut b, 0, |c| {
+            c.registered_monotonic_ns = SYNTHETIC_MONOTONIC_NS + 50_000;
+            c.state_ticks[STATE_RUN as usize] = 20 * MS;
+            c.state_ticks[STATE_BLOCKED_JOIN as usize] = 40 * MS + 2000;
+            c.thread_state = STATE_RUN;
+            c.state_since = T0 + 100 * MS;
+            c.last_tsc = T0 + 100 * MS + 10_000;
+        });
+        patch_column(&mut b, 1, |c| {
+            c.name[..8].copy_from_slice(b"producer");
+            c.start_routine = 0x1189;
+            c.creator_tid = 1234;
+            c.registered_monotonic_ns = SYNTHETIC_MONOTONIC_NS + 1_000_000;
+            c.end_monotonic_ns = SYNTHETIC_MONOTONIC_NS + 45_000_000;
+            c.exit_kind = EXIT_RETURNED;
+            c.exit_value = 0;
+            c.thread_state = STATE_EXITED;
+            c.state_since = T0 + 88 * MS;
+            c.state_ticks[STATE_RUN as usize] = 31 * MS;
+            c.state_ticks[STATE_BLOCKED_MUTEX as usize] = 12 * MS + MS / 2;
+            c.last_tsc = T0 + 88 * MS;
+            c.wrap_skipped = 2;
+        });
+        patch_column(&mut b, 2, |c| {
+            c.name[..8].copy_from_slice(b"consumer");
+            c.start_routine = 0x11c0;
+            c.creator_tid = 1234;
+            c.registered_monotonic_ns = SYNTHETIC_MONOTONIC_NS + 1_200_000;
+            c.end_monotonic_ns = SYNTHETIC_MONOTONIC_NS + 50_000_000;
+            c.exit_kind = EXIT_CANCELED;
+            c.exit_value = u64::MAX;
+            c.thread_state = STATE_EXITED;
+            c.state_ticks[STATE_RUN as usize] = 4 * MS;
+            c.state_ticks[STATE_BLOCKED_MUTEX as usize] = 2 * MS;
+            c.state_ticks[STATE_BLOCKED_CONDVAR as usize] = 30 * MS;
+            c.last_tsc = T0 + 99 * MS;
+        });
+        let transitions = [
+            (T0 + 3 * MS, STATE_BLOCKED_MUTEX, 0),
+            (T0 + 4 * MS, STATE_RUN, u32::MAX),
+            (T0 + 5 * MS, STATE_BLOCKED_CONDVAR, 1),
+            (T0 + 99 * MS, STATE_EXITED, u32::MAX),
+        ];
+        for (n, &(tsc, state, object)) in transitions.iter().enumerate() {
+            put_transition(&mut b, 2, n as u64, &Transition { tsc, state, object });
+        }
+        b
+    }
+
+    fn locks() -> Profile {
+        parse_with(&locks_file(), &Observer::ENDED).unwrap()
+    }
+
+    #[test]
+    fn lock_table() {
+        insta::assert_snapshot!(to_lock_table(&locks()));
+    }
+
+    #[test]
+    fn thread_table() {
+        insta::assert_snapshot!(to_thread_table(&locks()));
+    }
+
+    #[test]
+    fn json_with_locks() {
+        insta::assert_json_snapshot!(to_json(&locks()));
+    }
+
+    #[test]
+    fn json_fields_of_threads_and_objects() {
+        let v = to_json(&locks());
+        let t = &v["threads"];
+        // Main ended unseen: no end, exit unknown; 20 ms running plus the open interval up
+        // to its last event (10000 ticks).
+        assert_eq!(
+            (&t[0]["end_ns"], &t[0]["exit"], &t[0]["exit_value"]),
+            (&json!(null), &json!("unknown"), &json!(null))
+        );
+        assert_eq!(t[0]["states"]["RUN"], json!(20_000_000 + 5000));
+        assert_eq!(t[0]["states"]["BLOCKED_JOIN"], json!(40_001_000));
+        assert_eq!(t[0]["start_ns"], json!(50_000));
+        // Waits, most wait first; the two producer entries for the mutex are merged.
+        assert_eq!(
+            t[0]["waits"],
+            json!([
+                {"object": "0x7f0000a00640", "kind": "thread", "wait_ns": 40_000_000, "count": 1, "contended": 1, "hold_ns": 0},
+                {"object": "0x7f0000200640", "kind": "thread", "wait_ns": 1000, "count": 1, "contended": 0, "hold_ns": 0},
+            ])
+        );
+        assert_eq!(
+            t[1]["waits"],
+            json!([{"object": "0x55555555a040", "kind": "mutex", "wait_ns": 12_500_000, "count": 120,
+                    "contended": 30, "hold_ns": 6_250_000}])
+        );
+        assert_eq!(
+            (&t[1]["exit"], &t[1]["exit_value"], &t[1]["end_ns"]),
+            (&json!("returned"), &json!(0), &json!(45_000_000))
+        );
+        assert_eq!(
+            (&t[1]["creator_tid"], &t[1]["start_routine"], &t[1]["wrap_skipped"]),
+            (&json!(1234), &json!("producer"), &json!(2))
+        );
+        assert_eq!((&t[2]["exit"], &t[2]["exit_value"]), (&json!("canceled"), &json!(u64::MAX)));
+        assert_eq!(t[2]["state"], json!("EXITED"));
+        assert_eq!(
+            t[2]["transitions"],
+            json!([
+                {"t_ns": 3_000_000, "state": "BLOCKED_MUTEX", "object": "0x55555555a040"},
+                {"t_ns": 4_000_000, "state": "RUN", "object": null},
+                {"t_ns": 5_000_000, "state": "BLOCKED_CONDVAR", "object": "0x55555555a080"},
+                {"t_ns": 99_000_000, "state": "EXITED", "object": null},
+            ])
+        );
+        // No ring entries: no transitions field.
+        assert!(t[0].get("transitions").is_none());
+        let o = &v["objects"];
+        assert_eq!(o.as_array().unwrap().len(), 7);
+        assert_eq!(
+            o[0],
+            json!({"address": "0x55555555a040", "kind": "mutex", "first_used_in": "producer", "first_tid": 1235})
+        );
+        assert_eq!(o[4]["first_used_in"], json!("0x9000"));
+        assert_eq!(o[5]["first_used_in"], json!(null));
+        assert_eq!(v["objects_lost"], json!(0));
+    }
+
+    #[test]
+    fn ring_keeps_the_last_transitions() {
+        let mut b = locks_file();
+        for n in 0..300u64 {
+            put_transition(&mut b, 0, n, &Transition { tsc: T0 + 2 * n, state: (n % 2) as u32, object: u32::MAX });
+        }
+        let v = to_json(&parse_with(&b, &Observer::ENDED).unwrap());
+        let tr = v["threads"][0]["transitions"].as_array().unwrap();
+        assert_eq!(tr.len(), RING_CAP as usize);
+        assert_eq!(tr[0], json!({"t_ns": 300 - RING_CAP as u64, "state": "RUN", "object": null}));
+        assert_eq!(tr[RING_CAP as usize - 1], json!({"t_ns": 299, "state": "BLOCKED_MUTEX", "object": null}));
+    }
+
+    #[test]
+    fn running_threads_and_live_processes() {
+        // Main and the consumer still run (the consumer's record says canceled: the
+        // thread table believes the record).
+        let obs = Observer {
+            thread_alive: |_, tid| tid == 1234,
+            process_alive: |_| true,
+            now_tsc: || SYNTHETIC_START_TSC + 102 * MS,
+        };
+        let p = parse_with(&locks_file(), &obs).unwrap();
+        assert_eq!(to_json(&p)["threads"][0]["running"], json!(true));
+        let t = to_thread_table(&p);
+        assert!(t.starts_with("program pc  pid 1234  threads 3  (process running)\n"), "{t}");
+        let main = t.lines().find(|l| l.trim_start().starts_with("1234*")).unwrap();
+        assert!(main.contains("0.050 → running  -  "), "{main}");
+        // 20 ms + 2 ms open of RUN, 40 ms of JOIN
+        assert_eq!(to_json(&p)["threads"][0]["states"]["RUN"], json!(22_000_000));
+    }
+
+    #[test]
+    fn tables_without_locks_or_calibration() {
+        let p = parse_with(&write_synthetic(&meta(), &[(7, vec![(0, 1)])]), &Observer::ENDED).unwrap();
+        assert_eq!(
+            to_lock_table(&p).lines().take(3).collect::<Vec<_>>(),
+            [
+                "program pigz  pid 7  objects 0  threads 1",
+                "",
+                "(no sync objects: the lock_wait metric was off, or no wrapped thread-library call ran)"
+            ]
+        );
+        let t = to_thread_table(&p);
+        assert!(t.contains("\n   7*  -     -                    -  0.001 → ?    unknown     -        -\n"), "{t}");
+        let mut b = locks_file();
+        patch_header(&mut b, |h| {
+            h.tsc_hz = 0;
+            h.objects_lost = 3;
+        });
+        let p = parse_with(&b, &Observer::ENDED).unwrap();
+        let l = to_lock_table(&p);
+        assert!(
+            l.starts_with("program pc  pid 1234  objects 7  threads 3  (objects not recorded, table full: 3)\n"),
+            "{l}"
+        );
+        assert!(l.contains("  1235 producer    120         30        -        -\n"), "{l}");
+        // Shares of states need no calibration.
+        assert!(to_thread_table(&p).contains("66.7"), "{}", to_thread_table(&p));
+        assert_eq!(to_json(&p)["threads"][0]["states"]["RUN"], json!(null));
+    }
+
+    #[test]
+    fn warnings_are_printed_under_every_table() {
+        let mut b = locks_file();
+        put_wait(&mut b, 1, 9, &WaitEntry { object: 60, kind: OBJ_MUTEX, count: 1, ..Default::default() });
+        let p = parse_with(&b, &Observer::ENDED).unwrap();
+        let w = "warning: thread 1235: wait entry 9 names sync object 59, which the file does not record (7 objects, table of 64); skipped\n";
+        for t in [to_table(&p), to_lock_table(&p), to_thread_table(&p)] {
+            assert!(t.ends_with(w), "{t}");
+        }
+        assert_eq!(to_json(&p)["warnings"], json!([w.trim_start_matches("warning: ").trim_end()]));
     }
 
     #[test]
