@@ -52,6 +52,8 @@ const PTHREAD_CANCELED: usize = usize::MAX;
 const BARRIER_SERIAL: i32 = -1;
 /// A wait longer than this counts as contended (kinds other than mutexes).
 const CONTENDED_NS: u64 = 1000;
+/// What the dynamic linker's resolver may take on an import's first call.
+const RESOLVER_NS: u64 = 200_000;
 
 pub const PENDING_CAP: usize = 64;
 pub const NAMES_CAP: usize = 16;
@@ -209,7 +211,15 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
             }
             r
         }
-        // signal, broadcast, post: counted (calls), nothing waits.
+        // signal, broadcast, post: nothing waits, but the object is used (first used in).
+        WRAP_COND_SIGNAL | WRAP_COND_BROADCAST | WRAP_SEM_POST => {
+            if gate & WAIT != 0 && ev.begin() {
+                let kind = if s.func == WRAP_SEM_POST { OBJ_SEMAPHORE } else { OBJ_CONDVAR };
+                object(&ev, kind, a[0]);
+                ev.end();
+            }
+            call()
+        }
         _ => call(),
     }
 }
@@ -285,7 +295,7 @@ fn blocking(
         if let Some(e) = wait_entry(ev, obj, kind) {
             let slow = t1.wrapping_sub(t0) > contended_ticks(ev);
             e.count += acquired as u64;
-            e.contended += (found_locked || (busy == Busy::Slow && slow && !ev.resolving)) as u64;
+            e.contended += (found_locked || (busy == Busy::Slow && slow)) as u64;
             e.wait_ticks = e.wait_ticks.wrapping_add(t1.wrapping_sub(t0));
         }
     }
@@ -555,8 +565,11 @@ fn bias(config: Cfg) -> u64 {
     (config.0 as u64).wrapping_sub(config.link_addr)
 }
 
+/// A wait longer than this was contended (a call that ran the lazy-binding resolver first
+/// gets `RESOLVER_NS` more).
 fn contended_ticks(ev: &Ev) -> u64 {
-    runtime::tsc_hz(ev.config) / (1_000_000_000 / CONTENDED_NS)
+    let ns = if ev.resolving { CONTENDED_NS + RESOLVER_NS } else { CONTENDED_NS };
+    runtime::tsc_hz(ev.config) / 1000 * ns / 1_000_000
 }
 
 /// Enter `state` (blocked on `obj`) at TSC `now`, closing the current state's interval.
