@@ -12,9 +12,15 @@
 //!    `mov r64,[rip+slot]` → `lea r64,[rip+target]`, and then drop the GOT.
 //! 4. Writable sections are refused: the runtime keeps its state in memory the rewriter
 //!    reserves and passes in, never in statics.
+//! 5. Unwind information (D5): rt-lib is compiled with `-Cforce-unwind-tables=yes` and its
+//!    `.eh_frame` is kept, after `.rodata`, in the image's one segment (no `.eh_frame_hdr`:
+//!    the rewriter builds one table for the whole output, see `src/unwind.rs`). Every CIE
+//!    must encode its pointers pc-relative (checked here; the two-base check would also see
+//!    absolute ones), and with panic=abort there is no personality routine and no LSDA.
 //!
 //! The output is `rt.bin` (the image, loaded at offset 0 of where the rewriter places it)
-//! and `rt_image.rs` (entry offsets), both in OUT_DIR.
+//! and `rt_image.rs` (entry offsets, and `EH_FRAME_OFFSET` / `EH_FRAME_LEN`: where the
+//! image's `.eh_frame` lies in it), both in OUT_DIR.
 use iced_x86::{Code, Decoder, DecoderOptions};
 use object::{Object, ObjectSection, ObjectSymbol};
 use std::path::{Path, PathBuf};
@@ -42,7 +48,7 @@ fn main() {
         "-Ctarget-cpu=x86-64",
         "-Cdebug-assertions=off",
         "-Coverflow-checks=off",
-        "-Cforce-unwind-tables=no",
+        "-Cforce-unwind-tables=yes",
         "-Cembed-bitcode=no",
         "-Ccodegen-units=1",
     ];
@@ -86,9 +92,10 @@ fn link(out: &Path, archive: &Path, base: u64) -> PathBuf {
                . = 0x{base:x};\n\
                .text : {{ *(.text.stint_rt_init) *(.text .text.*) }} :image\n\
                .rodata : {{ *(.rodata .rodata.*) }} :image\n\
+               .eh_frame : {{ KEEP(*(.eh_frame)) }} :image\n\
                .got : {{ *(.got .got.*) }} :image\n\
                .data : {{ *(.data .data.* .bss .bss.*) }} :image\n\
-               /DISCARD/ : {{ *(.eh_frame*) *(.note*) *(.comment) *(.debug*) }}\n\
+               /DISCARD/ : {{ *(.eh_frame_hdr) *(.note*) *(.comment) *(.debug*) }}\n\
              }}\n"
         ),
     )
@@ -112,6 +119,7 @@ fn extract(elf: &Path, base: u64) -> (Vec<u8>, Vec<(String, u64)>) {
     let got = file.section_by_name(".got").map(|s| (s.address(), s.size(), s.data().unwrap().to_vec()));
     let mut image = Vec::new();
     let mut text_range = (0, 0);
+    let mut eh_frame = (0, 0);
     for s in file.sections() {
         let name = s.name().unwrap_or("");
         let alloc = matches!(s.flags(), object::SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_ALLOC) != 0);
@@ -133,6 +141,10 @@ fn extract(elf: &Path, base: u64) -> (Vec<u8>, Vec<(String, u64)>) {
         if name == ".text" {
             text_range = (off, off + bytes.len());
         }
+        if name == ".eh_frame" {
+            check_eh_frame(bytes);
+            eh_frame = (off, bytes.len());
+        }
     }
     if let Some((got_addr, got_size, got_data)) = got {
         relax_got(&mut image, text_range, base, got_addr - base, got_size, &got_data);
@@ -142,7 +154,72 @@ fn extract(elf: &Path, base: u64) -> (Vec<u8>, Vec<(String, u64)>) {
         let sym = file.symbols().find(|s| s.name() == Ok(e)).unwrap_or_else(|| panic!("{e} missing from rt-lib"));
         syms.push((e.to_string(), sym.address() - base));
     }
+    if eh_frame.1 == 0 {
+        panic!("rt-lib has no .eh_frame: was it compiled with -Cforce-unwind-tables=yes?");
+    }
+    syms.push(("eh_frame_offset".into(), eh_frame.0 as u64));
+    syms.push(("eh_frame_len".into(), eh_frame.1 as u64));
     (image, syms)
+}
+
+/// Check that rt-lib's `.eh_frame` can be copied anywhere: every CIE is a `z` CIE whose FDE
+/// pointers are pc-relative, without personality routine or LSDA (panic=abort).
+fn check_eh_frame(data: &[u8]) {
+    let mut pos = 0;
+    while pos + 4 <= data.len() {
+        let len = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap()) as usize;
+        if len == 0 {
+            break; // terminator
+        }
+        if len == 0xffff_ffff || pos + 4 + len > data.len() || len < 4 {
+            panic!("rt-lib .eh_frame: bad entry length at offset 0x{pos:x}");
+        }
+        let body = &data[pos + 4..pos + 4 + len];
+        if u32::from_le_bytes(body[..4].try_into().unwrap()) == 0 {
+            // A CIE: version, augmentation string, code and data alignment, return register.
+            let aug_end = body[5..].iter().position(|&c| c == 0).map(|i| 5 + i).expect("CIE augmentation string");
+            let aug = &body[5..aug_end];
+            let mut p = aug_end + 1;
+            let skip_leb = |p: &mut usize| {
+                while body[*p] & 0x80 != 0 {
+                    *p += 1;
+                }
+                *p += 1;
+            };
+            skip_leb(&mut p); // code alignment
+            skip_leb(&mut p); // data alignment
+            if body[4] == 1 {
+                p += 1;
+            } else {
+                skip_leb(&mut p);
+            }
+            if aug.first() != Some(&b'z') {
+                panic!("rt-lib .eh_frame: CIE at 0x{pos:x} has augmentation {aug:?}, want \"z...\"");
+            }
+            skip_leb(&mut p); // augmentation data length
+            for &c in &aug[1..] {
+                match c {
+                    b'R' => {
+                        let enc = body[p];
+                        p += 1;
+                        // pc-relative, direct, fixed size (src/unwind.rs moves such pointers)
+                        if enc & 0x70 != 0x10 || enc & 0x80 != 0 || matches!(enc & 0x0f, 0x01 | 0x09) {
+                            panic!(
+                                "rt-lib .eh_frame: CIE at 0x{pos:x} encodes FDE pointers as 0x{enc:02x}, not pc-relative: \
+                                 the image would not be position-independent"
+                            );
+                        }
+                    }
+                    b'S' => {}
+                    _ => panic!(
+                        "rt-lib .eh_frame: CIE at 0x{pos:x} has augmentation {:?} (personality or LSDA with panic=abort?)",
+                        String::from_utf8_lossy(aug)
+                    ),
+                }
+            }
+        }
+        pos += 4 + len;
+    }
 }
 
 /// Rewrite every RIP-relative reference to a GOT slot in `.text` into a direct reference

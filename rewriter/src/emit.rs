@@ -9,7 +9,8 @@
 //!                                                                              + control pages
 //! NOTE  R    0x000338 (= GNU_PROPERTY)    LOAD  R E  <end of file, page>       config, meta,
 //!                                                                              runtime image,
-//!                                                                              stubs, trampolines
+//!                                                                              stubs, trampolines,
+//!                                                                              .eh_frame(_hdr)
 //! e_entry 0x1040                          e_entry → entry stub → 0x1040
 //! ```
 //! - Writable memory is the last RW segment's bss, grown: no new writable segment and no
@@ -24,13 +25,19 @@
 //!   AT_PHDR is right both on kernels that compute it from the first PT_LOAD and on those that
 //!   look for the PT_LOAD holding e_phoff. The file grows by the bss size in zeros for that.
 //! - No segment is both writable and executable.
+//! - Unwind information (D5, `unwind`): the segment ends with a combined `.eh_frame` (the
+//!   program's, rt-lib's and one FDE per generated piece) and a new `.eh_frame_hdr`;
+//!   PT_GNU_EH_FRAME and the section headers point there. A program without PT_GNU_EH_FRAME
+//!   keeps its headers, and the added code has no unwind information.
 
 use crate::codegen::{self, TimerEnv, TrampolineEnv};
 use crate::error::{Error, Result};
 use crate::input::{InputElf, Segment};
 use crate::plan::{Plan, Tactic, JMP_LEN};
 use crate::rtimage;
+use crate::unwind::{self, Initial, Piece};
 use object::elf;
+use std::cell::RefCell;
 use stint_layout::{
     align_up, counter_offset, ctl_len, gate_offset, RtConfig, WrapSite, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS,
     N_METRICS, PAGE, RT_STATE_SIZE, SEGMENT_MAGIC, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
@@ -137,15 +144,24 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
         link_addr: config_at,
     };
 
+    // Every piece of generated code, for its unwind information (D5, `unwind`): `put_as`
+    // and `put` (entered by `call`) record what they append; code appended otherwise must
+    // be pushed here too.
+    let pieces: RefCell<Vec<Piece>> = RefCell::new(Vec::new());
     let entry_stub = seg_vaddr + seg.len() as u64;
-    seg.extend(codegen::entry_stub(entry_stub, config_at, image_at + rtimage::STINT_RT_INIT, elf.entry)?);
+    let code = codegen::entry_stub(entry_stub, config_at, image_at + rtimage::STINT_RT_INIT, elf.entry)?;
+    seg.extend_from_slice(&code);
+    pieces.borrow_mut().push(Piece { start: entry_stub, code, initial: Initial::Entry });
     pad_to(&mut seg, 16);
-    let put = |seg: &mut Vec<u8>, code: &dyn Fn(u64) -> Result<Vec<u8>>| -> Result<u64> {
+    let put_as = |seg: &mut Vec<u8>, initial: Initial, code: &dyn Fn(u64) -> Result<Vec<u8>>| -> Result<u64> {
         let at = seg_vaddr + seg.len() as u64;
-        seg.extend(code(at)?);
+        let code = code(at)?;
+        seg.extend_from_slice(&code);
         pad_to(seg, 16);
+        pieces.borrow_mut().push(Piece { start: at, code, initial });
         Ok(at)
     };
+    let put = |seg: &mut Vec<u8>, code: &dyn Fn(u64) -> Result<Vec<u8>>| put_as(seg, Initial::Call, code);
     let slow_stub = put(&mut seg, &|at| codegen::slow_stub(at, config_at, image_at + rtimage::STINT_RT_SLOW))?;
     let timer_stub = put(&mut seg, &|at| codegen::timer_stub(at, config_at, image_at + rtimage::STINT_RT_TIMER))?;
     let tenv = TimerEnv {
@@ -191,11 +207,11 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
             patch(elf, &mut out, p.tactic, p.address, p.window_len, at, &mut traps)?;
             continue;
         }
-        let at = put(&mut seg, &|at| codegen::trampoline(p, env_of(p.id), at))?;
+        let at = put_as(&mut seg, Initial::At(p.address), &|at| codegen::trampoline(p, env_of(p.id), at))?;
         patch(elf, &mut out, p.tactic, p.address, p.window_len, at, &mut traps)?;
     }
     for x in &plan.exits {
-        let at = put(&mut seg, &|at| codegen::exit_trampoline(x, env_of(x.point), at))?;
+        let at = put_as(&mut seg, Initial::At(x.address), &|at| codegen::exit_trampoline(x, env_of(x.point), at))?;
         patch(elf, &mut out, x.tactic, x.address, x.window_len, at, &mut traps)?;
     }
     // The trap table, sorted by site for the handler's binary search.
@@ -211,6 +227,15 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     config.trap_handler_rel = rel(trap_handler);
     let c = (config_at - seg_vaddr) as usize;
     seg[c..c + config_size].copy_from_slice(&config.to_bytes());
+    // Unwind information (D5): the combined .eh_frame and a new .eh_frame_hdr, last.
+    pad_to(&mut seg, 8);
+    let eh_at = seg_vaddr + seg.len() as u64;
+    let (eh_off, eh_len) = (rtimage::EH_FRAME_OFFSET as usize, rtimage::EH_FRAME_LEN as usize);
+    let rt_eh = (image_at + rtimage::EH_FRAME_OFFSET, &rtimage::IMAGE[eh_off..eh_off + eh_len]);
+    let eh = unwind::build(elf, &pieces.borrow(), rt_eh, eh_at)?;
+    if let Some(eh) = &eh {
+        seg.extend(eh.bytes());
+    }
     let seg_len = seg.len() as u64;
 
     // 5. Headers.
@@ -243,6 +268,9 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     let bss = (last.vaddr + last.memsz, rw_end, last.offset + last.memsz);
     add_section_headers(&mut out, bss, (seg_vaddr, seg_off, seg_len))?;
     out[24..32].copy_from_slice(&entry_stub.to_le_bytes()); // e_entry
+    if let Some(eh) = &eh {
+        unwind::patch_headers(&mut out, eh, seg_vaddr, seg_off)?;
+    }
     Ok((
         out,
         Layout {

@@ -25,6 +25,7 @@ pub mod report;
 pub mod rewrite_report;
 pub mod rtimage;
 pub mod spec;
+pub mod unwind;
 
 pub use error::{Error, Result};
 pub use rewrite_report::RewriteReport;

@@ -1,0 +1,472 @@
+use super::*;
+use crate::codegen::{self, TimerEnv, TrampolineEnv};
+use gimli::{CieOrFde, EhFrameHdr, Pointer};
+use iced_x86::{BlockEncoder, BlockEncoderOptions, InstructionBlock, MemoryOperand};
+use std::path::Path;
+
+/// Encode `ins` at `at`; a branch target `t` of the form `at + k` must be the IP given to
+/// the instruction there (instructions get IPs `at`, `at + 1`, … before encoding).
+fn asm(at: u64, ins: &[Instruction]) -> Vec<u8> {
+    let ins: Vec<Instruction> = ins
+        .iter()
+        .enumerate()
+        .map(|(k, i)| {
+            let mut i = *i;
+            i.set_ip(at + k as u64);
+            i
+        })
+        .collect();
+    BlockEncoder::encode(64, InstructionBlock::new(&ins, at), BlockEncoderOptions::NONE).unwrap().code_buffer
+}
+
+fn i1(c: Code, r: Register) -> Instruction {
+    Instruction::with1(c, r).unwrap()
+}
+fn i2(c: Code, a: Register, b: Register) -> Instruction {
+    Instruction::with2(c, a, b).unwrap()
+}
+fn i2i(c: Code, a: Register, imm: i32) -> Instruction {
+    Instruction::with2(c, a, imm).unwrap()
+}
+fn br(c: Code, target: u64) -> Instruction {
+    Instruction::with_branch(c, target).unwrap()
+}
+fn ret() -> Instruction {
+    Instruction::with(Code::Retnq)
+}
+
+/// The states before each instruction, strictly (disagreements are errors).
+fn states(at: u64, code: &[u8], initial: State) -> Result<Vec<(Instruction, Option<State>)>> {
+    let ins: Vec<Instruction> = Decoder::with_ip(64, code, at, DecoderOptions::NONE).into_iter().collect();
+    let s = trace(at, &ins, initial, true, &mut InstructionInfoFactory::new())?;
+    Ok(ins.into_iter().zip(s).collect())
+}
+
+fn state(cfa: Cfa, regs: &[(u16, i64)]) -> State {
+    let mut s = State::call();
+    for &(r, n) in regs {
+        s.regs.insert(r, Rule::Offset(n));
+    }
+    (s.sp, s.fp) = match cfa {
+        Cfa::Reg(RSP, k) => (Some(k), None),
+        Cfa::Reg(RBP, k) => (None, Some(k)),
+        _ => (None, None),
+    };
+    s.cfa = cfa;
+    s
+}
+
+/// The CFI at every `ret` is the one at a function's entry.
+fn assert_returns_clean(st: &[(Instruction, Option<State>)]) {
+    for (i, s) in st {
+        if i.flow_control() == FlowControl::Return {
+            let s = s.as_ref().expect("ret is reached");
+            assert_eq!(s.cfa, Cfa::Reg(RSP, 8), "CFA at ret 0x{:x}: {s:?}", i.ip());
+            assert_eq!(s.regs.get(RA), Some(Rule::Offset(-8)), "return address at ret 0x{:x}", i.ip());
+        }
+    }
+}
+
+const AT: u64 = 0x7000_0000;
+
+#[test]
+fn stub_frame_moves_cfa_to_rbp_and_back() {
+    use Register::*;
+    let code = asm(
+        AT,
+        &[
+            i1(Code::Push_r64, RCX),
+            i1(Code::Push_r64, RBP),
+            i2(Code::Mov_r64_rm64, RBP, RSP),
+            i2i(Code::And_rm64_imm8, RSP, -16),
+            i2i(Code::Sub_rm64_imm32, RSP, 512),
+            br(Code::Call_rel32_64, AT + 0x1000),
+            i2(Code::Mov_r64_rm64, RSP, RBP),
+            i1(Code::Pop_r64, RBP),
+            i1(Code::Pop_r64, RCX),
+            ret(),
+        ],
+    );
+    let st = states(AT, &code, State::call()).unwrap();
+    let at = |k: usize| st[k].1.clone().unwrap();
+    assert_eq!(at(1).cfa, Cfa::Reg(7, 16));
+    assert_eq!(at(1).regs.get(2), Some(Rule::Offset(-16)), "rcx saved by the push");
+    assert_eq!(at(3).cfa, Cfa::Reg(7, 24), "mov rbp, rsp keeps the CFA on rsp");
+    assert_eq!(at(4).cfa, Cfa::Reg(6, 24), "and rsp, -16 moves the CFA to rbp");
+    assert_eq!(at(5).cfa, Cfa::Reg(6, 24), "sub rsp after the alignment changes nothing");
+    assert_eq!(at(6).cfa, Cfa::Reg(6, 24), "call keeps the state");
+    assert_eq!(at(7).cfa, Cfa::Reg(7, 24), "mov rsp, rbp: back to rsp");
+    assert_eq!(at(7).regs.get(6), Some(Rule::Offset(-24)));
+    assert_eq!(at(8).regs.get(6), Option::None, "pop rbp restores rbp");
+    assert_eq!(at(9).regs, State::call().regs, "every push popped");
+    assert_returns_clean(&st);
+}
+
+#[test]
+fn exit_window_from_the_programs_state() {
+    use Register::*;
+    // pop rbx; pop rbp; test; jne .on; ret; .on: push rax; call; pop rax; ret
+    let on = AT + 5;
+    let code = asm(
+        AT,
+        &[
+            i1(Code::Pop_r64, RBX),
+            i1(Code::Pop_r64, RBP),
+            i2(Code::Test_rm32_r32, EAX, EAX),
+            br(Code::Jne_rel32_64, on),
+            ret(),
+            i1(Code::Push_r64, RAX),
+            br(Code::Call_rel32_64, AT + 0x1000),
+            i1(Code::Pop_r64, RAX),
+            ret(),
+        ],
+    );
+    let initial = state(Cfa::Reg(7, 24), &[(3, -24), (6, -16)]);
+    let st = states(AT, &code, initial).unwrap();
+    assert_eq!(st[2].1.as_ref().unwrap().regs, State::call().regs, "both pops restore");
+    assert_eq!(st[6].1.as_ref().unwrap().regs.get(0), Some(Rule::Offset(-16)), "rax saved");
+    assert_returns_clean(&st);
+}
+
+#[test]
+fn leave_and_pop_rbp_with_a_frame_pointer_cfa() {
+    use Register::*;
+    let initial = || state(Cfa::Reg(6, 16), &[(6, -16)]);
+    let code = asm(AT, &[Instruction::with(Code::Leaveq), ret()]);
+    let st = states(AT, &code, initial()).unwrap();
+    assert_eq!(st[1].1.as_ref().unwrap().regs, State::call().regs);
+    assert_returns_clean(&st);
+    // -O0 without locals: rsp = rbp at the pop, as the compiler's own CFI assumes.
+    let code = asm(AT, &[i1(Code::Push_r64, RAX), i1(Code::Pop_r64, RAX), i1(Code::Pop_r64, RBP), ret()]);
+    let st = states(AT, &code, initial()).unwrap();
+    assert_eq!(st[1].1.as_ref().unwrap().cfa, Cfa::Reg(6, 16), "a push does not move an rbp-based CFA");
+    assert_returns_clean(&st);
+    // Stack realignment (CFA = r10): pushes and a write of rsp leave it alone.
+    let r10 = state(Cfa::Reg(10, 0), &[]);
+    let lea = Instruction::with2(Code::Lea_r64_m, RSP, MemoryOperand::with_base_displ(R10, -8)).unwrap();
+    let code = asm(AT, &[lea, i1(Code::Push_r64, RAX), i1(Code::Pop_r64, RAX), ret()]);
+    for (i, s) in states(AT, &code, r10).unwrap() {
+        assert_eq!(s.unwrap().cfa, Cfa::Reg(10, 0), "at 0x{:x}", i.ip());
+    }
+}
+
+#[test]
+fn two_states_at_one_instruction_are_an_error() {
+    use Register::*;
+    // test; je .l; push rax; .l: ret — .l is reached with and without the push
+    let code =
+        asm(AT, &[i2(Code::Test_rm32_r32, EAX, EAX), br(Code::Je_rel32_64, AT + 3), i1(Code::Push_r64, RAX), ret()]);
+    let e = states(AT, &code, State::call()).unwrap_err();
+    assert!(e.to_string().contains("reached in two states"), "{e}");
+}
+
+#[test]
+fn lost_stack_pointer_stops_unwinding() {
+    use Register::*;
+    let code = asm(AT, &[i2(Code::Mov_r64_rm64, RSP, RAX), ret()]);
+    let st = states(AT, &code, State::call()).unwrap();
+    assert_eq!(st[1].1.as_ref().unwrap().cfa, Cfa::Unknown);
+    let prog = cfi_program(AT, &code, State::call(), &mut InstructionInfoFactory::new()).unwrap();
+    assert!(prog.ends_with(&[0x07, 16]), "DW_CFA_undefined rip: {prog:02x?}");
+}
+
+#[test]
+fn encodings() {
+    let mut v = Vec::new();
+    uleb(&mut v, 624);
+    sleb(&mut v, -8);
+    sleb(&mut v, 64);
+    assert_eq!(v, [0xf0, 0x04, 0x78, 0xc0, 0x00]);
+    assert_eq!(offset_rule(3, -24), [0x83, 3]);
+    assert_eq!(offset_rule(16, -8), [0x90, 1]);
+    assert_eq!(offset_rule(3, 8), [0x11, 3, 0x7f]);
+    assert_eq!(offset_rule(3, -12), [0x10, 3, 4, 0x9c, 0x11, 0x74, 0x22]);
+    let mut a = Vec::new();
+    advance(&mut a, 5);
+    advance(&mut a, 100);
+    advance(&mut a, 1000);
+    assert_eq!(a, [0x45, 0x02, 100, 0x03, 0xe8, 0x03]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Real programs
+// ---------------------------------------------------------------------------------------
+
+fn system_binary(path: &str) -> Option<Vec<u8>> {
+    match std::fs::read(Path::new(path)) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("{path}: {e}; skipped");
+            None
+        }
+    }
+}
+
+/// The generated code of a whole program (stubs, timer routines, every trampoline) as it
+/// would be placed from `at` on, with the initial states `emit` gives it, and where a piece
+/// may jump back into the program in the program's own frame (the end of an entry window,
+/// the target of a tail call; not a callee entered by an emulated call).
+fn pieces_of(data: &[u8], at: u64) -> Vec<(Piece, Vec<u64>)> {
+    let spec = crate::spec::Spec::default_spec();
+    let p = crate::plan_program(data, &spec, true).unwrap();
+    let (config, rt) = (at - 0x10_0000, at - 0x8_0000);
+    let mut pieces = Vec::new();
+    let mut next = at;
+    let mut put_back = |initial: Initial, back: Vec<u64>, code: &dyn Fn(u64) -> crate::Result<Vec<u8>>| {
+        let start = next;
+        let code = code(start).unwrap();
+        next = (start + code.len() as u64).next_multiple_of(16);
+        pieces.push((Piece { start, code, initial }, back));
+        start
+    };
+    let mut put = |initial: Initial, code: &dyn Fn(u64) -> crate::Result<Vec<u8>>| put_back(initial, vec![], code);
+    put(Initial::Entry, &|a| codegen::entry_stub(a, config, rt, p.elf.entry));
+    let slow_stub = put(Initial::Call, &|a| codegen::slow_stub(a, config, rt + 0x100));
+    let timer_stub = put(Initial::Call, &|a| codegen::timer_stub(a, config, rt + 0x200));
+    let tenv = TimerEnv { ctl: config - 0x10000, active: 0x1000, cpu: 0x2000, wall: 0x3000, timer_stub };
+    let timer_enter = put(Initial::Call, &|a| codegen::timer_routine(a, codegen::TIMER_OP_ENTER, tenv));
+    let timer_exit = put(Initial::Call, &|a| codegen::timer_routine(a, codegen::TIMER_OP_EXIT, tenv));
+    put(Initial::Call, &|a| codegen::trap_stub(a, config, rt + 0x300));
+    let env =
+        TrampolineEnv { gate: config - 0x10000, counter: 0x800, tid_offset: 0x2d0, slow_stub, timer_enter, timer_exit };
+    for pt in &p.plan.points {
+        let back =
+            if pt.emulate_call { vec![] } else { pt.displaced.last().map(|i| i.next_ip()).into_iter().collect() };
+        put_back(Initial::At(pt.address), back, &|a| codegen::trampoline(pt, env, a));
+    }
+    for x in &p.plan.exits {
+        let back = x.displaced.last().filter(|i| i.flow_control() == FlowControl::UnconditionalBranch);
+        put_back(Initial::At(x.address), back.map(|i| i.near_branch_target()).into_iter().collect(), &|a| {
+            codegen::exit_trampoline(x, env, a)
+        });
+    }
+    pieces
+}
+
+/// Instructions with the state before each, for failure messages.
+fn listing(st: &[(Instruction, Option<State>)]) -> String {
+    use iced_x86::{Formatter, IntelFormatter};
+    let mut f = IntelFormatter::new();
+    let mut out = String::new();
+    for (i, s) in st {
+        let mut t = String::new();
+        f.format(i, &mut t);
+        out += &format!("  {:x}  {t:40} {:?}\n", i.ip(), s.as_ref().map(|s| (&s.cfa, &s.regs, s.sp, s.fp)));
+    }
+    out
+}
+
+/// Every piece of generated code of real programs: one state per instruction on all paths,
+/// a computable CFA everywhere, the entry state at every `ret`, and at a jump back into the
+/// program the program's own CFA there (when both are rsp-based).
+#[test]
+fn generated_code_of_real_programs_is_balanced() {
+    for path in ["/usr/bin/ls", "/usr/bin/apt"] {
+        let Some(data) = system_binary(path) else { continue };
+        let elf = InputElf::parse(&data).unwrap();
+        let (in_addr, in_data) =
+            input_eh_frame(&elf, elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_EH_FRAME).unwrap()).unwrap();
+        let moved = relocate(in_data, in_addr, in_addr, true, path).unwrap();
+        let mut rows = InputRows::new(&elf, in_addr, in_data, &moved.fdes);
+        let pieces = pieces_of(&data, 0x4000_0000);
+        let (mut jumps_checked, mut at_states) = (0, 0);
+        for (p, back) in &pieces {
+            let initial = match p.initial {
+                Initial::Call => State::call(),
+                Initial::Entry => State::entry(),
+                Initial::At(a) => {
+                    at_states += 1;
+                    rows.state_at(a).unwrap_or_else(State::call)
+                }
+            };
+            let st = states(p.start, &p.code, initial).unwrap_or_else(|e| panic!("{path}: {e}"));
+            for (i, s) in &st {
+                let Some(s) = s else { continue };
+                assert_ne!(s.cfa, Cfa::Unknown, "{path}: piece 0x{:x}: CFA lost at 0x{:x}", p.start, i.ip());
+                let target = i.near_branch_target();
+                if i.flow_control() == FlowControl::UnconditionalBranch && back.contains(&target) {
+                    let mut after = s.clone();
+                    after.step(i, &mut InstructionInfoFactory::new());
+                    if let (Some(want), Cfa::Reg(RSP, k)) = (rows.state_at(target), &after.cfa) {
+                        if let Cfa::Reg(RSP, w) = want.cfa {
+                            assert_eq!(*k, w, "{path}: CFA at the jump back to 0x{target:x}:\n{}", listing(&st));
+                            jumps_checked += 1;
+                        }
+                    }
+                }
+            }
+            if !matches!(p.initial, Initial::Entry) {
+                assert_returns_clean(&st);
+            }
+        }
+        eprintln!(
+            "{path}: {} pieces, {at_states} in the program's state, {jumps_checked} jumps back checked",
+            pieces.len()
+        );
+        assert!(jumps_checked >= 5, "{path}: too few jumps back checked ({jumps_checked})");
+    }
+}
+
+/// A parsed output: every entry of the new `.eh_frame` parses, and the header's table lists
+/// every FDE once, sorted, each found again by address.
+fn check_output(eh: &EhOut, what: &str) -> Vec<(u64, u64, Option<Pointer>)> {
+    let mut frame = EhFrame::new(&eh.eh_frame[..], LittleEndian);
+    frame.set_address_size(8);
+    let bases = BaseAddresses::default().set_eh_frame(eh.eh_frame_at).set_eh_frame_hdr(eh.hdr_at);
+    let mut fdes = Vec::new();
+    let mut entries = frame.entries(&bases);
+    while let Some(e) = entries.next().unwrap_or_else(|e| panic!("{what}: {e}")) {
+        if let CieOrFde::Fde(p) = e {
+            let off = p.offset();
+            let f = p.parse(|s, b, o| s.cie_from_offset(b, o)).unwrap_or_else(|e| panic!("{what}: FDE 0x{off:x}: {e}"));
+            let mut ctx = UnwindContext::new();
+            let mut rows = f.rows(&frame, &bases, &mut ctx).unwrap();
+            while rows.next_row().unwrap_or_else(|e| panic!("{what}: FDE 0x{off:x}: {e}")).is_some() {}
+            if f.initial_address() != 0 {
+                fdes.push((f.initial_address(), f.len(), f.lsda()));
+            }
+        }
+    }
+    let hdr = EhFrameHdr::new(&eh.eh_frame_hdr[..], LittleEndian).parse(&bases, 8).unwrap();
+    assert_eq!(hdr.eh_frame_ptr(), Pointer::Direct(eh.eh_frame_at), "{what}: eh_frame_ptr");
+    let table = hdr.table().expect("a search table");
+    let mut iter = table.iter(&bases);
+    let mut prev = 0;
+    let mut n = 0;
+    while let Some((pc, _)) = iter.next().unwrap() {
+        let Pointer::Direct(pc) = pc else { panic!("{what}: indirect table entry") };
+        assert!(pc >= prev, "{what}: table not sorted at 0x{pc:x}");
+        prev = pc;
+        n += 1;
+    }
+    assert_eq!(n, fdes.len(), "{what}: table entries vs FDEs");
+    for &(a, len, _) in &fdes {
+        let probe = a + len.saturating_sub(1) / 2;
+        let f = table.fde_for_address(&frame, &bases, probe, |s, b, o| s.cie_from_offset(b, o));
+        let f = f.unwrap_or_else(|e| panic!("{what}: no FDE found for 0x{probe:x}: {e}"));
+        assert!(f.contains(probe), "{what}: 0x{probe:x} found in 0x{:x}+{}", f.initial_address(), f.len());
+    }
+    fdes
+}
+
+/// The FDEs of the input's own `.eh_frame`.
+fn input_fdes(elf: &InputElf) -> Vec<(u64, u64, Option<Pointer>, Option<Pointer>)> {
+    let sec = elf.section(".eh_frame").unwrap();
+    let mut frame = EhFrame::new(elf.section_data(sec), LittleEndian);
+    frame.set_address_size(8);
+    let bases = BaseAddresses::default().set_eh_frame(sec.addr);
+    let mut out = Vec::new();
+    let mut entries = frame.entries(&bases);
+    while let Some(e) = entries.next().unwrap() {
+        if let CieOrFde::Fde(p) = e {
+            let f = p.parse(|s, b, o| s.cie_from_offset(b, o)).unwrap();
+            if f.initial_address() != 0 {
+                out.push((f.initial_address(), f.len(), f.lsda(), f.cie().personality()));
+            }
+        }
+    }
+    out
+}
+
+/// Build for real programs (C and C++: LSDAs and personality pointers), parse the result
+/// with gimli: the copy describes exactly the input's FDEs (same ranges, LSDAs and
+/// personality routines from the new address), then rt-lib's, then one per piece, each with
+/// the state its CFI was computed from at its first byte.
+#[test]
+fn round_trip_through_gimli() {
+    for path in ["/usr/bin/ls", "/usr/bin/apt"] {
+        let Some(data) = system_binary(path) else { continue };
+        let elf = InputElf::parse(&data).unwrap();
+        let end = elf.loads().map(|s| s.vaddr + s.memsz).max().unwrap();
+        let at = (end + 0x10_0000).next_multiple_of(8);
+        let pieces: Vec<Piece> = pieces_of(&data, at + 0x40_0000).into_iter().map(|p| p.0).collect();
+        let (off, len) = (crate::rtimage::EH_FRAME_OFFSET as usize, crate::rtimage::EH_FRAME_LEN as usize);
+        let rt = (at + 0x20_0000, &crate::rtimage::IMAGE[off..off + len]);
+        let eh = build(&elf, &pieces, rt, at).unwrap().expect("has PT_GNU_EH_FRAME");
+        assert_eq!(eh.hdr_at % 4, 0);
+        let got = check_output(&eh, path);
+        let want = input_fdes(&elf);
+        assert!(
+            got.len() > want.len() + pieces.len(),
+            "{path}: {} FDEs for {} + {}",
+            got.len(),
+            want.len(),
+            pieces.len()
+        );
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!((g.0, g.1, g.2), (w.0, w.1, w.2), "{path}: moved FDE differs");
+        }
+        let with_lsda = want.iter().filter(|w| w.2.is_some()).count();
+        eprintln!("{path}: {} FDEs copied ({with_lsda} with LSDA), {} FDEs in all", want.len(), got.len());
+        // Personality routines, through the copy's CIEs.
+        let mut frame = EhFrame::new(&eh.eh_frame[..], LittleEndian);
+        frame.set_address_size(8);
+        let bases = BaseAddresses::default().set_eh_frame(eh.eh_frame_at);
+        let mut entries = frame.entries(&bases);
+        let mut k = 0;
+        while let Some(e) = entries.next().unwrap() {
+            if let CieOrFde::Fde(p) = e {
+                let f = p.parse(|s, b, o| s.cie_from_offset(b, o)).unwrap();
+                if f.initial_address() != 0 && k < want.len() {
+                    assert_eq!(f.cie().personality(), want[k].3, "{path}: personality of FDE {k}");
+                    k += 1;
+                }
+            }
+        }
+        // rt-lib's FDEs lie in the image, the pieces' start at their first byte.
+        let image_at = rt.0 - crate::rtimage::EH_FRAME_OFFSET;
+        assert!(got.iter().any(|g| (image_at..rt.0).contains(&g.0)), "{path}: no rt-lib FDE");
+        for p in pieces.iter().filter(|p| !p.code.is_empty()) {
+            assert!(got.iter().any(|g| g.0 == p.start && g.1 == p.code.len() as u64), "{path}: piece 0x{:x}", p.start);
+        }
+    }
+}
+
+/// gimli evaluates the rows of a generated FDE to the states the tracker computed.
+#[test]
+fn generated_rows_evaluate_to_the_tracked_states() {
+    use Register::*;
+    let code = asm(
+        AT,
+        &[
+            i1(Code::Push_r64, RBX),
+            i1(Code::Push_r64, RBP),
+            i2(Code::Mov_r64_rm64, RBP, RSP),
+            i2i(Code::And_rm64_imm8, RSP, -16),
+            br(Code::Call_rel32_64, AT + 0x1000),
+            i2(Code::Mov_r64_rm64, RSP, RBP),
+            i1(Code::Pop_r64, RBP),
+            i1(Code::Pop_r64, RBX),
+            ret(),
+        ],
+    );
+    let mut eh = Vec::new();
+    let cie = push_cie(&mut eh);
+    let prog = cfi_program(AT, &code, State::call(), &mut InstructionInfoFactory::new()).unwrap();
+    let eh_at = AT + 0x10000;
+    let off = push_fde(&mut eh, cie, eh_at, AT, code.len() as u64, &prog).unwrap();
+    let mut frame = EhFrame::new(&eh[..], LittleEndian);
+    frame.set_address_size(8);
+    let bases = BaseAddresses::default().set_eh_frame(eh_at);
+    let fde = frame.fde_from_offset(&bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).unwrap();
+    let st = states(AT, &code, State::call()).unwrap();
+    let mut ctx = UnwindContext::new();
+    for (i, s) in &st {
+        let s = s.as_ref().unwrap();
+        let row = fde.unwind_info_for_address(&frame, &bases, &mut ctx, i.ip()).unwrap();
+        let cfa = match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } => Cfa::Reg(register.0, *offset),
+            CfaRule::Expression(_) => panic!("expression"),
+        };
+        assert_eq!(cfa, s.cfa, "CFA at 0x{:x}", i.ip());
+        let regs: Vec<(u16, Rule)> = row
+            .registers()
+            .filter_map(|(r, rule)| match rule {
+                RegisterRule::Offset(n) => Some((r.0, Rule::Offset(*n))),
+                _ => Option::None,
+            })
+            .collect();
+        let regs = Regs::of(&regs);
+        assert_eq!(regs, s.regs, "registers at 0x{:x}", i.ip());
+    }
+}
