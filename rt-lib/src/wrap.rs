@@ -98,6 +98,9 @@ struct Ev {
 }
 
 impl Ev {
+    // The column is memory of the profile mapping that only this thread writes (raw
+    // pointer, like the trampolines' gs: accesses), not data owned by the Ev.
+    #[allow(clippy::mut_from_ref)]
     fn col(&self) -> &mut ColumnHeader {
         // Safety: the thread's own column (or, for `join`'s target, a dead thread's).
         unsafe { &mut *self.col }
@@ -666,6 +669,7 @@ fn object(ev: &Ev, kind: u32, addr: usize) -> Option<u32> {
 
 /// The thread's wait-table entry for object `obj`, claimed if new (`None`: no object, or
 /// the table is full — counted in `wrap_skipped`).
+#[allow(clippy::mut_from_ref)] // an entry of the thread's own column, see `Ev::col`
 fn wait_entry(ev: &Ev, obj: Option<u32>, kind: u32) -> Option<&mut WaitEntry> {
     let obj = obj?;
     let table = (ev.col as usize + WAITS_OFFSET as usize) as *mut WaitEntry;
