@@ -1477,22 +1477,7 @@ fn check_pigz() {
 // The tests
 // ---------------------------------------------------------------------------------------
 
-macro_rules! lock_tests {
-    ($($test:ident: $prog:literal $variant:literal => $check:expr;)*) => {
-        $(
-            #[test]
-            fn $test() {
-                let v = Variant::parse($variant).unwrap_or_else(|| panic!("unknown variant {}", $variant));
-                let check: &dyn Fn(Variant) = &$check;
-                check(v);
-            }
-        )*
-        /// (program, variant) of every test above.
-        const LISTED: &[(&str, &str)] = &[$(($prog, $variant)),*];
-    };
-}
-
-lock_tests! {
+program_tests! {
     mutex_hold_pie_o2: "locks_mutex" "pie-O2" => check_mutex_hold;
     mutex_hold_nopie_o0: "locks_mutex" "nopie-O0" => check_mutex_hold;
     lock_metrics_off_at_start: "locks_mutex" "pie-O2" => check_metrics_off;

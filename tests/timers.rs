@@ -1147,22 +1147,7 @@ fn check_sigstorm(variant: Variant, mode: &str) {
 // The tests
 // ---------------------------------------------------------------------------------------
 
-macro_rules! timer_tests {
-    ($($test:ident: $prog:literal $variant:literal => $check:expr;)*) => {
-        $(
-            #[test]
-            fn $test() {
-                let v = Variant::parse($variant).unwrap_or_else(|| panic!("unknown variant {}", $variant));
-                let check: &dyn Fn(Variant) = &$check;
-                check(v);
-            }
-        )*
-        /// (program, variant) of every test above.
-        const LISTED: &[(&str, &str)] = &[$(($prog, $variant)),*];
-    };
-}
-
-timer_tests! {
+program_tests! {
     timers_pie_o2: "timers" "pie-O2" => check_timers;
     timers_nopie_o0: "timers" "nopie-O0" => check_timers;
     recurse_pie_o2: "recurse" "pie-O2" => check_recurse;

@@ -879,3 +879,23 @@ pub fn text_symbols(binary: &Path) -> BTreeMap<String, u64> {
 pub fn symbols(p: &Program, variant: Variant) -> BTreeMap<String, u64> {
     text_symbols(&build(p, variant.symbols_from()))
 }
+
+/// One `#[test]` per (program, variant): `name: "program" "variant" => check;` runs
+/// `check(variant)`; `LISTED` names every pair, for the "every program is tested" checks.
+#[allow(unused_macros)]
+macro_rules! program_tests {
+    ($($test:ident: $prog:literal $variant:literal => $check:expr;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                let v = Variant::parse($variant).unwrap_or_else(|| panic!("unknown variant {}", $variant));
+                let check: &dyn Fn(Variant) = &$check;
+                check(v);
+            }
+        )*
+        /// (program, variant) of every test above.
+        const LISTED: &[(&str, &str)] = &[$(($prog, $variant)),*];
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use program_tests;
