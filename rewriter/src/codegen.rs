@@ -41,9 +41,9 @@ use iced_x86::{
 };
 use stint_layout::{
     metric_bit, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET,
-    COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET, COL_TIMER_SKIPPED_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET,
-    FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME,
-    METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, TIMER_BITS,
+    COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET, COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_TIMER_SKIPPED_OFFSET,
+    FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_WALL_OFFSET,
+    METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, TIMER_BITS,
 };
 
 /// Label IPs live here; no user-space instruction can have such an address.
@@ -411,6 +411,10 @@ pub fn timer_routine(at: u64, op: u32, env: TimerEnv) -> Result<Vec<u8>> {
     b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, mem(RDX, 0)))?;
     b.op(Instruction::with2(Code::Cmp_r32_rm32, EDX, gs(COL_SEQ_OFFSET)))?; // scheduled since?
     b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
+    b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RAX))?;
+    b.op(Instruction::with2(Code::Sub_r64_rm64, RDX, gs(COL_SYNC_TSC_OFFSET)))?;
+    b.op(Instruction::with2(Code::Cmp_r64_rm64, RDX, gs(COL_SYNC_TICKS_OFFSET)))?; // extrapolated too long?
+    b.add(Instruction::with_branch(Code::Ja_rel32_64, slow).map_err(internal)?);
     b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, gs(COL_DEPTH_OFFSET)))?;
     let ss = SHADOW_OFFSET;
     if op == TIMER_OP_ENTER {

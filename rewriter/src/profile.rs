@@ -1039,6 +1039,8 @@ pub fn column_header_bytes(c: &ColumnHeader) -> [u8; size_of::<ColumnHeader>()] 
     put!(out, ColumnHeader, ring_head, c.ring_head.to_le_bytes());
     put!(out, ColumnHeader, wrap_skipped, c.wrap_skipped.to_le_bytes());
     put!(out, ColumnHeader, n_held, c.n_held.to_le_bytes());
+    put!(out, ColumnHeader, sync_tsc, c.sync_tsc.to_le_bytes());
+    put!(out, ColumnHeader, sync_ticks, c.sync_ticks.to_le_bytes());
     out
 }
 
@@ -1239,6 +1241,8 @@ mod tests {
             wrap_skipped: 40,
             n_held: 41,
             _pad2: 0,
+            sync_tsc: 42,
+            sync_ticks: 43,
         };
         assert_eq!(ColumnHeader::parse(&column_header_bytes(&c)), Ok(c));
 

@@ -557,6 +557,7 @@ fn clock_pair() -> Option<(u64, u64)> {
 /// every scheduling of the thread, or (perf refused) a sequence pointer that never matches,
 /// so every timer event takes the system call.
 fn timer_setup(col: &mut ColumnHeader, tsc_hz: u64) {
+    col.sync_ticks = tsc_hz / 1000 * SYNC_MS;
     match sys::perf_task_clock_page() {
         Ok(page) if tsc_hz != 0 => {
             col.seq_ptr = (page + sys::PERF_PAGE_LOCK_OFFSET) as u64;
@@ -575,6 +576,12 @@ fn timer_setup(col: &mut ColumnHeader, tsc_hz: u64) {
     resync(col, tsc_hz);
 }
 
+/// Milliseconds of TSC extrapolation after which a timer event re-synchronises the CPU clock
+/// although the thread was not scheduled out (`ColumnHeader::sync_ticks`): bounds the error
+/// hypervisor steal time causes to what it steals in this window, at one system call per
+/// window at most.
+const SYNC_MS: u64 = 1;
+
 /// Re-synchronise the thread's CPU clock: `cpu_off = TSC − CPU time in ticks`, read inside one
 /// scheduling period (the sequence word is unchanged across the read).
 fn resync(col: &mut ColumnHeader, tsc_hz: u64) {
@@ -589,6 +596,7 @@ fn resync(col: &mut ColumnHeader, tsc_hz: u64) {
         tries += 1;
         if read_seq() == s || tries >= 4 {
             col.cpu_off = t.wrapping_sub(ns_to_ticks(ns, tsc_hz));
+            col.sync_tsc = t;
             if col.clock_source == CLOCK_SOURCE_PERF_TSC {
                 col.seq = s;
             }
@@ -623,11 +631,21 @@ pub unsafe fn timer(config: Cfg, op: u32, point: u32, sp: u64, tsc: u64) {
     // CPU time of this instant: `tsc` was read before the routine looked at the sequence
     // word, so after a re-synchronisation it belongs to the previous scheduling period and
     // would be off by the time the thread spent descheduled; read the TSC again.
+    // The system call of a re-synchronisation is where the scheduler likes to preempt (reading
+    // the thread's CPU clock updates its runtime, and a used-up slice is noticed there): an
+    // exit then ends its frames after it, an entry began before it, so the time belongs to
+    // the function either way, as it does for the program's own clock reads around the call.
     let mut cpu_tsc = tsc;
+    let mut tsc = tsc;
     // Safety: the seq pointer is the perf page's lock word or `seq_never`.
-    if unsafe { core::ptr::read_volatile(col.seq_ptr as *const u32) } != col.seq {
+    if unsafe { core::ptr::read_volatile(col.seq_ptr as *const u32) } != col.seq
+        || tsc.wrapping_sub(col.sync_tsc) > col.sync_ticks
+    {
         resync(col, st.tsc_hz);
         cpu_tsc = sys::rdtsc();
+        if op == TIMER_OP_EXIT {
+            tsc = cpu_tsc;
+        }
     }
     let cpu_now = cpu_tsc.wrapping_sub(col.cpu_off);
     let slot = |slot: u32, p: u32| (base + counter_offset(n, slot, p) as usize) as *mut u64;

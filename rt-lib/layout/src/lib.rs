@@ -204,6 +204,13 @@ pub struct ColumnHeader {
     /// Open `lock_hold` intervals on `held` (at most `HELD_CAP` kept).
     pub n_held: u32,
     pub _pad2: u32,
+    // ---- the virtual timer's bound on TSC extrapolation ----
+    /// TSC at the last re-synchronisation of the CPU clock.
+    pub sync_tsc: u64,
+    /// Ticks after which a timer event re-synchronises even though the thread was not
+    /// descheduled: time the hypervisor steals from a virtual CPU advances the TSC but not
+    /// the thread's CPU clock, and the guest kernel sees no scheduling (D11).
+    pub sync_ticks: u64,
 }
 
 /// Bytes reserved for the column header; the shadow stack starts here.
@@ -256,6 +263,8 @@ pub const COL_OWNER_KEY_OFFSET: u32 = offset_of!(ColumnHeader, owner_key) as u32
 pub const COL_SEQ_PTR_OFFSET: u32 = offset_of!(ColumnHeader, seq_ptr) as u32;
 pub const COL_CPU_OFF_OFFSET: u32 = offset_of!(ColumnHeader, cpu_off) as u32;
 pub const COL_SEQ_OFFSET: u32 = offset_of!(ColumnHeader, seq) as u32;
+pub const COL_SYNC_TSC_OFFSET: u32 = offset_of!(ColumnHeader, sync_tsc) as u32;
+pub const COL_SYNC_TICKS_OFFSET: u32 = offset_of!(ColumnHeader, sync_ticks) as u32;
 pub const COL_BUSY_OFFSET: u32 = offset_of!(ColumnHeader, busy) as u32;
 pub const COL_DEPTH_OFFSET: u32 = offset_of!(ColumnHeader, depth) as u32;
 pub const COL_TIMER_SKIPPED_OFFSET: u32 = offset_of!(ColumnHeader, timer_skipped) as u32;
@@ -820,6 +829,8 @@ impl ColumnHeader {
                 wrap_skipped: u64,
                 n_held: u32,
                 _pad2: u32,
+                sync_tsc: u64,
+                sync_ticks: u64,
             }
         ))
     }
