@@ -35,7 +35,7 @@ fn main() {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let layout_src = root.join("rt-lib/layout/src/lib.rs");
     let rt_src = root.join("rt-lib/src");
-    println!("cargo:rerun-if-changed={}", layout_src.display());
+    println!("cargo:rerun-if-changed={}", layout_src.parent().unwrap().display());
     println!("cargo:rerun-if-changed={}", rt_src.display());
 
     let common = [

@@ -51,6 +51,10 @@ pub struct EmitInput<'a> {
     pub program: &'a str,
     /// Initial gate byte per (metric, point), metric-major.
     pub gates: Vec<u8>,
+    /// Per point: the `metric_bit`s it can measure | `POINT_INFO_WRAP`.
+    pub info: Vec<u8>,
+    /// Point names, each NUL-terminated, in point order.
+    pub names: Vec<u8>,
     /// fs-relative offset of libc's tid word (0: none).
     pub tid_offset: u32,
 }
@@ -115,6 +119,10 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
     seg.extend_from_slice(inp.meta_json.as_bytes());
     let gates_at = seg_vaddr + seg.len() as u64;
     seg.extend_from_slice(&inp.gates);
+    let info_at = seg_vaddr + seg.len() as u64;
+    seg.extend_from_slice(&inp.info);
+    let names_at = seg_vaddr + seg.len() as u64;
+    seg.extend_from_slice(&inp.names);
     let name_at = seg_vaddr + seg.len() as u64;
     seg.extend_from_slice(inp.program.as_bytes());
     pad_to(&mut seg, PAGE as usize);
@@ -142,6 +150,9 @@ pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, La
         n_traps: 0,
         trap_handler_rel: 0,
         link_addr: config_at,
+        info_rel: rel(info_at),
+        names_rel: rel(names_at),
+        names_len: inp.names.len() as u64,
     };
 
     // Every piece of generated code, for its unwind information (D5, `unwind`): `put_as`

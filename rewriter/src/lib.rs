@@ -16,15 +16,18 @@
 pub mod abi;
 pub mod analysis;
 pub mod codegen;
+pub mod ctl;
 pub mod emit;
 pub mod error;
 pub mod input;
+pub mod ls;
 pub mod plan;
 pub mod profile;
 pub mod report;
 pub mod rewrite_report;
 pub mod rtimage;
 pub mod spec;
+pub mod top;
 pub mod unwind;
 
 pub use error::{Error, Result};
@@ -73,7 +76,19 @@ pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> 
     let on = opts.spec.on_at_start_bits();
     let gates: Vec<u8> = p.plan.points.iter().map(|pt| pt.bits & on).collect();
     let tid_offset = if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 };
-    let inp = emit::EmitInput { meta_json: &meta, program: opts.program, gates, tid_offset };
+    // What each point can measure and its name, for the control file (STINT_CONTROL).
+    let info: Vec<u8> = p
+        .plan
+        .points
+        .iter()
+        .map(|pt| pt.bits | if pt.wrap.is_some() { stint_layout::POINT_INFO_WRAP } else { 0 })
+        .collect();
+    let mut names = Vec::new();
+    for pt in &p.plan.points {
+        names.extend(pt.name(&p.analysis).bytes().filter(|&b| b != 0));
+        names.push(0);
+    }
+    let inp = emit::EmitInput { meta_json: &meta, program: opts.program, gates, info, names, tid_offset };
     let (out, layout) = emit::emit(&p.elf, &p.plan, &inp)?;
     if cfg!(debug_assertions) {
         emit::validate_output(&out, &p.plan, &layout)?;

@@ -30,6 +30,13 @@ enum Command {
     Rewrite(RewriteArgs),
     Inspect(InspectArgs),
     Report(ReportArgs),
+    /// Control a running rewritten program: status, enable / disable metrics per function
+    /// and thread, snapshot a baseline.
+    Ctl(stint::ctl::Args),
+    /// Live view of a running program's profile: threads, states, top functions, lock waits.
+    Top(stint::top::Args),
+    /// List the live profiles of this user's processes.
+    Ls(stint::ls::Args),
 }
 
 /// Write an instrumented copy of an executable.
@@ -130,6 +137,9 @@ fn main() -> ExitCode {
         Command::Rewrite(a) => rewrite(a),
         Command::Inspect(a) => inspect(a),
         Command::Report(a) => report(a),
+        Command::Ctl(a) => stint::ctl::run(a),
+        Command::Top(a) => stint::top::run(a),
+        Command::Ls(a) => stint::ls::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

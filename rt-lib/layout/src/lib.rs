@@ -11,6 +11,9 @@
 //! ```text
 //! offset                     contents
 //! 0                          FileHeader (one page)
+//! control_offset             Control (one page): the thread focus, the requests ring and
+//!                            what the control file did; written by `stint ctl`, read by
+//!                            the runtime at safe points (D10)
 //! ctl_offset                 control region: one gate byte per point, one bit per metric
 //!                            (bit m = metric m on); mapped a second time at a fixed address
 //!                            inside the rewritten program so a trampoline tests every metric
@@ -19,7 +22,8 @@
 //!                            (program, metrics, points with names and addresses)
 //! columns_offset + i*column_size
 //!                            column i: ColumnHeader, the thread's measurement shadow stack
-//!                            (SHADOW_CAP frames), then counters[slot][point]
+//!                            (SHADOW_CAP frames), held locks, waits, transition ring,
+//!                            counters[slot][point], then the snapshot baseline (BASELINE)
 //! ```
 //! One column per thread incarnation, never reused, so a thread's counts outlive it and a new
 //! thread on a recycled glibc stack never inherits an old thread's counts (D8).
@@ -34,6 +38,8 @@
 #![no_std]
 #![deny(unsafe_code)]
 
+pub mod control_file;
+
 use core::mem::{offset_of, size_of};
 
 /// Page size assumed for every mapping and alignment in the file.
@@ -42,7 +48,7 @@ pub const PAGE: u64 = 4096;
 /// `FileHeader::magic` once the runtime has finished writing the header.
 pub const FILE_MAGIC: [u8; 8] = *b"STINTPRF";
 /// Layout version of the profile file. Bump on any incompatible change.
-pub const FILE_VERSION: u32 = 3;
+pub const FILE_VERSION: u32 = 4;
 
 /// `FileHeader::flags`: `fs:[tid_offset]` held the kernel tid in the main thread at start,
 /// so the hot-path key includes the libc thread id (otherwise it is the thread pointer only).
@@ -109,6 +115,8 @@ pub struct FileHeader {
     pub objects_lost: u64,
     /// TSC at start (the zero of every `*_tsc` field).
     pub start_tsc: u64,
+    /// The [`Control`] page, at this file offset.
+    pub control_offset: u64,
 }
 
 /// Size reserved for the header at the start of the file.
@@ -211,6 +219,21 @@ pub struct ColumnHeader {
     /// descheduled: time the hypervisor steals from a virtual CPU advances the TSC but not
     /// the thread's CPU clock, and the guest kernel sees no scheduling (D11).
     pub sync_ticks: u64,
+    // ---- run-time control (D10) ----
+    /// `metric_bit`s this thread measures: the trampolines AND it with a point's gate once
+    /// the gate says on (`stint ctl --thread`, control-file `threads:`). Written by `stint
+    /// ctl` or the runtime, read by the thread.
+    pub thread_mask: u32,
+    /// The key exits compare (`owner_key` as the runtime last set it). `stint ctl` changes
+    /// `owner_key` to `exit_key ^ KEY_POKE` to send the thread's next entry or wrapper
+    /// into the runtime (a safe point); exits keep working meanwhile.
+    pub exit_key: u32,
+    /// Requests of the control page's ring this thread has handled (`Control::req_head`).
+    pub req_seen: u64,
+    /// `seq` of the snapshot request whose baseline the column holds (0: none).
+    pub snap_seq: u64,
+    /// TSC when the thread took it.
+    pub snap_tsc: u64,
 }
 
 /// Bytes reserved for the column header; the shadow stack starts here.
@@ -265,6 +288,11 @@ pub const COL_CPU_OFF_OFFSET: u32 = offset_of!(ColumnHeader, cpu_off) as u32;
 pub const COL_SEQ_OFFSET: u32 = offset_of!(ColumnHeader, seq) as u32;
 pub const COL_SYNC_TSC_OFFSET: u32 = offset_of!(ColumnHeader, sync_tsc) as u32;
 pub const COL_SYNC_TICKS_OFFSET: u32 = offset_of!(ColumnHeader, sync_ticks) as u32;
+pub const COL_THREAD_MASK_OFFSET: u32 = offset_of!(ColumnHeader, thread_mask) as u32;
+pub const COL_EXIT_KEY_OFFSET: u32 = offset_of!(ColumnHeader, exit_key) as u32;
+pub const COL_UNMATCHED_EXITS_OFFSET: u32 = offset_of!(ColumnHeader, unmatched_exits) as u32;
+/// `owner_key ^ KEY_POKE` never matches the thread (see `ColumnHeader::exit_key`).
+pub const KEY_POKE: u32 = 0x8000_0000;
 pub const COL_BUSY_OFFSET: u32 = offset_of!(ColumnHeader, busy) as u32;
 pub const COL_DEPTH_OFFSET: u32 = offset_of!(ColumnHeader, depth) as u32;
 pub const COL_TIMER_SKIPPED_OFFSET: u32 = offset_of!(ColumnHeader, timer_skipped) as u32;
@@ -511,6 +539,156 @@ pub struct WrapSite {
     pub lazy_rel: i32,
 }
 
+/// The control page (D10): written by `stint ctl` (the file's owner), read by the runtime,
+/// which validates everything it reads here before using it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Control {
+    /// `metric_bit`s a thread measures when it registers, unless a thread rule names it.
+    pub new_thread_mask: u32,
+    /// Valid entries of `thread_rules` (readers clamp to `THREAD_RULES_CAP`).
+    pub n_thread_rules: u32,
+    /// Threads the control file's `threads:` named; a registering thread that matches one
+    /// gets `new_thread_mask | rule.mask` (names are matched again when a thread is named).
+    pub thread_rules: [ThreadRule; THREAD_RULES_CAP],
+    /// Requests posted so far: request `i` is `requests[i % REQ_CAP]`. The poster writes
+    /// the entry (its `seq` last), then raises `req_head` (release).
+    pub req_head: u64,
+    pub requests: [Request; REQ_CAP],
+    /// `seq` of the newest snapshot request (0: none); a registering thread's baseline is
+    /// zero as of it.
+    pub last_snapshot: u64,
+    /// `CONTROL_FILE_*`: what the runtime did with `STINT_CONTROL` at start.
+    pub control_file: u32,
+    pub _pad: u32,
+    /// The control file's path, or why it was rejected (UTF-8, NUL-padded).
+    pub control_message: [u8; 256],
+    /// Changes `stint ctl` made, and CLOCK_REALTIME of the last one.
+    pub changes: u64,
+    pub last_change_realtime_ns: u64,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Control {
+            new_thread_mask: 0,
+            n_thread_rules: 0,
+            thread_rules: [ThreadRule::default(); THREAD_RULES_CAP],
+            req_head: 0,
+            requests: [Request::default(); REQ_CAP],
+            last_snapshot: 0,
+            control_file: 0,
+            _pad: 0,
+            control_message: [0; 256],
+            changes: 0,
+            last_change_realtime_ns: 0,
+        }
+    }
+}
+
+impl Control {
+    /// Parse the control page from its bytes (at least `size_of::<Control>()`).
+    pub fn parse(b: &[u8]) -> Result<Control, FormatError> {
+        if b.len() < size_of::<Control>() {
+            return Err(FormatError::Truncated);
+        }
+        let mut c = Control {
+            new_thread_mask: u32_at(b, offset_of!(Control, new_thread_mask)),
+            n_thread_rules: u32_at(b, offset_of!(Control, n_thread_rules)),
+            req_head: u64_at(b, offset_of!(Control, req_head)),
+            last_snapshot: u64_at(b, offset_of!(Control, last_snapshot)),
+            control_file: u32_at(b, offset_of!(Control, control_file)),
+            changes: u64_at(b, offset_of!(Control, changes)),
+            last_change_realtime_ns: u64_at(b, offset_of!(Control, last_change_realtime_ns)),
+            ..Control::default()
+        };
+        for (i, r) in c.thread_rules.iter_mut().enumerate() {
+            let o = offset_of!(Control, thread_rules) + i * size_of::<ThreadRule>();
+            r.mask = u32_at(b, o + offset_of!(ThreadRule, mask));
+            r.tid = u32_at(b, o + offset_of!(ThreadRule, tid));
+            let n = o + offset_of!(ThreadRule, name);
+            r.name.copy_from_slice(&b[n..n + 24]);
+        }
+        for (i, r) in c.requests.iter_mut().enumerate() {
+            let o = offset_of!(Control, requests) + i * size_of::<Request>();
+            r.seq = u64_at(b, o + offset_of!(Request, seq));
+            r.op = u32_at(b, o + offset_of!(Request, op));
+            r.realtime_ns = u64_at(b, o + offset_of!(Request, realtime_ns));
+        }
+        let m = offset_of!(Control, control_message);
+        c.control_message.copy_from_slice(&b[m..m + 256]);
+        Ok(c)
+    }
+
+    /// The newest request `seq` of kind `op` still on the ring.
+    pub fn newest(&self, op: u32) -> Option<Request> {
+        let head = self.req_head;
+        (head.saturating_sub(REQ_CAP as u64)..head)
+            .rev()
+            .map(|i| self.requests[(i % REQ_CAP as u64) as usize])
+            .find(|r| r.op == op)
+    }
+}
+
+pub const THREAD_RULES_CAP: usize = 8;
+pub const REQ_CAP: usize = 16;
+const _: () = assert!(size_of::<Control>() as u64 <= PAGE);
+
+/// A thread the control file names: by tid (non-zero) or by a glob on its name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadRule {
+    /// `metric_bit`s the thread measures when it matches.
+    pub mask: u32,
+    /// Kernel tid, or 0 to match by `name`.
+    pub tid: u32,
+    /// Glob (`*`, `?`) on the thread name, NUL-padded.
+    pub name: [u8; 24],
+}
+
+/// A request on the control page's ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// The request's number + 1 (ring index `seq - 1`), written last: an entry whose seq
+    /// does not match its place is torn or stale and ignored.
+    pub seq: u64,
+    /// `REQ_*`.
+    pub op: u32,
+    pub _pad: u32,
+    /// CLOCK_REALTIME when posted.
+    pub realtime_ns: u64,
+}
+
+/// Each live thread, at its next safe point, copies its counters, waits and state times
+/// into its baseline (open frames and the open state counted up to that moment).
+pub const REQ_SNAPSHOT: u32 = 1;
+
+/// `Control::control_file`.
+pub const CONTROL_FILE_NONE: u32 = 0;
+/// Read and applied (`control_message` holds the path).
+pub const CONTROL_FILE_APPLIED: u32 = 1;
+/// Rejected: every metric is off (`control_message` says why).
+pub const CONTROL_FILE_REJECTED: u32 = 2;
+/// Ignored: setuid or AT_SECURE process.
+pub const CONTROL_FILE_IGNORED: u32 = 3;
+
+/// Environment variable naming the control file.
+pub const ENV_CONTROL: &str = "STINT_CONTROL";
+
+/// Metric names (index = metric id = gate bit), as specs and control files spell them.
+pub const METRIC_NAMES: [&str; N_METRICS as usize] =
+    ["calls", "cpu_time", "wall_time", "lock_wait", "lock_hold", "state_trace"];
+
+/// The id of a metric name.
+pub fn metric_id(name: &[u8]) -> Option<u32> {
+    METRIC_NAMES.iter().position(|m| m.as_bytes() == name).map(|i| i as u32)
+}
+
+/// `RtConfig::info_rel` byte of a point: the `metric_bit`s it can measure, and this flag
+/// for a thread-library wrapper (its name is the import's).
+pub const POINT_INFO_WRAP: u8 = 0x80;
+
 /// Offset of `tid` in glibc's `struct pthread` on x86-64 (glibc 2.26 and later); the
 /// runtime verifies it against gettid() in the main thread before trusting it.
 pub const GLIBC_TID_OFFSET: u32 = 0x2d0;
@@ -518,9 +696,27 @@ pub const GLIBC_TID_OFFSET: u32 = 0x2d0;
 /// Column size for `n_points` points and `n_counter_slots` 8-byte counters per point,
 /// rounded to whole pages so columns never share a cache line or page (D7).
 pub const fn column_size(n_points: u32, n_counter_slots: u32) -> u64 {
-    let bytes = COUNTERS_OFFSET as u64 + n_points as u64 * n_counter_slots as u64 * 8;
+    let bytes = baseline_offset(n_points, n_counter_slots) + baseline_len(n_points, n_counter_slots);
     align_up(bytes, PAGE)
 }
+
+/// Where a column's snapshot baseline starts: after the counters. The baseline is what the
+/// thread's counters, waits and state times were when it took the snapshot (open frames and
+/// the open state counted up to that moment); readers subtract it, nobody zeroes a counter
+/// under a running thread. Layout: `WAIT_CAP` × [`WaitEntry`], `N_STATES` × u64 state
+/// ticks, then counters[slot][point] as in the column. Zero pages until a snapshot.
+pub const fn baseline_offset(n_points: u32, n_counter_slots: u32) -> u64 {
+    COUNTERS_OFFSET as u64 + n_points as u64 * n_counter_slots as u64 * 8
+}
+
+pub const fn baseline_len(n_points: u32, n_counter_slots: u32) -> u64 {
+    BASELINE_COUNTERS + n_points as u64 * n_counter_slots as u64 * 8
+}
+
+/// Offsets inside the baseline.
+pub const BASELINE_WAITS: u64 = 0;
+pub const BASELINE_STATES: u64 = WAIT_CAP as u64 * size_of::<WaitEntry>() as u64;
+pub const BASELINE_COUNTERS: u64 = BASELINE_STATES + N_STATES as u64 * 8;
 
 /// Offset of the counter for (`slot`, `point`) from the start of a column.
 pub const fn counter_offset(n_points: u32, slot: u32, point: u32) -> u64 {
@@ -621,10 +817,15 @@ pub struct RtConfig {
     /// This block's own address in the input ELF's address space: the run-time address
     /// minus this is the load bias.
     pub link_addr: u64,
+    /// Per point: one byte of `metric_bit`s it can measure | `POINT_INFO_WRAP`, relative.
+    pub info_rel: i64,
+    /// Point names, NUL-terminated, in point order (for control-file globs), relative.
+    pub names_rel: i64,
+    pub names_len: u64,
 }
 
 pub const CONFIG_MAGIC: [u8; 8] = *b"STINTCFG";
-pub const CONFIG_VERSION: u32 = 3;
+pub const CONFIG_VERSION: u32 = 4;
 
 /// A site patched with `int3` (the trap tactic): the runtime's SIGTRAP handler resumes
 /// the thread at the site's trampoline. Both addresses are relative to the `RtConfig` block.
@@ -740,6 +941,7 @@ impl FileHeader {
                 _pad1: u32,
                 objects_lost: u64,
                 start_tsc: u64,
+                control_offset: u64,
             }
         );
         if h.magic != FILE_MAGIC {
@@ -753,7 +955,10 @@ impl FileHeader {
             return Err(FormatError::Truncated);
         }
         let region_ok = |off: u64, len: u64| off.checked_add(len).is_some_and(|end| end <= total_len);
-        if !region_ok(h.ctl_offset, h.ctl_len) || !region_ok(h.meta_offset, h.meta_len) {
+        if !region_ok(h.ctl_offset, h.ctl_len)
+            || !region_ok(h.meta_offset, h.meta_len)
+            || !region_ok(h.control_offset, size_of::<Control>() as u64)
+        {
             return Err(FormatError::Truncated);
         }
         let counters = (h.n_points as u64).checked_mul(h.n_counter_slots as u64).and_then(|n| n.checked_mul(8));
@@ -831,6 +1036,11 @@ impl ColumnHeader {
                 _pad2: u32,
                 sync_tsc: u64,
                 sync_ticks: u64,
+                thread_mask: u32,
+                exit_key: u32,
+                req_seen: u64,
+                snap_seq: u64,
+                snap_tsc: u64,
             }
         ))
     }
@@ -923,6 +1133,9 @@ impl RtConfig {
         put!(n_traps, self.n_traps.to_le_bytes());
         put!(trap_handler_rel, self.trap_handler_rel.to_le_bytes());
         put!(link_addr, self.link_addr.to_le_bytes());
+        put!(info_rel, self.info_rel.to_le_bytes());
+        put!(names_rel, self.names_rel.to_le_bytes());
+        put!(names_len, self.names_len.to_le_bytes());
         out
     }
 }
@@ -941,7 +1154,11 @@ mod tests {
         assert_eq!(WAITS_OFFSET, HELD_OFFSET + 16 * 16);
         assert_eq!(RING_OFFSET, WAITS_OFFSET + 256 * 40);
         assert_eq!(COUNTERS_OFFSET, RING_OFFSET + 256 * 16);
-        assert_eq!(column_size(0, 1), align_up(COUNTERS_OFFSET as u64, PAGE));
+        assert_eq!(column_size(0, 1), align_up(COUNTERS_OFFSET as u64 + BASELINE_COUNTERS, PAGE));
+        assert_eq!(
+            baseline_offset(10, 4) + BASELINE_COUNTERS + 320,
+            column_size(10, 4) - (column_size(10, 4) - baseline_offset(10, 4) - baseline_len(10, 4))
+        );
         assert_eq!(size_of::<WrapSite>(), 32);
         assert_eq!(size_of::<SyncObject>(), 32);
         assert_eq!(counter_offset(10, 0, 3), COUNTERS_OFFSET as u64 + 24);
