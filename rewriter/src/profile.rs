@@ -54,10 +54,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use stint_layout::{
     align_up, clock_source_name, column_size, counter_offset, ctl_len, gate_offset, object_kind_name, objects_len,
-    ColumnHeader, FileHeader, FormatError, ObjBucket, SyncObject, Transition, WaitEntry, COLUMN_LIVE, COUNTERS_OFFSET,
-    FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, GLIBC_TID_OFFSET, HEADER_RESERVED,
-    N_COUNTER_SLOTS, N_METRICS, N_STATES, PAGE, RING_CAP, RING_OFFSET, SLOT_CALLS, STATE_EXITED, WAITS_OFFSET,
-    WAIT_CAP,
+    ColumnHeader, Control, FileHeader, FormatError, ObjBucket, SyncObject, Transition, WaitEntry, COLUMN_LIVE,
+    CONTROL_FILE_APPLIED, CONTROL_FILE_IGNORED, CONTROL_FILE_REJECTED, COUNTERS_OFFSET, FILE_MAGIC, FILE_VERSION,
+    FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, GLIBC_TID_OFFSET, N_COUNTER_SLOTS, N_METRICS, N_STATES, PAGE, REQ_SNAPSHOT,
+    RING_CAP, RING_OFFSET, SLOT_CALLS, STATE_EXITED, THREAD_RULES_CAP, WAITS_OFFSET, WAIT_CAP,
 };
 use thiserror::Error;
 
@@ -130,6 +130,33 @@ pub struct Profile {
     /// What was skipped while reading (one line each, e.g. a wait entry naming an object the
     /// file does not record).
     pub warnings: Vec<String>,
+    /// The gate byte of each point as the file holds it now (`metric_bit`s on), indexed by
+    /// point id.
+    #[serde(default)]
+    pub gates: Vec<u8>,
+    /// The control page: thread focus, snapshots, what the control file did.
+    #[serde(default)]
+    pub control: ControlInfo,
+}
+
+/// What the control page says (D10).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlInfo {
+    /// `metric_bit`s a thread measures when it registers (unless a thread rule names it).
+    pub new_thread_mask: u32,
+    /// Threads the control file named: (metric bits, tid or 0, name glob).
+    pub thread_rules: Vec<(u32, u32, String)>,
+    /// Requests posted on the ring so far.
+    pub requests: u64,
+    /// `seq` of the newest snapshot request (0: none) and when it was posted (CLOCK_REALTIME ns).
+    pub last_snapshot: u64,
+    pub last_snapshot_realtime_ns: u64,
+    /// `none`, `applied`, `rejected` or `ignored`, and the path or the reason.
+    pub control_file: String,
+    pub control_message: String,
+    /// Changes made with `stint ctl`, and when the last was (CLOCK_REALTIME ns).
+    pub changes: u64,
+    pub last_change_realtime_ns: u64,
 }
 
 impl Profile {
@@ -397,6 +424,12 @@ pub struct ThreadProfile {
     pub waits: Vec<WaitProfile>,
     /// The kept state transitions, oldest first.
     pub transitions: Vec<TransitionProfile>,
+    /// `metric_bit`s this thread measures (ANDed with each point's gate).
+    #[serde(default)]
+    pub thread_mask: u32,
+    /// `seq` of the snapshot whose baseline the thread holds (0: none).
+    #[serde(default)]
+    pub snapshot: u64,
 }
 
 impl ThreadProfile {
@@ -546,6 +579,8 @@ pub fn parse_with(b: &[u8], obs: &Observer) -> Result<Profile, ProfileError> {
             first_point,
             registered_monotonic_ns: c.registered_monotonic_ns,
             counts,
+            thread_mask: c.thread_mask,
+            snapshot: c.snap_seq,
         });
     }
 
@@ -568,7 +603,42 @@ pub fn parse_with(b: &[u8], obs: &Observer) -> Result<Profile, ProfileError> {
         objects_lost: h.objects_lost,
         alive,
         warnings,
+        gates: region(b, h.ctl_offset, h.n_points as u64).map(<[u8]>::to_vec).unwrap_or_default(),
+        control: control_info(b, &h),
     })
+}
+
+fn control_info(b: &[u8], h: &FileHeader) -> ControlInfo {
+    let Some(c) = region(b, h.control_offset, size_of::<Control>() as u64).and_then(|r| Control::parse(r).ok()) else {
+        return ControlInfo::default();
+    };
+    let text = |bytes: &[u8]| {
+        let end = bytes.iter().position(|&x| x == 0).unwrap_or(bytes.len());
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    };
+    let snap = c.newest(REQ_SNAPSHOT).filter(|r| r.seq == c.last_snapshot);
+    ControlInfo {
+        new_thread_mask: c.new_thread_mask,
+        thread_rules: c
+            .thread_rules
+            .iter()
+            .take(c.n_thread_rules.min(THREAD_RULES_CAP as u32) as usize)
+            .map(|r| (r.mask, r.tid, text(&r.name)))
+            .collect(),
+        requests: c.req_head,
+        last_snapshot: c.last_snapshot,
+        last_snapshot_realtime_ns: snap.map_or(0, |r| r.realtime_ns),
+        control_file: match c.control_file {
+            CONTROL_FILE_APPLIED => "applied",
+            CONTROL_FILE_REJECTED => "rejected",
+            CONTROL_FILE_IGNORED => "ignored",
+            _ => "none",
+        }
+        .to_string(),
+        control_message: text(&c.control_message),
+        changes: c.changes,
+        last_change_realtime_ns: c.last_change_realtime_ns,
+    }
 }
 
 /// The sync objects read so far, by index: the table's first `min(n_objects, obj_cap)`
@@ -840,7 +910,8 @@ pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> V
         })
         .map_or(SLOT_CALLS, |s| s as u32);
 
-    let ctl_offset = HEADER_RESERVED;
+    let control_offset = stint_layout::CONTROL_OFFSET;
+    let ctl_offset = stint_layout::GATES_OFFSET;
     let ctl = ctl_len(n_points);
     let meta_offset = ctl_offset + ctl;
     let meta_len = meta_json.len() as u64;
@@ -886,6 +957,7 @@ pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> V
         obj_buckets: SYNTHETIC_OBJ_BUCKETS,
         obj_cap: SYNTHETIC_OBJ_CAP,
         n_objects: 0,
+        control_offset,
         objects_lost: 0,
         start_tsc: SYNTHETIC_START_TSC,
         ..FileHeader::default()
@@ -996,6 +1068,7 @@ pub fn file_header_bytes(h: &FileHeader) -> [u8; size_of::<FileHeader>()] {
     put!(out, FileHeader, n_objects, h.n_objects.to_le_bytes());
     put!(out, FileHeader, objects_lost, h.objects_lost.to_le_bytes());
     put!(out, FileHeader, start_tsc, h.start_tsc.to_le_bytes());
+    put!(out, FileHeader, control_offset, h.control_offset.to_le_bytes());
     out
 }
 
@@ -1041,6 +1114,11 @@ pub fn column_header_bytes(c: &ColumnHeader) -> [u8; size_of::<ColumnHeader>()] 
     put!(out, ColumnHeader, n_held, c.n_held.to_le_bytes());
     put!(out, ColumnHeader, sync_tsc, c.sync_tsc.to_le_bytes());
     put!(out, ColumnHeader, sync_ticks, c.sync_ticks.to_le_bytes());
+    put!(out, ColumnHeader, thread_mask, c.thread_mask.to_le_bytes());
+    put!(out, ColumnHeader, exit_key, c.exit_key.to_le_bytes());
+    put!(out, ColumnHeader, req_seen, c.req_seen.to_le_bytes());
+    put!(out, ColumnHeader, snap_seq, c.snap_seq.to_le_bytes());
+    put!(out, ColumnHeader, snap_tsc, c.snap_tsc.to_le_bytes());
     out
 }
 
@@ -1200,6 +1278,7 @@ mod tests {
             _pad1: 0,
             objects_lost: 29,
             start_tsc: 30,
+            control_offset: 31,
         };
         assert_eq!(FileHeader::parse(&file_header_bytes(&h), u64::MAX), Ok(h));
 
@@ -1243,6 +1322,11 @@ mod tests {
             _pad2: 0,
             sync_tsc: 42,
             sync_ticks: 43,
+            thread_mask: 44,
+            exit_key: 45,
+            req_seen: 46,
+            snap_seq: 47,
+            snap_tsc: 48,
         };
         assert_eq!(ColumnHeader::parse(&column_header_bytes(&c)), Ok(c));
 
@@ -1265,7 +1349,10 @@ mod tests {
     fn synthetic_file_has_the_runtime_layout() {
         let b = sample();
         let h = FileHeader::parse(&b, b.len() as u64).unwrap();
-        assert_eq!(h.ctl_offset, HEADER_RESERVED);
+        assert_eq!(
+            (h.control_offset, h.ctl_offset),
+            (stint_layout::HEADER_RESERVED, stint_layout::HEADER_RESERVED + PAGE)
+        );
         assert_eq!(h.meta_offset, h.ctl_offset + ctl_len(5));
         assert_eq!(h.columns_offset % PAGE, 0);
         assert_eq!(h.column_size, column_size(5, N_COUNTER_SLOTS));

@@ -30,12 +30,15 @@ use crate::sys::{self, Errno};
 use core::mem::size_of;
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    align_up, column_size, counter_offset, metric_bit, objects_len, ColumnHeader, FileHeader, Frame, RtConfig,
-    CLOCK_SOURCE_PERF_TSC, CLOCK_SOURCE_SYSCALL, COLUMN_HEADER_RESERVED, COLUMN_LIVE, CONFIG_MAGIC, ENV_PROFILE,
-    FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, FRAME_SIZE, HEADER_RESERVED, METRIC_CPU_TIME,
-    METRIC_WALL_TIME, OBJ_BUCKETS, OBJ_CAP, PAGE, RT_STATE_SIZE, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE,
-    SLOT_CPU_TICKS, SLOT_WALL_TICKS, STATE_RUN, TIMER_BITS,
+    align_up, column_size, counter_offset, metric_bit, objects_len, ColumnHeader, Control, FileHeader, Frame, RtConfig,
+    CLOCK_SOURCE_PERF_TSC, CLOCK_SOURCE_SYSCALL, COLUMN_HEADER_RESERVED, COLUMN_LIVE, CONFIG_MAGIC, CONTROL_OFFSET,
+    ENV_PROFILE, FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, FRAME_SIZE, GATES_OFFSET,
+    METRIC_CPU_TIME, METRIC_WALL_TIME, OBJ_BUCKETS, OBJ_CAP, PAGE, RT_STATE_SIZE, SHADOW_CAP, SHADOW_OFFSET,
+    SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, STATE_RUN, TIMER_BITS,
 };
+
+/// A thread mask with every metric.
+pub(crate) const ALL_METRICS: u32 = 0xff;
 
 /// Address space reserved for the profile mapping; the file grows inside it.
 const RESERVE: usize = 1 << 36;
@@ -304,7 +307,7 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
         };
 
     let n_points = config.n_points;
-    let ctl_off = HEADER_RESERVED;
+    let ctl_off = GATES_OFFSET;
     let ctl_len = config.ctl_len;
     let meta_off = ctl_off + ctl_len;
     let meta_len = config.meta_len;
@@ -375,6 +378,10 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
     hdr.obj_buckets = OBJ_BUCKETS;
     hdr.obj_cap = OBJ_CAP;
     hdr.start_tsc = sys::rdtsc();
+    hdr.control_offset = CONTROL_OFFSET;
+    // Safety: the control page lies inside the mapped file, after the header page.
+    let control = unsafe { &mut *((base + CONTROL_OFFSET as usize) as *mut Control) };
+    control.new_thread_mask = ALL_METRICS;
     // Safety: both regions lie inside the mapped file; the sources are in our segment.
     unsafe {
         let meta = bytes(config, config.meta_rel, meta_len);

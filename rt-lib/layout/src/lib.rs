@@ -122,6 +122,9 @@ pub struct FileHeader {
 /// Size reserved for the header at the start of the file.
 pub const HEADER_RESERVED: u64 = PAGE;
 const _: () = assert!(size_of::<FileHeader>() as u64 <= HEADER_RESERVED);
+/// Where the runtime puts the [`Control`] page and the gate bytes.
+pub const CONTROL_OFFSET: u64 = HEADER_RESERVED;
+pub const GATES_OFFSET: u64 = CONTROL_OFFSET + PAGE;
 
 /// `ColumnHeader::state` values.
 pub const COLUMN_EMPTY: u32 = 0;
