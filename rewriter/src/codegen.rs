@@ -40,10 +40,11 @@ use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
 use stint_layout::{
-    metric_bit, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET,
-    COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET, COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_TIMER_SKIPPED_OFFSET,
-    FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_WALL_OFFSET,
-    METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, TIMER_BITS,
+    metric_bit, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET, COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET,
+    COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET, COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET,
+    COL_THREAD_MASK_OFFSET, COL_TIMER_SKIPPED_OFFSET, COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET,
+    FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME,
+    METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, TIMER_BITS,
 };
 
 /// Label IPs live here; no user-space instruction can have such an address.
@@ -136,23 +137,23 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>>
     displaced_code(&mut b, &point.displaced, point.emulate_call)?; // the program's own instructions, then back
     b.bind(on);
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?; // scratch
-    thread_check(&mut b, env.tid_offset, slow)?;
+    thread_check(&mut b, env.tid_offset, COL_OWNER_KEY_OFFSET, slow)?;
     b.bind(count);
+    // What this thread measures here: the gate ANDed with the thread's mask (`stint ctl
+    // --thread`); al keeps it across the counter update.
+    b.op(Instruction::with2(Code::Movzx_r32_rm8, Register::EAX, rip(env.gate)))?;
+    b.op(Instruction::with2(Code::And_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_THREAD_MASK_OFFSET)))?;
     let timers = point.bits & TIMER_BITS != 0;
     if point.bits & CALLS_BIT != 0 {
         let skip = b.label();
-        if point.bits != CALLS_BIT {
-            b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), CALLS_BIT as u32))?;
-            b.add(Instruction::with_branch(Code::Je_rel32_64, skip).map_err(internal)?);
-        }
+        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, CALLS_BIT as u32))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, skip).map_err(internal)?);
         b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
-        if point.bits != CALLS_BIT {
-            b.bind(skip);
-        }
+        b.bind(skip);
     }
     if timers {
         let done = b.label();
-        b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), TIMER_BITS as u32))?;
+        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, TIMER_BITS as u32))?;
         b.add(Instruction::with_branch(Code::Je_rel32_64, done).map_err(internal)?);
         b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
         b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_enter).map_err(internal)?);
@@ -172,13 +173,13 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>>
 
 /// `fs:[0]` and the libc tid word against the column GS points at; jumps to `miss` when the
 /// column is not this thread's. Clobbers eax and flags.
-fn thread_check(b: &mut Block, tid_offset: u32, miss: u64) -> Result<()> {
+fn thread_check(b: &mut Block, tid_offset: u32, key: u32, miss: u64) -> Result<()> {
     b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, seg_abs(Register::FS, 0)))?; // thread pointer
     b.op(Instruction::with2(Code::Cmp_r64_rm64, Register::RAX, seg_abs(Register::GS, COL_OWNER_TP_OFFSET)))?;
     b.add(Instruction::with_branch(Code::Jne_rel32_64, miss).map_err(internal)?);
     if tid_offset != 0 {
         b.op(Instruction::with2(Code::Mov_r32_rm32, Register::EAX, seg_abs(Register::FS, tid_offset)))?; // libc tid
-        b.op(Instruction::with2(Code::Cmp_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_OWNER_KEY_OFFSET)))?;
+        b.op(Instruction::with2(Code::Cmp_r32_rm32, Register::EAX, seg_abs(Register::GS, key)))?;
         b.add(Instruction::with_branch(Code::Jne_rel32_64, miss).map_err(internal)?);
     }
     Ok(())
@@ -213,7 +214,9 @@ pub fn exit_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u
     b.add(*last);
     b.bind(on);
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
-    thread_check(&mut b, env.tid_offset, skip)?;
+    // `exit_key`, not `owner_key`: a thread `stint ctl` sent to a safe point still closes
+    // its frames (the timer routine takes it to rt-lib).
+    thread_check(&mut b, env.tid_offset, COL_EXIT_KEY_OFFSET, skip)?;
     b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, exit.point))?;
     b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
     b.bind(skip);
@@ -415,6 +418,9 @@ pub fn timer_routine(at: u64, op: u32, env: TimerEnv) -> Result<Vec<u8>> {
     b.op(Instruction::with2(Code::Sub_r64_rm64, RDX, gs(COL_SYNC_TSC_OFFSET)))?;
     b.op(Instruction::with2(Code::Cmp_r64_rm64, RDX, gs(COL_SYNC_TICKS_OFFSET)))?; // extrapolated too long?
     b.add(Instruction::with_branch(Code::Ja_rel32_64, slow).map_err(internal)?);
+    b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, gs(COL_OWNER_KEY_OFFSET)))?;
+    b.op(Instruction::with2(Code::Cmp_r32_rm32, EDX, gs(COL_EXIT_KEY_OFFSET)))?; // sent to a safe point?
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
     b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, gs(COL_DEPTH_OFFSET)))?;
     let ss = SHADOW_OFFSET;
     if op == TIMER_OP_ENTER {
@@ -433,6 +439,7 @@ pub fn timer_routine(at: u64, op: u32, env: TimerEnv) -> Result<Vec<u8>> {
         b.op(Instruction::with2(Code::Lea_r64_m, RSI, rip(env.ctl)))?;
         b.op(Instruction::with2(Code::Movzx_r32_rm8, ESI, MemoryOperand::with_base_index(RSI, RCX)))?;
         b.op(Instruction::with2(Code::And_rm32_imm8, ESI, TIMER_BITS as i32))?;
+        b.op(Instruction::with2(Code::And_r32_rm32, ESI, gs(COL_THREAD_MASK_OFFSET)))?; // the thread's focus
         b.op(Instruction::with2(Code::Mov_rm32_r32, gsx(RDX, ss + FRAME_BITS_OFFSET), ESI))?;
         b.op(Instruction::with2(Code::Mov_rm64_r64, gsx(RDX, ss + FRAME_WALL_OFFSET), RAX))?;
         b.op(Instruction::with2(Code::Sub_r64_rm64, RAX, gs(COL_CPU_OFF_OFFSET)))?;
@@ -440,6 +447,14 @@ pub fn timer_routine(at: u64, op: u32, env: TimerEnv) -> Result<Vec<u8>> {
         b.op(Instruction::with1(Code::Inc_rm64, gsi8(RCX, env.active)))?;
         b.op(Instruction::with1(Code::Inc_rm32, gs(COL_DEPTH_OFFSET)))?; // publish
     } else {
+        // An empty shadow stack: the function was entered while this thread's timers were
+        // off. Count it here rather than in rt-lib (threads outside a focus exit often).
+        let framed = b.label();
+        b.op(Instruction::with2(Code::Test_rm32_r32, EDX, EDX))?;
+        b.add(Instruction::with_branch(Code::Jne_rel32_64, framed).map_err(internal)?);
+        b.op(Instruction::with1(Code::Inc_rm64, gs(COL_UNMATCHED_EXITS_OFFSET)))?;
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, out).map_err(internal)?);
+        b.bind(framed);
         b.op(Instruction::with2(Code::Lea_r32_m, ESI, mem(RDX, -1)))?; // top index
         b.op(Instruction::with2(Code::Cmp_rm32_imm32, ESI, SHADOW_CAP))?; // empty (−1) or beyond the kept frames
         b.add(Instruction::with_branch(Code::Jae_rel32_64, slow).map_err(internal)?);

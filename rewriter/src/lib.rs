@@ -74,7 +74,7 @@ pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> 
     let p = plan_program(data, opts.spec, opts.traps)?;
     let meta = rewrite_report::meta_json(&p, opts.program);
     let on = opts.spec.on_at_start_bits();
-    let gates: Vec<u8> = p.plan.points.iter().map(|pt| pt.bits & on).collect();
+    let gates: Vec<u8> = p.plan.points.iter().map(|pt| pt.bits & (on | stint_layout::GATE_HOOK)).collect();
     let tid_offset = if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 };
     // What each point can measure and its name, for the control file (STINT_CONTROL).
     let info: Vec<u8> = p

@@ -113,7 +113,8 @@ enum By {
     stint report /tmp/pigz.1234.stint --top 20\n  \
     stint report /tmp/pigz.1234.stint --by lock      # which locks threads waited on, and how long\n  \
     stint report /tmp/pigz.1234.stint --by thread    # lifetimes, exits, % of time per state\n  \
-    stint report /tmp/pigz.1234.stint --format json  # everything, whatever --by says")]
+    stint report /tmp/pigz.1234.stint --format json  # everything, whatever --by says\n  \
+    stint report /tmp/pigz.1234.stint --since-snapshot  # only what came after `stint ctl ... snapshot`")]
 struct ReportArgs {
     /// A profile file (it may belong to a running process).
     profile: PathBuf,
@@ -129,6 +130,9 @@ struct ReportArgs {
     /// Show at most N functions per thread (--by function only).
     #[arg(long)]
     top: Option<usize>,
+    /// Only what happened after the newest `stint ctl <profile> snapshot`.
+    #[arg(long)]
+    since_snapshot: bool,
 }
 
 fn main() -> ExitCode {
@@ -251,7 +255,12 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
 }
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
-    let p = stint::profile::load(&a.profile).map_err(|e| anyhow!("{}: {e}", a.profile.display()))?;
+    let p = if a.since_snapshot {
+        stint::profile::load_since_snapshot(&a.profile)
+    } else {
+        stint::profile::load(&a.profile)
+    }
+    .map_err(|e| anyhow!("{}: {e}", a.profile.display()))?;
     let mut out = std::io::stdout().lock();
     let format = if a.json { Format::Json } else { a.format };
     match (format, a.by) {

@@ -472,6 +472,23 @@ pub fn parse(b: &[u8]) -> Result<Profile, ProfileError> {
 
 /// [`parse`] with the given view of which threads still run.
 pub fn parse_with(b: &[u8], obs: &Observer) -> Result<Profile, ProfileError> {
+    parse_opts(b, obs, false)
+}
+
+/// Read a live or final profile and keep only what happened after the newest snapshot
+/// (`stint ctl snapshot`): every count, time, wait and state time minus the thread's
+/// baseline. A thread that had not reached a safe point yet has counted nothing since.
+pub fn load_since_snapshot(path: &Path) -> Result<Profile, ProfileError> {
+    let b = std::fs::read(path).map_err(ProfileError::Read)?;
+    let p = parse_opts(&b, &Observer::SYSTEM, true)?;
+    if p.control.last_snapshot == 0 {
+        return Err(ProfileError::Meta("no snapshot was taken (stint ctl <profile> snapshot)".into()));
+    }
+    Ok(p)
+}
+
+/// [`parse_with`], optionally relative to the newest snapshot (see [`load_since_snapshot`]).
+pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Profile, ProfileError> {
     check_column_arithmetic(b)?;
     let h = FileHeader::parse(b, b.len() as u64)?;
     let meta_bytes = region(b, h.meta_offset, h.meta_len).ok_or(FormatError::Truncated)?;
@@ -496,6 +513,8 @@ pub fn parse_with(b: &[u8], obs: &Observer) -> Result<Profile, ProfileError> {
 
     let alive = (obs.process_alive)(h.pid);
     let now_tsc = if alive { (obs.now_tsc)() } else { 0 };
+    let control = control_info(b, &h);
+    let snapshot = (since_snapshot && control.last_snapshot != 0).then_some(control.last_snapshot);
     let mut objects = Objects::read(b, &h);
     let mut warnings = Vec::new();
 
@@ -548,8 +567,25 @@ pub fn parse_with(b: &[u8], obs: &Observer) -> Result<Profile, ProfileError> {
         if let Some(t) = state_ticks.get_mut(c.thread_state as usize) {
             *t = t.saturating_add(open_interval(&c, thread_alive, now_tsc));
         }
-        let waits = read_waits(col, &c, b, &h, &mut objects, &mut warnings);
+        let mut waits = read_waits(col, &c, b, &h, &mut objects, &mut warnings);
         let transitions = read_ring(col, &c, b, &h, &mut objects);
+        if let Some(seq) = snapshot {
+            let mut d = Deltas { counts: &mut counts, times: &mut times, waits: &mut waits, states: &mut state_ticks };
+            if c.snap_seq == seq {
+                subtract_baseline(col, &h, &mut d);
+            } else {
+                // Not at a safe point since the request: nothing counted since, and the
+                // thread has stayed in its state since then.
+                let since_ns = (realtime_now_ns().saturating_sub(control.last_snapshot_realtime_ns)) as u128;
+                let ticks = (since_ns * h.tsc_hz as u128 / 1_000_000_000) as u64;
+                d.counts.clear();
+                d.times.clear();
+                d.waits.clear();
+                for (i, t) in d.states.iter_mut().enumerate() {
+                    *t = if i == c.thread_state as usize { (*t).min(ticks) } else { 0 };
+                }
+            }
+        }
         threads.push(ThreadProfile {
             alive: thread_alive,
             creator_tid: (c.creator_tid != 0).then_some(c.creator_tid),
@@ -604,8 +640,69 @@ pub fn parse_with(b: &[u8], obs: &Observer) -> Result<Profile, ProfileError> {
         alive,
         warnings,
         gates: region(b, h.ctl_offset, h.n_points as u64).map(<[u8]>::to_vec).unwrap_or_default(),
-        control: control_info(b, &h),
+        control,
     })
+}
+
+fn realtime_now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A thread's figures, to be made relative to its snapshot baseline.
+struct Deltas<'a> {
+    counts: &'a mut Vec<(u32, u64)>,
+    times: &'a mut Vec<(u32, u64, u64)>,
+    waits: &'a mut Vec<WaitProfile>,
+    states: &'a mut [u64; N_STATES as usize],
+}
+
+/// Subtract the column's baseline (layout: `stint_layout::baseline_offset`).
+fn subtract_baseline(col: &[u8], h: &FileHeader, d: &mut Deltas) {
+    let base = stint_layout::baseline_offset(h.n_points, h.n_counter_slots) as usize;
+    let u64_at = |off: usize| col.get(off..off + 8).map_or(0, |x| u64::from_le_bytes(x.try_into().unwrap_or([0; 8])));
+    let counter = |slot: u32, point: u32| {
+        u64_at(
+            base + stint_layout::BASELINE_COUNTERS as usize
+                + (slot as usize * h.n_points as usize + point as usize) * 8,
+        )
+    };
+    d.counts.retain_mut(|(p, n)| {
+        *n = n.saturating_sub(counter(SLOT_CALLS, *p));
+        *n != 0
+    });
+    d.times.retain_mut(|(p, cpu, wall)| {
+        *cpu = cpu.saturating_sub(counter(stint_layout::SLOT_CPU_TICKS, *p));
+        *wall = wall.saturating_sub(counter(stint_layout::SLOT_WALL_TICKS, *p));
+        *cpu != 0 || *wall != 0
+    });
+    // The baseline's wait table is a copy of the column's, slot for slot; `WaitEntry::parse`
+    // reads at WAITS_OFFSET of the slice it is given.
+    let shift = base + stint_layout::BASELINE_WAITS as usize - WAITS_OFFSET as usize;
+    let mut before: std::collections::BTreeMap<u32, WaitEntry> = std::collections::BTreeMap::new();
+    if let Some(bcol) = col.get(shift..) {
+        for slot in 0..WAIT_CAP {
+            let Some(w) = WaitEntry::parse(bcol, slot) else { break };
+            if w.object != 0 {
+                let e = before.entry(w.object - 1).or_default();
+                e.count = e.count.saturating_add(w.count);
+                e.contended = e.contended.saturating_add(w.contended);
+                e.wait_ticks = e.wait_ticks.saturating_add(w.wait_ticks);
+                e.hold_ticks = e.hold_ticks.saturating_add(w.hold_ticks);
+            }
+        }
+    }
+    d.waits.retain_mut(|w| {
+        if let Some(b) = before.get(&w.object) {
+            w.count = w.count.saturating_sub(b.count);
+            w.contended = w.contended.saturating_sub(b.contended);
+            w.wait_ticks = w.wait_ticks.saturating_sub(b.wait_ticks);
+            w.hold_ticks = w.hold_ticks.saturating_sub(b.hold_ticks);
+        }
+        w.count != 0 || w.wait_ticks != 0 || w.hold_ticks != 0
+    });
+    for (i, t) in d.states.iter_mut().enumerate() {
+        *t = t.saturating_sub(u64_at(base + stint_layout::BASELINE_STATES as usize + i * 8));
+    }
 }
 
 fn control_info(b: &[u8], h: &FileHeader) -> ControlInfo {

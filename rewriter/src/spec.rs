@@ -134,6 +134,12 @@ impl Spec {
             // is always wrapped when selected: it names the threads (start routine, creator).
             return b & SYNC_BITS;
         }
+        let id = stint_layout::wrap_id(name);
+        if b != 0 && matches!(id, Some(stint_layout::WRAP_PTHREAD_CREATE | stint_layout::WRAP_SETNAME_NP)) {
+            // These name threads (start routine, name) for the thread focus: they run even
+            // when every metric is off.
+            return b | stint_layout::GATE_HOOK;
+        }
         b
     }
 

@@ -23,6 +23,7 @@
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 
+pub mod control;
 pub mod runtime;
 pub mod sys;
 pub mod trap;

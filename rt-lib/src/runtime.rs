@@ -32,9 +32,9 @@ use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
     align_up, column_size, counter_offset, metric_bit, objects_len, ColumnHeader, Control, FileHeader, Frame, RtConfig,
     CLOCK_SOURCE_PERF_TSC, CLOCK_SOURCE_SYSCALL, COLUMN_HEADER_RESERVED, COLUMN_LIVE, CONFIG_MAGIC, CONTROL_OFFSET,
-    ENV_PROFILE, FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, FRAME_SIZE, GATES_OFFSET,
-    METRIC_CPU_TIME, METRIC_WALL_TIME, OBJ_BUCKETS, OBJ_CAP, PAGE, RT_STATE_SIZE, SHADOW_CAP, SHADOW_OFFSET,
-    SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, STATE_RUN, TIMER_BITS,
+    ENV_CONTROL, ENV_PROFILE, FILE_MAGIC, FILE_VERSION, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, FRAME_SIZE,
+    GATES_OFFSET, METRIC_CPU_TIME, METRIC_WALL_TIME, OBJ_BUCKETS, OBJ_CAP, PAGE, RT_STATE_SIZE, SHADOW_CAP,
+    SHADOW_OFFSET, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, STATE_RUN, TIMER_BITS,
 };
 
 /// A thread mask with every metric.
@@ -78,7 +78,12 @@ pub struct RtState {
     pub(crate) pending: [crate::wrap::PendingStart; crate::wrap::PENDING_CAP],
     /// Names given to threads that had not registered yet (guarded by `reg_lock`).
     pub(crate) names: [crate::wrap::PendingName; crate::wrap::NAMES_CAP],
+    /// STINT_CONTROL, copied at start like the template (a fork child applies it again).
+    control_path: [u8; CONTROL_PATH_MAX],
+    control_len: u32,
 }
+
+const CONTROL_PATH_MAX: usize = 512;
 
 const _: () = assert!(size_of::<RtState>() as u64 <= RT_STATE_SIZE);
 
@@ -128,6 +133,7 @@ pub unsafe fn init(config: Cfg, sp: *const usize) {
     let st = unsafe { state(config) };
     st.dummy.owner_tp = u64::MAX;
     st.dummy.owner_key = u32::MAX;
+    st.dummy.exit_key = u32::MAX;
     st.dummy.self_addr = &st.dummy as *const ColumnHeader as u64;
     if sys::set_gs_base(st.dummy.self_addr as usize).is_err() {
         return; // gates stay off: the program runs unmeasured
@@ -141,10 +147,26 @@ pub unsafe fn init(config: Cfg, sp: *const usize) {
 
     // The initial stack: argc, argv[argc], NULL, envp..., NULL, auxv pairs.
     // Safety: the kernel lays out the initial stack this way.
-    let (env, secure) = unsafe { scan_stack(sp) };
+    let (env, control, secure) = unsafe { scan_stack(sp) };
     if secure || sys::setid() {
         // AT_SECURE (setuid, file capabilities): ignore STINT_* and measure nothing.
+        if control.is_some() {
+            let mut line = [0u8; 256];
+            let n = copy_into(
+                &mut line,
+                &[b"stint: ", program_name(config), b": STINT_CONTROL ignored in a setuid or AT_SECURE process\n"],
+            );
+            sys::write_all(2, line.get(..n).unwrap_or(&[]));
+        }
         return;
+    }
+    if let Some(c) = control {
+        if c.len() >= CONTROL_PATH_MAX {
+            warn(config, b"control file path too long", c, None);
+            st.template_len = 0; // never measure with metrics the user wanted off
+            return;
+        }
+        st.control_len = copy_into(&mut st.control_path, &[c]) as u32;
     }
     let name = bytes(config, config.name_rel, config.name_len);
     let n = match env {
@@ -159,19 +181,20 @@ pub unsafe fn init(config: Cfg, sp: *const usize) {
 ///
 /// # Safety
 /// `sp` is the initial process stack.
-unsafe fn scan_stack(sp: *const usize) -> (Option<&'static [u8]>, bool) {
+unsafe fn scan_stack(sp: *const usize) -> (Option<&'static [u8]>, Option<&'static [u8]>, bool) {
     // Safety (whole function): walking the kernel-built initial stack.
     unsafe {
         let argc = *sp;
         let mut p = sp.add(1 + argc + 1);
         let mut found = None;
+        let mut control = None;
         while *p != 0 {
             let s = cstr(*p as *const u8);
-            if s.len() > ENV_PROFILE.len()
-                && &s[..ENV_PROFILE.len()] == ENV_PROFILE.as_bytes()
-                && s[ENV_PROFILE.len()] == b'='
-            {
-                found = Some(&s[ENV_PROFILE.len() + 1..]);
+            if let Some(v) = env_value(s, ENV_PROFILE) {
+                found = Some(v);
+            }
+            if let Some(v) = env_value(s, ENV_CONTROL) {
+                control = Some(v);
             }
             p = p.add(1);
         }
@@ -189,8 +212,25 @@ unsafe fn scan_stack(sp: *const usize) -> (Option<&'static [u8]>, bool) {
             }
             p = p.add(2);
         }
-        (found, secure)
+        (found, control, secure)
     }
+}
+
+/// The value of `NAME=value` if `s` is that variable.
+fn env_value(s: &'static [u8], name: &str) -> Option<&'static [u8]> {
+    let rest = s.strip_prefix(name.as_bytes())?;
+    rest.strip_prefix(b"=")
+}
+
+/// The program's name as the rewriter recorded it.
+pub(crate) fn program_name(config: Cfg) -> &'static [u8] {
+    bytes(config, config.name_rel, config.name_len)
+}
+
+/// `path` with a NUL, in the start-up scratch buffer (single-threaded use only).
+pub(crate) fn nul_terminated<'a>(st: &'a mut RtState, path: &[u8]) -> Option<&'a [u8]> {
+    let n = copy_into(&mut st.path, &[path, b"\0"]);
+    (n == path.len() + 1).then(|| st.path.get(..n)).flatten()
 }
 
 /// # Safety
@@ -389,6 +429,12 @@ fn create_profile(config: Cfg, st: &mut RtState, extra_flags: u32) -> bool {
         let gates = bytes(config, config.gates_rel, n_points as u64); // one gate byte per point
         core::ptr::copy_nonoverlapping(gates.as_ptr(), (base + ctl_off as usize) as *mut u8, gates.len());
     }
+    if st.control_len != 0 {
+        let mut path = [0u8; CONTROL_PATH_MAX];
+        let n = copy_into(&mut path, &[st.control_path.get(..st.control_len as usize).unwrap_or(&[])]);
+        let gates = (base + ctl_off as usize) as *mut u8;
+        crate::control::apply_file(config, st, path.get(..n).unwrap_or(&[]), gates, control);
+    }
     st.active = 1;
     fence(Ordering::Release);
     // Now the gates go live: map the control region over the reserved pages in the program.
@@ -511,6 +557,7 @@ pub unsafe fn slow(config: Cfg, point: u32) -> bool {
     sys::thread_name(&mut col.name);
     crate::wrap::take_pending_name(st, tp, &mut col.name);
     crate::wrap::take_pending_start(config, st, tp, col);
+    crate::control::on_register(config, col);
     // Safety: aligned u32 fields in the mapping; release publishes the column's contents.
     unsafe {
         AtomicU32::from_ptr(&mut col.state).store(COLUMN_LIVE, Ordering::Release);
@@ -613,6 +660,20 @@ fn resync(col: &mut ColumnHeader, tsc_hz: u64) {
     }
 }
 
+/// The thread's CPU clock now, in TSC ticks (as frames record it); 0 before its first timer
+/// event.
+pub(crate) fn cpu_ticks_now(config: Cfg, col: &mut ColumnHeader) -> u64 {
+    if col.clock_source == stint_layout::CLOCK_SOURCE_NONE {
+        return 0;
+    }
+    // Safety: see `state`; the seq pointer is the perf page's lock word or `seq_never`.
+    let (hz, seq) = unsafe { (state(config).tsc_hz, core::ptr::read_volatile(col.seq_ptr as *const u32)) };
+    if seq != col.seq || sys::rdtsc().wrapping_sub(col.sync_tsc) > col.sync_ticks {
+        resync(col, hz);
+    }
+    sys::rdtsc().wrapping_sub(col.cpu_off)
+}
+
 fn ns_to_ticks(ns: u64, tsc_hz: u64) -> u64 {
     (ns as u128 * tsc_hz as u128 / 1_000_000_000) as u64
 }
@@ -635,6 +696,8 @@ pub unsafe fn timer(config: Cfg, op: u32, point: u32, sp: u64, tsc: u64) {
     let base = unsafe { sys::gs_self() } as usize;
     // Safety: as above; only this thread writes its column.
     let col = unsafe { &mut *(base as *mut ColumnHeader) };
+    // A safe point (the routine sends a thread here when `stint ctl` changed its key).
+    crate::control::safe_point(config, col);
     // CPU time of this instant: `tsc` was read before the routine looked at the sequence
     // word, so after a re-synchronisation it belongs to the previous scheduling period and
     // would be off by the time the thread spent descheduled; read the TSC again.
@@ -726,7 +789,7 @@ pub unsafe fn timer(config: Cfg, op: u32, point: u32, sp: u64, tsc: u64) {
     }
     let ctl = at::<u8>(config, config.ctl_rel);
     // Safety: point < n_points ≤ ctl_len; the control region is mapped.
-    let bits = unsafe { core::ptr::read_volatile(ctl.add(point as usize)) } & TIMER_BITS;
+    let bits = unsafe { core::ptr::read_volatile(ctl.add(point as usize)) } & TIMER_BITS & col.thread_mask as u8;
     // Safety: depth < SHADOW_CAP; counters of point < n lie inside the column.
     unsafe {
         *frame(col.depth) = Frame { sp, point, bits: bits as u32, wall_start: tsc, cpu_start: cpu_now };
@@ -834,6 +897,10 @@ fn refresh_if_owner(config: Cfg, st: &RtState, tp: u64, tid: u32, pid: u32) -> b
     let col = unsafe { &mut *cur };
     if col.owner_tp == tp && col.tid == tid && col.pid == pid {
         col.owner_key = key(config, tp);
+        col.exit_key = col.owner_key;
+        // Our own column and no frame half written: a safe point (`stint ctl` may have
+        // changed the key to bring us here).
+        crate::control::safe_point(config, col);
         return true;
     }
     false

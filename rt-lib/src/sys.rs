@@ -86,6 +86,7 @@ macro_rules! syscall {
     }};
 }
 
+const SYS_READ: usize = 0;
 const SYS_WRITE: usize = 1;
 const SYS_CLOSE: usize = 3;
 const SYS_MMAP: usize = 9;
@@ -106,6 +107,7 @@ const SYS_OPENAT: usize = 257;
 const SYS_UNLINKAT: usize = 263;
 
 pub const AT_FDCWD: isize = -100;
+pub const O_RDONLY: usize = 0;
 pub const O_RDWR: usize = 0o2;
 pub const O_CREAT: usize = 0o100;
 pub const O_EXCL: usize = 0o200;
@@ -137,6 +139,11 @@ pub fn write_all(fd: i32, mut buf: &[u8]) {
             Err(_) => return,
         }
     }
+}
+
+/// read(2) into `buf`.
+pub fn read(fd: i32, buf: &mut [u8]) -> SysResult {
+    syscall!(SYS_READ, fd as isize, buf.as_mut_ptr(), buf.len())
 }
 
 /// openat(AT_FDCWD, path, flags, mode); `path` must be NUL-terminated.

@@ -165,6 +165,8 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
     };
     // Safety: the thread's own column.
     let c = unsafe { &mut *col };
+    crate::control::safe_point(config, c);
+    let gate = gate & c.thread_mask as u8;
     if gate & bit(METRIC_CALLS) != 0 {
         let off = counter_offset(config.n_points, SLOT_CALLS, s.point) as usize;
         // Safety: the counter lies inside the column; only this thread writes it.
@@ -533,8 +535,13 @@ fn set_name(ev: &Ev, thread: u64, name: *const u8) {
         }
         *d = b;
     }
+    let rules = crate::control::has_name_rules(ev.config);
     if thread == sys::thread_pointer() {
-        ev.col().name = n;
+        let c = ev.col();
+        c.name = n;
+        if rules {
+            c.thread_mask = crate::control::thread_mask(ev.config, c.tid, &n);
+        }
         return;
     }
     let Some(lock) = runtime::reg_lock(ev.config) else {
@@ -545,7 +552,12 @@ fn set_name(ev: &Ev, thread: u64, name: *const u8) {
     }
     match runtime::find_column(ev.config, thread, 4096) {
         // Safety: a column of this process; the name is only ever written whole by setname.
-        Some(c) => unsafe { (*c).name = n },
+        Some(c) => unsafe {
+            (*c).name = n;
+            if rules {
+                (*c).thread_mask = crate::control::thread_mask(ev.config, (*c).tid, &n);
+            }
+        },
         None => {
             // Safety: see `runtime::state`; we hold reg_lock, which guards `names`.
             let st = unsafe { runtime::state(ev.config) };

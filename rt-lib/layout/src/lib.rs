@@ -707,7 +707,7 @@ pub const fn column_size(n_points: u32, n_counter_slots: u32) -> u64 {
 /// thread's counters, waits and state times were when it took the snapshot (open frames and
 /// the open state counted up to that moment); readers subtract it, nobody zeroes a counter
 /// under a running thread. Layout: `WAIT_CAP` × [`WaitEntry`], `N_STATES` × u64 state
-/// ticks, then counters[slot][point] as in the column. Zero pages until a snapshot.
+/// ticks, then `counters[slot][point]` as in the column. Zero pages until a snapshot.
 pub const fn baseline_offset(n_points: u32, n_counter_slots: u32) -> u64 {
     COUNTERS_OFFSET as u64 + n_points as u64 * n_counter_slots as u64 * 8
 }
@@ -770,6 +770,10 @@ pub const WRAP_BITS: u8 = metric_bit(METRIC_CALLS)
     | metric_bit(METRIC_LOCK_WAIT)
     | metric_bit(METRIC_LOCK_HOLD)
     | metric_bit(METRIC_STATE_TRACE);
+/// A gate bit that is no metric: run the wrapper even with every metric off. The rewriter
+/// gives it to `pthread_create` and `pthread_setname_np`, which name threads for the thread
+/// focus (`threads:` in a control file); nothing is counted for it.
+pub const GATE_HOOK: u8 = 1 << 6;
 /// Gate bits of the timer metrics: a frame is pushed when any of them is on.
 pub const TIMER_BITS: u8 = metric_bit(METRIC_CPU_TIME) | metric_bit(METRIC_WALL_TIME);
 
