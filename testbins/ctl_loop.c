@@ -13,6 +13,9 @@
 //# cflags: -pthread
 //# variants: pie-O2 nopie-O0
 //# expect: threads 3
+//# expect: threads from worker 2
+//# expect: thread worker calls worker 1
+//# expect: thread worker calls tick 0
 //# expect: main calls heartbeat 0
 //# expect: main calls main 1
 #define _GNU_SOURCE

@@ -205,7 +205,8 @@ mod tests {
         assert_eq!(s.on_at_start_bits(), calls);
         // Without a sync metric only pthread_create is wrapped (to name threads).
         assert_eq!(s.wrap_bits_for("pthread_mutex_lock"), 0);
-        assert_eq!(s.wrap_bits_for("pthread_create"), calls);
+        assert_eq!(s.wrap_bits_for("pthread_create"), calls | stint_layout::GATE_HOOK);
+        assert_eq!(s.wrap_bits_for("pthread_setname_np"), 0, "without sync metrics setname is not wrapped");
     }
 
     #[test]
