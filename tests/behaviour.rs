@@ -341,6 +341,7 @@ behaviour_tests! {
     bench_locks_nopie_o2: "bench_locks" "nopie-O2";
     bench_locks_pie_o2_stripped: "bench_locks" "pie-O2-stripped";
     ctl_loop_pie_o2: "ctl_loop" "pie-O2";
+    top_spin_pie_o2: "top_spin" "pie-O2";
     ctl_loop_nopie_o0: "ctl_loop" "nopie-O0";
     locks_mutex_pie_o2: "locks_mutex" "pie-O2";
     locks_mutex_nopie_o0: "locks_mutex" "nopie-O0";

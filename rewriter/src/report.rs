@@ -400,10 +400,8 @@ fn thread_label(t: &ThreadProfile) -> String {
 
 /// Lay out rows of cells in columns two spaces apart; `right[i]` right-aligns column `i`.
 /// Trailing blanks are trimmed; every line is indented by `indent`.
-fn columns(rows: &[Vec<String>], right: &[bool], indent: &str) -> String {
-    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> =
-        (0..n).map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0)).collect();
+pub(crate) fn columns(rows: &[Vec<String>], right: &[bool], indent: &str) -> String {
+    let widths = column_widths(rows);
     let mut out = String::new();
     for r in rows {
         let mut line = String::from(indent);
@@ -421,6 +419,12 @@ fn columns(rows: &[Vec<String>], right: &[bool], indent: &str) -> String {
         let _ = writeln!(out, "{}", line.trim_end());
     }
     out
+}
+
+/// The width of each column: its widest cell, in characters.
+pub(crate) fn column_widths(rows: &[Vec<String>]) -> Vec<usize> {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    (0..n).map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0)).collect()
 }
 
 /// The profile per sync object: a heading per object (kind, address, the function that

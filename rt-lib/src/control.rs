@@ -226,11 +226,7 @@ fn read_file(st: &mut RtState, path: &[u8], out: &mut [u8]) -> Result<usize, sys
     let p = runtime::nul_terminated(st, path).ok_or(sys::Errno(36))?; // ENAMETOOLONG
     let fd = sys::open(p, sys::O_RDONLY | sys::O_CLOEXEC, 0)? as i32;
     let mut n = 0;
-    loop {
-        let Some(rest) = out.get_mut(n..) else { break };
-        if rest.is_empty() {
-            break;
-        }
+    while let Some(rest) = out.get_mut(n..).filter(|r| !r.is_empty()) {
         match sys::read(fd, rest) {
             Ok(0) => break,
             Ok(k) => n += k,

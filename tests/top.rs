@@ -1,0 +1,322 @@
+//! `stint top` and `stint ls` against real and synthetic profiles.
+//!
+//! | test | what it checks |
+//! | --- | --- |
+//! | `live_program_in_top_and_ls` | `testbins/top_spin.c` rewritten and running: `top --once --interval 0.3` has one THREADS row per live task (with `spin-a`, `spin-b`), `work` with calls in TOP FUNCTIONS, a mutex in LOCK WAITS; `ls --json` and `ls` list the pid, path and program; after the exit `top --once` shows it ended and `ls` no longer lists it |
+//! | `synthetic_profile_frame` | a profile written by `stint::profile::write_synthetic` (a pid no process has): the exact frame of `top --once --interval 0`, `--thread` |
+//! | `errors_name_the_file` | a missing file, a file that is no profile, a truncated profile, an unknown `--thread`, and no terminal without `--once`: exit 2, one line on stderr |
+//! | `help_has_examples` | `top --help` and `ls --help` |
+//!
+//! The `--once` text is read the way a script would: a section starts at its title line
+//! (`THREADS`, `TOP FUNCTIONS`, `LOCK WAITS`) and ends at a blank line; its first line is
+//! the heading (one word per column), every cell but the last column's has no blanks.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `top_spin` runs, ms: long enough for the checks made while it runs.
+const SPIN_MS: &str = "5000";
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap_or_else(|| panic!("{}: not UTF-8", p.display()))
+}
+
+/// The heading and rows of section `title` of a `--once` frame; `None` if the section
+/// says it is empty (one line in parentheses).
+fn section<'a>(text: &'a str, title: &str) -> Option<(Vec<&'a str>, Vec<&'a str>)> {
+    let mut lines = text.lines().skip_while(|l| *l != title);
+    assert_eq!(lines.next(), Some(title), "no section {title}:\n{text}");
+    let body: Vec<&str> = lines.take_while(|l| !l.is_empty()).collect();
+    assert!(!body.is_empty(), "section {title} has no lines:\n{text}");
+    if body.len() == 1 && body[0].starts_with('(') {
+        return None;
+    }
+    Some((body[0].split_whitespace().collect(), body[1..].to_vec()))
+}
+
+/// Cell `column` (by heading) of a row; columns before the last hold no blanks.
+fn cell<'a>(head: &[&str], row: &'a str, column: &str) -> &'a str {
+    let i = head.iter().position(|h| *h == column).unwrap_or_else(|| panic!("no column {column} in {head:?}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    if i + 1 == head.len() {
+        // The last column may hold blanks: everything after the cells before it.
+        let mut rest = row;
+        for c in &cells[..i] {
+            rest = rest.trim_start().strip_prefix(c).unwrap_or_else(|| panic!("{row:?}: bad row"));
+        }
+        return rest.trim();
+    }
+    cells.get(i).copied().unwrap_or_else(|| panic!("row {row:?} has no column {column}"))
+}
+
+/// Kills the program if the test fails while it runs.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn tasks(pid: u32) -> BTreeSet<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn top_once(profile: &Path, interval: &str) -> Outcome {
+    let o = stint(&["top", path_str(profile), "--once", "--interval", interval]);
+    assert!(o.status == 0 && o.stderr.is_empty(), "stint top --once {}: {o:?}", profile.display());
+    assert!(!o.stdout.contains(&0x1b), "escape codes in --once output: {o:?}");
+    o
+}
+
+fn ls_json() -> Vec<serde_json::Value> {
+    let o = stint(&["ls", "--json"]);
+    assert!(o.status == 0, "stint ls --json: {o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {o:?}"));
+    v.as_array().unwrap_or_else(|| panic!("not an array: {o:?}")).clone()
+}
+
+#[test]
+fn live_program_in_top_and_ls() {
+    let p = program("top_spin");
+    let bin = build(&p, Variant::PieO2);
+    let dir = fresh_dir("top-live");
+    let exe = dir.join("top_spin");
+    rewrite(&bin, &exe);
+    let child = Command::new(&exe)
+        .arg(SPIN_MS)
+        .env("STINT_PROFILE", profile_template(&dir, "top_spin"))
+        .env_remove("STINT_CONTROL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: cannot start: {e}", exe.display()));
+    let mut running = Running(child);
+    let pid = running.0.id();
+    let profile = dir.join(format!("top_spin.{pid}.stint"));
+
+    // Until both workers have registered and named themselves.
+    let start = Instant::now();
+    loop {
+        if profile.exists() {
+            let o = stint(&["top", path_str(&profile), "--once", "--interval", "0"]);
+            let text = o.stdout_str();
+            if o.status == 0 && text.contains(" spin-a\n") && text.contains(" spin-b\n") {
+                break;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "top_spin's workers are not in {}", profile.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let before = tasks(pid);
+    let o = top_once(&profile, "0.3");
+    let after = tasks(pid);
+    let text = o.stdout_str();
+    let header = text.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with(&format!("program top_spin  pid {pid}  running  uptime ")),
+        "header {header:?}:\n{text}"
+    );
+    assert!(text.contains("\ninterval 0.3"), "{text}");
+
+    let (head, rows) = section(&text, "THREADS").expect("threads");
+    assert_eq!(head[0], "TID");
+    let tids: BTreeSet<u32> = rows.iter().map(|r| cell(&head, r, "TID").parse().expect("a tid")).collect();
+    assert_eq!(rows.len(), tids.len(), "a thread listed twice:\n{text}");
+    assert_eq!(before.len(), 3, "top_spin should run main and two workers: {before:?}");
+    assert!(tids == before && before == after, "THREADS {tids:?}, tasks of {pid}: {before:?} / {after:?}\n{text}");
+    let names: BTreeSet<&str> = rows.iter().map(|r| cell(&head, r, "NAME")).collect();
+    assert!(names.contains("spin-a") && names.contains("spin-b"), "names {names:?}\n{text}");
+    for r in &rows {
+        assert!(r.starts_with(&cell(&head, r, "TID").to_string()), "{r:?}");
+        assert_ne!(cell(&head, r, "CPU%"), "-", "{r:?}: no CPU share over the interval\n{text}");
+    }
+    let main = rows.iter().find(|r| cell(&head, r, "TID") == pid.to_string()).expect("main thread row");
+    assert_eq!(cell(&head, main, "STATE"), "BLOCKED_JOIN", "{text}");
+
+    let (head, rows) = section(&text, "TOP FUNCTIONS").expect("functions");
+    let work = rows.iter().find(|r| cell(&head, r, "FUNCTION") == "work").unwrap_or_else(|| panic!("no work:\n{text}"));
+    let calls: u64 = cell(&head, work, "CALLS").parse().expect("calls");
+    assert!(calls > 0, "{work:?}");
+    assert!(!["-", "0"].contains(&cell(&head, work, "CALLS/S")), "work has no calls in the interval: {work:?}");
+    assert_ne!(cell(&head, work, "CPU-MS"), "-", "work is timed: {work:?}");
+    assert!(rows.len() <= 10, "{text}");
+
+    let (head, rows) = section(&text, "LOCK WAITS").unwrap_or_else(|| panic!("no lock waits:\n{text}"));
+    let mutex = rows.iter().find(|r| cell(&head, r, "KIND") == "mutex").unwrap_or_else(|| panic!("no mutex:\n{text}"));
+    assert!(cell(&head, mutex, "OBJECT").starts_with("0x"), "{mutex:?}");
+    assert_eq!(cell(&head, mutex, "FIRST-USED-IN"), "spin", "{mutex:?}");
+    assert!(cell(&head, mutex, "CALLS").parse::<u64>().expect("calls") > 0, "{mutex:?}");
+
+    // stint ls, while it runs.
+    let listed = ls_json();
+    let mine: Vec<&serde_json::Value> = listed.iter().filter(|e| e["pid"] == pid).collect();
+    assert_eq!(mine.len(), 1, "stint ls --json: {listed:?}");
+    let e = mine[0];
+    assert_eq!(e["path"], path_str(&profile), "{e}");
+    assert_eq!(e["program"], "top_spin", "{e}");
+    assert_eq!(e["alive"], true, "{e}");
+    assert_eq!(e["threads"], 3, "{e}");
+    assert_eq!(e["fork_child"], false, "{e}");
+    assert!(e["ppid"].as_u64().is_some_and(|p| p == std::process::id() as u64), "{e}");
+    assert!(e["uptime_s"].as_f64().is_some_and(|s| s > 0.0 && s < 60.0), "{e}");
+    let pids: Vec<u64> = listed.iter().filter_map(|e| e["pid"].as_u64()).collect();
+    assert!(pids.windows(2).all(|w| w[0] <= w[1]), "not sorted by pid: {pids:?}");
+    let o = stint(&["ls"]);
+    assert!(o.status == 0, "{o:?}");
+    let table = o.stdout_str();
+    assert!(table.starts_with("PID "), "{table}");
+    let line = table.lines().find(|l| l.starts_with(&format!("{pid} "))).unwrap_or_else(|| panic!("{table}"));
+    assert!(line.ends_with(path_str(&profile)) && line.contains(" top_spin "), "{line:?}");
+
+    // After the exit.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = running.0.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "top_spin still runs after 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "top_spin: {status}");
+    let o = top_once(&profile, "0.1");
+    let text = o.stdout_str();
+    assert!(text.starts_with(&format!("program top_spin  pid {pid}  ended  ")), "{text}");
+    let (head, rows) = section(&text, "THREADS").expect("threads");
+    assert_eq!(rows.len(), 3, "{text}");
+    assert!(rows.iter().all(|r| cell(&head, r, "CPU%") == "-"), "{text}");
+    let (head, rows) = section(&text, "TOP FUNCTIONS").expect("functions");
+    assert!(rows.iter().any(|r| cell(&head, r, "FUNCTION") == "work"), "{text}");
+    assert!(ls_json().iter().all(|e| e["pid"] != pid), "stint ls still lists {pid}");
+}
+
+/// A synthetic profile of a process that does not exist: main, a named worker, a thread
+/// without calls.
+fn synthetic(dir: &Path) -> std::path::PathBuf {
+    use stint::profile::{patch_column, synthetic_meta, write_synthetic};
+    let pid = 4_000_000_000u32; // beyond any pid_max; the first thread is the main thread
+    let meta = synthetic_meta("srv", &[("main", "0x1139"), ("worker", "0x1189"), ("leaf", "0x1200")]);
+    let mut b = write_synthetic(
+        &meta,
+        &[(pid, vec![(0, 1)]), (pid + 1, vec![(1, 1), (2, 700)]), (pid + 2, vec![(1, 1), (2, 30)])],
+    );
+    patch_column(&mut b, 1, |c| c.name[..8].copy_from_slice(b"compress"));
+    for i in 0..3 {
+        patch_column(&mut b, i, |c| c.thread_mask = 0xff);
+    }
+    let path = dir.join("srv.stint");
+    std::fs::write(&path, b).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    path
+}
+
+#[test]
+fn synthetic_profile_frame() {
+    let dir = fresh_dir("top-synthetic");
+    let path = synthetic(&dir);
+    let o = top_once(&path, "0");
+    let want = "\
+program srv  pid 4000000000  ended  last event at -  threads 0/3 live
+metrics on: calls cpu_time wall_time lock_wait lock_hold state_trace  snapshot: none  control file: none
+interval - (one reading: totals, no rates)  functions and lock waits of all threads, by calls
+
+THREADS
+TID         STATE  CPU%  RUN%  BLOCKED%  BLOCKED  CALLS/S  CALLS  NAME
+4000000000  gone      -     -         -  -              -      1  -
+4000000001  gone      -     -         -  -              -    701  compress
+4000000002  gone      -     -         -  -              -     31  -
+
+TOP FUNCTIONS
+CALLS/S  CALLS  ADDRESS  FUNCTION
+      -    730  0x1200   leaf
+      -      2  0x1189   worker
+      -      1  0x1139   main
+
+LOCK WAITS
+(no waits: lock_wait is off, or no wrapped thread-library call ran)
+
+one reading: totals since the start; rates need two readings
+";
+    assert_eq!(o.stdout_str(), want);
+
+    // One thread: its functions only.
+    let o = stint(&["top", path_str(&path), "--once", "--interval", "0", "--thread", "4000000002"]);
+    assert!(o.status == 0, "{o:?}");
+    let text = o.stdout_str();
+    assert!(text.contains("functions and lock waits of thread 4000000002, by calls"), "{text}");
+    let (head, rows) = section(&text, "TOP FUNCTIONS").expect("functions");
+    let got: Vec<(&str, &str)> = rows.iter().map(|r| (cell(&head, r, "FUNCTION"), cell(&head, r, "CALLS"))).collect();
+    assert_eq!(got, [("leaf", "30"), ("worker", "1")]);
+    // Two readings of an ended process: rates of nothing.
+    let text = top_once(&path, "0.05").stdout_str();
+    let (head, rows) = section(&text, "TOP FUNCTIONS").expect("functions");
+    assert!(rows.iter().all(|r| cell(&head, r, "CALLS/S") == "0"), "{text}");
+}
+
+#[test]
+fn errors_name_the_file() {
+    let dir = fresh_dir("top-errors");
+    let missing = dir.join("missing.stint");
+    let junk = dir.join("junk.stint");
+    std::fs::write(&junk, "this is not a profile, just text long enough for a header\n".repeat(200)).unwrap();
+    let good = synthetic(&dir);
+    let truncated = dir.join("truncated.stint");
+    std::fs::write(&truncated, &std::fs::read(&good).unwrap()[..300]).unwrap();
+
+    let check = |args: &[&str], names: &str, want: &str| {
+        let o = stint(args);
+        let err = o.stderr_str();
+        assert!(o.status == 2 && o.stdout.is_empty(), "stint {args:?}: {o:?}");
+        assert!(err.ends_with('\n') && err.lines().count() == 1, "stint {args:?}: not one line: {err:?}");
+        assert!(err.starts_with(names) && err.contains(want), "stint {args:?}: {err:?} (want {names}…{want})");
+    };
+    for once in [true, false] {
+        let with = |p: &Path| {
+            let mut v = vec!["top".to_string(), path_str(p).to_string()];
+            if once {
+                v.extend(["--once".into(), "--interval".into(), "0".into()]);
+            }
+            v
+        };
+        for (p, want) in [(&missing, "No such file"), (&junk, "not a stint profile"), (&truncated, "truncated")] {
+            let args = with(p);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            check(&args, &format!("{}: ", p.display()), want);
+        }
+    }
+    check(
+        &["top", path_str(&good), "--once", "--interval", "0", "--thread", "17"],
+        &format!("{}: ", good.display()),
+        "no thread 17",
+    );
+    // The tests' stdout is a pipe.
+    check(&["top", path_str(&good)], "stint top: stdout is not a terminal; use --once", "");
+    // A bad interval is a usage error.
+    for bad in ["--interval=-1", "--interval=soon"] {
+        let o = stint(&["top", path_str(&good), "--once", bad]);
+        assert!(o.status == 2 && o.stderr_str().contains("--interval"), "{o:?}");
+    }
+}
+
+#[test]
+fn help_has_examples() {
+    for cmd in ["top", "ls"] {
+        let o = stint(&[cmd, "--help"]);
+        assert!(o.status == 0, "{o:?}");
+        let help = o.stdout_str();
+        assert!(help.contains("EXAMPLES:") && help.contains(&format!("stint {cmd} ")), "{help}");
+    }
+    let top = stint(&["top", "--help"]).stdout_str();
+    for key in ["q, Esc", "1..6", "--once", "--interval", "--thread"] {
+        assert!(top.contains(key), "stint top --help lacks {key}:\n{top}");
+    }
+}
