@@ -5,7 +5,10 @@
 # Builds testbins/bench_calls.c (-O2, PIE), rewrites it with target/release/stint twice (the
 # default spec: calls, cpu_time and wall_time; and a spec with calls only), and runs the
 # original, both rewritten programs measuring, and the default rewrite with every metric off
-# (its profile cannot be created, so the runtime warns and runs unmeasured), interleaved,
+# (its profile cannot be created, so the runtime warns and runs unmeasured), and with a
+# control file that turns every metric off (`on: []`: deployed with the profile live, so
+# `stint ctl` can turn metrics on later; the cost of a point whose metrics are all off),
+# interleaved,
 # RUNS times each; reports the minimum wall time of each as ns added per call and as a ratio
 # to the original.
 #
@@ -34,6 +37,7 @@ gcc -O2 -fPIE -pie -Wall -Werror testbins/bench_calls.c -o "$work/bench_calls"
 echo 'metrics: [{name: calls, kind: counter, at: entry, on_at_start: true}]' >"$work/calls.yaml"
 "$STINT" rewrite "$work/bench_calls" -o "$work/bench_calls.calls" --spec "$work/calls.yaml" --quiet
 mkdir "$work/profiles"
+echo 'on: []' >"$work/off.yaml"
 
 # run NAME CMD...: one timed run, stdout to $work/NAME.out; prints elapsed ns.
 run() {
@@ -45,7 +49,7 @@ run() {
     echo $((end - start))
 }
 
-best_orig='' best_on='' best_off='' best_timers=''
+best_orig='' best_on='' best_off='' best_timers='' best_ctl=''
 min() { if [[ -z $1 || $2 -lt $1 ]]; then echo "$2"; else echo "$1"; fi; }
 for ((i = 0; i < RUNS; i++)); do
     t=$(run orig env -u STINT_PROFILE "$work/bench_calls" "$N")
@@ -56,7 +60,9 @@ for ((i = 0; i < RUNS; i++)); do
     best_timers=$(min "$best_timers" "$t")
     t=$(run off env STINT_PROFILE=/nonexistent-dir/p.%p.stint "$work/bench_calls.stint" "$N")
     best_off=$(min "$best_off" "$t")
-    for v in on timers off; do
+    t=$(run ctl env STINT_PROFILE="$work/profiles/bench_calls.%p.stint" STINT_CONTROL="$work/off.yaml" "$work/bench_calls.stint" "$N")
+    best_ctl=$(min "$best_ctl" "$t")
+    for v in on timers off ctl; do
         if ! cmp -s "$work/orig.out" "$work/$v.out"; then
             echo "bench.sh: the rewritten program ($v) printed something else than the original:" >&2
             cat "$work/orig.out" "$work/$v.out" >&2
@@ -66,11 +72,12 @@ for ((i = 0; i < RUNS; i++)); do
 done
 
 echo "bench_calls: $N calls, best wall time of $RUNS runs each"
-awk -v n="$N" -v o="$best_orig" -v on="$best_on" -v off="$best_off" -v tm="$best_timers" 'BEGIN {
+awk -v n="$N" -v o="$best_orig" -v on="$best_on" -v off="$best_off" -v tm="$best_timers" -v ctl="$best_ctl" 'BEGIN {
     printf "original:     %.3f s (%.2f ns/call)\n", o / 1e9, o / n
     printf "calls on:     %+.2f ns/call (%.2fx)\n", (on - o) / n, on / o
     printf "calls+timers: %+.2f ns/call (%.2fx)\n", (tm - o) / n, tm / o
     printf "metrics off:  %+.2f ns/call (%.2fx)\n", (off - o) / n, off / o
+    printf "on: [] (ctl): %+.2f ns/call (%.2fx)\n", (ctl - o) / n, ctl / o
 }'
 
 # ---- wrapped thread-library calls ----
