@@ -411,11 +411,16 @@ fn mask_text(mask: u32) -> String {
     if mask & 0x3f == 0x3f {
         return "all".into();
     }
-    let names: Vec<&str> = (0..N_METRICS).filter(|&m| mask & (1 << m) != 0).map(|m| METRIC_NAMES[m as usize]).collect();
-    if names.is_empty() {
+    let names = |on: bool| -> Vec<&str> {
+        (0..N_METRICS).filter(|&m| (mask & (1 << m) != 0) == on).map(|m| METRIC_NAMES[m as usize]).collect()
+    };
+    let (on, off) = (names(true), names(false));
+    if on.is_empty() {
         "none".into()
+    } else if off.len() < on.len() {
+        format!("all but {}", off.join(","))
     } else {
-        names.join(",")
+        on.join(",")
     }
 }
 

@@ -22,17 +22,16 @@ use core::sync::atomic::{fence, Ordering};
 use stint_layout::control_file::{self, glob_match, ThreadSel};
 use stint_layout::{
     baseline_offset, metric_bit, ColumnHeader, Control, Frame, Request, ThreadRule, WaitEntry, BASELINE_COUNTERS,
-    BASELINE_STATES, BASELINE_WAITS, CONTROL_FILE_APPLIED, CONTROL_FILE_REJECTED, COUNTERS_OFFSET, FRAME_SIZE,
-    GATE_HOOK, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, POINT_INFO_WRAP, REQ_CAP, REQ_SNAPSHOT,
-    SHADOW_CAP, SHADOW_OFFSET, SLOT_CPU_TICKS, SLOT_WALL_TICKS, THREAD_RULES_CAP, WAITS_OFFSET, WAIT_CAP,
+    BASELINE_STATES, BASELINE_WAITS, CONTROL_FILE_APPLIED, CONTROL_FILE_REJECTED, CONTROL_OFFSET, COUNTERS_OFFSET,
+    FRAME_SIZE, GATE_HOOK, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, POINT_INFO_WRAP, REQ_CAP,
+    REQ_SNAPSHOT, SHADOW_CAP, SHADOW_OFFSET, SLOT_CPU_TICKS, SLOT_WALL_TICKS, THREAD_RULES_CAP, WAITS_OFFSET, WAIT_CAP,
 };
 
-/// The control page of the mapped profile.
+/// The control page of the mapped profile. Its place is our constant, never the header's
+/// `control_offset`, which anyone who can write the file could change.
 pub(crate) fn page(config: Cfg) -> Option<*mut Control> {
     let hdr = runtime::file_header(config)?;
-    // Safety: the header is mapped; control_offset was set by us at start.
-    let off = unsafe { (*hdr).control_offset } as usize;
-    (off != 0).then(|| (hdr as usize + off) as *mut Control)
+    Some((hdr as usize + CONTROL_OFFSET as usize) as *mut Control)
 }
 
 /// The metric bits a registering (or newly named) thread measures: the page's default for
