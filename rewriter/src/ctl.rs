@@ -21,7 +21,7 @@ use std::fs::File;
 use std::mem::{offset_of, size_of};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use stint_layout::control_file::glob_match;
 use stint_layout::{
     metric_bit, metric_id, ColumnHeader, Control, FileHeader, Request, FILE_MAGIC, KEY_POKE, METRIC_NAMES, N_METRICS,
@@ -230,7 +230,7 @@ impl Live {
     fn note_change(&self) -> Result<()> {
         let c = self.control();
         self.write_control_u64(offset_of!(Control, changes), c.changes + 1)?;
-        self.write_control_u64(offset_of!(Control, last_change_realtime_ns), realtime_ns())
+        self.write_control_u64(offset_of!(Control, last_change_realtime_ns), profile::realtime_now_ns())
     }
 
     /// Points `sel` covers: those that can measure the metric and match a glob.
@@ -352,10 +352,6 @@ impl Live {
     }
 }
 
-fn realtime_ns() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
 /// Post a snapshot request, send every live thread to a safe point, and wait for them.
 fn snapshot(live: &Live, wait: Duration) -> Result<String> {
     let c = live.control();
@@ -365,7 +361,7 @@ fn snapshot(live: &Live, wait: Duration) -> Result<String> {
     // The entry first (its seq last), then last_snapshot, then the head: a thread that sees
     // the new head finds a complete entry.
     live.write_control_u32(slot + offset_of!(Request, op), REQ_SNAPSHOT)?;
-    live.write_control_u64(slot + offset_of!(Request, realtime_ns), realtime_ns())?;
+    live.write_control_u64(slot + offset_of!(Request, realtime_ns), profile::realtime_now_ns())?;
     live.write_control_u64(slot + offset_of!(Request, seq), seq)?;
     live.write_control_u64(offset_of!(Control, last_snapshot), seq)?;
     live.write_control_u64(offset_of!(Control, req_head), seq)?;

@@ -644,8 +644,11 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
     })
 }
 
-fn realtime_now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+/// CLOCK_REALTIME now, ns since the epoch (the clock of `start_realtime_ns` and requests).
+pub fn realtime_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64)
 }
 
 /// A thread's figures, to be made relative to its snapshot baseline.
@@ -709,10 +712,7 @@ fn control_info(b: &[u8], h: &FileHeader) -> ControlInfo {
     let Some(c) = region(b, h.control_offset, size_of::<Control>() as u64).and_then(|r| Control::parse(r).ok()) else {
         return ControlInfo::default();
     };
-    let text = |bytes: &[u8]| {
-        let end = bytes.iter().position(|&x| x == 0).unwrap_or(bytes.len());
-        String::from_utf8_lossy(&bytes[..end]).into_owned()
-    };
+    let text = |bytes: &[u8]| thread_name(bytes).unwrap_or_default();
     let snap = c.newest(REQ_SNAPSHOT).filter(|r| r.seq == c.last_snapshot);
     ControlInfo {
         new_thread_mask: c.new_thread_mask,

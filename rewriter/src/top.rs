@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 use stint_layout::{metric_bit, state_name, METRIC_NAMES, N_METRICS, N_STATES, STATE_EXITED, STATE_RUN};
@@ -136,9 +136,7 @@ impl Reading {
 }
 
 /// CLOCK_REALTIME now, ns since the epoch.
-pub(crate) fn now_realtime_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64)
-}
+pub(crate) use crate::profile::realtime_now_ns as now_realtime_ns;
 
 fn task_cpu_ns(pid: u32) -> HashMap<u32, u64> {
     let mut m = HashMap::new();

@@ -188,14 +188,14 @@ pub(crate) fn apply_file(config: Cfg, st: &mut RtState, path: &[u8], gates: *mut
         0,
     ) {
         Ok(b) => b,
-        Err(e) => return reject(config, st, path, gates, control, b"cannot map a buffer", Some(e)),
+        Err(e) => return reject(config, path, gates, control, b"cannot map a buffer", Some(e)),
     };
     // Safety: CONTROL_MAX + 1 fresh bytes.
     let text = unsafe { core::slice::from_raw_parts_mut(buf as *mut u8, CONTROL_MAX + 1) };
     let len = match read_file(st, path, text) {
         Ok(len) => len,
         Err(e) => {
-            reject(config, st, path, gates, control, b"cannot read", Some(e));
+            reject(config, path, gates, control, b"cannot read", Some(e));
             let _ = sys::munmap(buf, CONTROL_MAX + 1);
             return;
         }
@@ -215,7 +215,7 @@ pub(crate) fn apply_file(config: Cfg, st: &mut RtState, path: &[u8], gates: *mut
             }
             w.put(e.what.as_bytes());
             let n = w.n;
-            reject(config, st, path, gates, control, msg.get(..n).unwrap_or(&[]), None);
+            reject(config, path, gates, control, msg.get(..n).unwrap_or(&[]), None);
         }
     }
     let _ = sys::munmap(buf, CONTROL_MAX + 1);
@@ -244,16 +244,7 @@ fn read_file(st: &mut RtState, path: &[u8], out: &mut [u8]) -> Result<usize, sys
 }
 
 /// Every gate off, the reason on the page and once on stderr.
-fn reject(
-    config: Cfg,
-    st: &mut RtState,
-    path: &[u8],
-    gates: *mut u8,
-    control: &mut Control,
-    why: &[u8],
-    err: Option<sys::Errno>,
-) {
-    let _ = st;
+fn reject(config: Cfg, path: &[u8], gates: *mut u8, control: &mut Control, why: &[u8], err: Option<sys::Errno>) {
     for p in 0..config.n_points as usize {
         // Safety: the gate region holds n_points bytes.
         unsafe { write_volatile(gates.add(p), 0) };
@@ -330,11 +321,10 @@ fn apply(config: Cfg, cf: &control_file::ControlFile, gates: *mut u8, control: &
     }
 }
 
+/// Copy `src` into `dst`, truncated so that a NUL stays at the end.
 fn copy_str(dst: &mut [u8], src: &[u8]) {
     let keep = dst.len().saturating_sub(1);
-    for (d, s) in dst.iter_mut().zip(src.iter().take(keep)) {
-        *d = *s;
-    }
+    runtime::copy_into(dst.get_mut(..keep).unwrap_or(&mut []), &[src]);
 }
 
 /// A bounded byte writer (no formatting machinery in the image).

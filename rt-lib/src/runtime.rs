@@ -247,7 +247,7 @@ unsafe fn cstr(p: *const u8) -> &'static [u8] {
 }
 
 /// Concatenate `parts` into `buf`, truncating; returns the length.
-fn copy_into(buf: &mut [u8], parts: &[&[u8]]) -> usize {
+pub(crate) fn copy_into(buf: &mut [u8], parts: &[&[u8]]) -> usize {
     let mut out = buf.iter_mut();
     let mut n = 0;
     for part in parts {
