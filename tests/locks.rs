@@ -122,42 +122,6 @@ fn ms(ns: u64) -> String {
 // Programs, builds, runs
 // ---------------------------------------------------------------------------------------
 
-/// A test program: `testbins/NAME.c`, or `testbins/NAME.cpp` (then `true`).
-fn load(name: &str) -> (Program, bool) {
-    let cpp = testbins_dir().join(format!("{name}.cpp"));
-    if cpp.is_file() {
-        let text = std::fs::read_to_string(&cpp).unwrap_or_else(|e| panic!("{}: {e}", cpp.display()));
-        (parse_directives(name, &cpp, &text).unwrap_or_else(|e| panic!("{e}")), true)
-    } else {
-        (program(name), false)
-    }
-}
-
-/// Build a program: C through the harness, C++ here with g++ and the variant's flags, into
-/// `<run root>/build-cxx/<variant>/<name>` (once per test process).
-fn build_program(p: &Program, cpp: bool, variant: Variant) -> PathBuf {
-    if !cpp {
-        return build(p, variant);
-    }
-    assert!(!variant.stripped(), "{}: C++ programs are not built stripped here", p.name);
-    static BUILT: Mutex<BTreeSet<(String, Variant)>> = Mutex::new(BTreeSet::new());
-    let out = run_root().join("build-cxx").join(variant.name()).join(&p.name);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if built.insert((p.name.clone(), variant)) {
-        std::fs::create_dir_all(out.parent().unwrap()).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
-        let mut args: Vec<&str> = vec!["-Wall", "-Werror"];
-        args.extend(variant.gcc_flags());
-        args.extend(p.cflags.iter().map(String::as_str));
-        args.extend([path_str(&p.source), "-o", path_str(&out)]);
-        tool("g++", &args);
-    }
-    out
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap_or_else(|| panic!("{}: not UTF-8", p.display()))
-}
-
 /// Which spec the program is rewritten with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SpecChoice {
@@ -281,14 +245,14 @@ struct Case {
 /// `TIMES_FILE`), check that all three behave the same and that one profile was written,
 /// and read its report.
 fn run_case(name: &str, variant: Variant, spec: SpecChoice) -> Case {
-    let (p, cpp) = load(name);
+    let p = program(name);
     let ctx = match spec {
         SpecChoice::Default => format!("{name} {variant}"),
         SpecChoice::LocksOff => format!("{name} {variant} (lock metrics off at start)"),
     };
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let bin = build_program(&p, cpp, variant);
+    let bin = build(&p, variant);
     let label = format!("{name}-{variant}-{spec:?}");
     let dir = fresh_dir(&format!("locks-{label}"));
     let out = run_root().join("rewritten").join(&label).join(name);
@@ -1515,16 +1479,7 @@ fn every_lock_program_is_tested() {
         .collect();
     let listed: BTreeSet<String> = PROGRAMS.iter().map(|s| s.to_string()).collect();
     assert_eq!(on_disk, listed, "PROGRAMS must name every testbins/locks_* program");
-    let mut want: Vec<(String, String)> = Vec::new();
-    for name in PROGRAMS {
-        let (p, _) = load(name);
-        want.extend(p.variants.iter().map(|v| (name.to_string(), v.name().to_string())));
-    }
-    let mut have: Vec<(String, String)> = LISTED.iter().map(|(p, v)| (p.to_string(), v.to_string())).collect();
-    want.sort();
-    have.sort();
-    have.dedup();
-    assert_eq!(have, want, "lock_tests! must list each lock program in each of its variants");
+    assert_lists_every_variant(PROGRAMS, LISTED, "lock_tests!");
 }
 
 /// Needs no rewriter: every original builds in each of its variants, exits as its
@@ -1532,12 +1487,12 @@ fn every_lock_program_is_tested() {
 #[test]
 fn originals_behave() {
     for name in PROGRAMS {
-        let (p, cpp) = load(name);
+        let p = program(name);
         for &v in &p.variants {
             let ctx = format!("{name} {v}");
             let bin = {
                 let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-                build_program(&p, cpp, v)
+                build(&p, v)
             };
             let dir = fresh_dir(&format!("locks-original-{name}-{v}"));
             let run = |i: u32| {

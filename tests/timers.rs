@@ -88,35 +88,6 @@ static TIMED: Mutex<()> = Mutex::new(());
 // Programs, builds, runs
 // ---------------------------------------------------------------------------------------
 
-/// A test program of this file: `testbins/NAME.c` (built by the harness with gcc) or
-/// `testbins/NAME.cpp` (built here with g++).
-fn load(name: &str) -> (Program, bool) {
-    let cpp = testbins_dir().join(format!("{name}.cpp"));
-    if cpp.is_file() {
-        let text = std::fs::read_to_string(&cpp).unwrap_or_else(|e| panic!("{}: {e}", cpp.display()));
-        (parse_directives(name, &cpp, &text).unwrap_or_else(|e| panic!("{e}")), true)
-    } else {
-        (program(name), false)
-    }
-}
-
-/// Build a C++ test program with g++, with the flags of `variant` (as `build` does for C),
-/// into `<run root>/build-cxx/<variant>/<name>`.
-fn build_cpp(p: &Program, variant: Variant) -> PathBuf {
-    assert!(!variant.stripped(), "{}: C++ programs are not built stripped here", p.name);
-    let dir = run_root().join("build-cxx").join(variant.name());
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let out = dir.join(&p.name);
-    let mut args: Vec<&str> = vec!["-Wall", "-Werror"];
-    args.extend(variant.gcc_flags());
-    args.extend(p.cflags.iter().map(String::as_str));
-    let src = p.source.to_str().expect("UTF-8 path");
-    let dst = out.to_str().expect("UTF-8 path");
-    args.extend([src, "-o", dst]);
-    tool("g++", &args);
-    out
-}
-
 /// Everything one test run produced.
 struct Case {
     /// `program variant [mode]`, for messages.
@@ -136,14 +107,14 @@ struct Case {
 /// the other, with `args` and `TIMES_FILE` set. Checks the original's exit status, that all
 /// three behave the same, and that exactly one profile was written.
 fn run_case(name: &str, variant: Variant, args: &[&str]) -> Case {
-    let (p, cpp) = load(name);
+    let p = program(name);
     let mode = args.join(" ");
     let ctx = if mode.is_empty() { format!("{name} {variant}") } else { format!("{name} {variant} {mode}") };
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
     // One case at a time, builds included: on a small machine a compiler running next to a
     // measured program adds milliseconds of preemption to its wall times.
     let _turn = TIMED.lock().unwrap_or_else(|e| e.into_inner());
-    let bin = if cpp { build_cpp(&p, variant) } else { build(&p, variant) };
+    let bin = build(&p, variant);
     let syms = text_symbols(&bin);
     check_program_shape(&ctx, name, variant, &bin);
 
@@ -220,10 +191,6 @@ fn run_case(name: &str, variant: Variant, args: &[&str]) -> Case {
     assert!(files == [want.clone()], "{ctx}: profiles {files:?} in {}, want just {want}", profiles.display());
     let report = report_json(&profiles.join(&want));
     Case { ctx, p, bin, syms, measured_pid: measured.pid, report, times }
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap_or_else(|| panic!("{}: not UTF-8", p.display()))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1166,17 +1133,8 @@ program_tests! {
 /// `//# variants:` directive names.
 #[test]
 fn every_timer_program_is_tested() {
-    let mut want: Vec<(String, String)> = Vec::new();
-    for name in ["timers", "recurse", "longjmp", "unwind", "sigstorm"] {
-        let (p, _) = load(name);
-        want.extend(p.variants.iter().map(|v| (name.to_string(), v.name().to_string())));
-    }
     // sigstorm is listed twice per variant (two modes).
-    let mut have: Vec<(String, String)> = LISTED.iter().map(|(p, v)| (p.to_string(), v.to_string())).collect();
-    want.sort();
-    have.sort();
-    have.dedup();
-    assert_eq!(have, want, "timer_tests! must list each timer program in each of its variants");
+    assert_lists_every_variant(&["timers", "recurse", "longjmp", "unwind", "sigstorm"], LISTED, "timer_tests!");
 }
 
 /// Needs no rewriter: the side-file parser takes both line shapes and rejects others.

@@ -22,10 +22,6 @@ use std::time::{Duration, Instant};
 /// How long `top_spin` runs, ms: long enough for the checks made while it runs.
 const SPIN_MS: &str = "5000";
 
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap_or_else(|| panic!("{}: not UTF-8", p.display()))
-}
-
 /// The heading and rows of section `title` of a `--once` frame; `None` if the section
 /// says it is empty (one line in parentheses).
 fn section<'a>(text: &'a str, title: &str) -> Option<(Vec<&'a str>, Vec<&'a str>)> {

@@ -25,10 +25,6 @@ use std::time::Duration;
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 const NAME: &str = "unwind_cancel";
 
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap_or_else(|| panic!("{}: not UTF-8", p.display()))
-}
-
 /// Build `testbins/unwind_cancel.cpp` with g++ in `variant` (the stripped variant: the
 /// pie-O2 build, stripped), once per variant and test process.
 fn build_cpp(variant: Variant) -> PathBuf {

@@ -121,7 +121,7 @@ mod dynrel;
 mod symbols;
 #[cfg(test)]
 mod tests;
-mod unwind;
+pub(crate) mod unwind;
 
 use crate::error::{Error, Result};
 use crate::input::{ElfKind, InputElf};

@@ -358,30 +358,17 @@ impl Reader<'_> {
         self.pos += 1;
         Ok(self.data[self.pos - 1])
     }
-    fn leb(&mut self) -> Result<(u64, bool)> {
-        let (mut v, mut shift) = (0u64, 0u32);
-        loop {
-            let b = self.u8()?;
-            if shift < 64 {
-                v |= u64::from(b & 0x7f) << shift;
-            }
-            shift += 7;
-            if b & 0x80 == 0 {
-                return Ok((v, b & 0x40 != 0 && shift < 64));
-            }
-            if shift > 70 {
-                return Err(self.err("LEB128 too long"));
-            }
-        }
+    fn leb(&mut self, signed: bool) -> Result<u64> {
+        let bytes = self.data.get(self.pos..self.end).unwrap_or(&[]);
+        let (v, n) = crate::analysis::unwind::read_leb128(bytes, signed).ok_or_else(|| self.err("bad LEB128"))?;
+        self.pos += n;
+        Ok(v)
     }
     fn uleb(&mut self) -> Result<u64> {
-        Ok(self.leb()?.0)
+        self.leb(false)
     }
     fn sleb(&mut self) -> Result<i64> {
-        let start = self.pos;
-        let (v, neg) = self.leb()?;
-        let bits = 7 * (self.pos - start) as u32;
-        Ok(if neg { (v | (u64::MAX << bits)) as i64 } else { v as i64 })
+        Ok(self.leb(true)? as i64)
     }
     fn cstr(&mut self) -> Result<&[u8]> {
         if self.pos >= self.end {
@@ -403,7 +390,7 @@ impl Reader<'_> {
             0x03 | 0x0b => 4,
             0x01 | 0x09 => {
                 let start = self.pos;
-                self.leb()?;
+                self.uleb()?;
                 let n = self.pos - start;
                 self.pos = start;
                 n

@@ -320,7 +320,7 @@ pub fn stint(args: &[&str]) -> Outcome {
     Run::new(stint_bin(), cwd).args(args).timeout(Duration::from_secs(600)).run()
 }
 
-fn path_str(p: &Path) -> &str {
+pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap_or_else(|| panic!("{}: not UTF-8", p.display()))
 }
 
@@ -792,11 +792,29 @@ pub fn parse_directives(name: &str, source: &Path, text: &str) -> Result<Program
     Ok(p)
 }
 
-/// Load and parse `testbins/NAME.c`; a malformed directive fails the test.
+/// Load and parse `testbins/NAME.c` (or `NAME.cpp`); a malformed directive fails the test.
 pub fn program(name: &str) -> Program {
-    let source = testbins_dir().join(format!("{name}.c"));
+    let c = testbins_dir().join(format!("{name}.c"));
+    let cpp = testbins_dir().join(format!("{name}.cpp"));
+    let source = if !c.is_file() && cpp.is_file() { cpp } else { c };
     let text = std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
     parse_directives(name, &source, &text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Each of `programs` is listed in `listed` (test name → (program, variant)) in exactly the
+/// variants its `//# variants:` directive names (a program may be listed more than once per
+/// variant, e.g. in several modes). `what` names the list in the message.
+pub fn assert_lists_every_variant(programs: &[&str], listed: &[(&str, &str)], what: &str) {
+    let mut want: Vec<(String, String)> = Vec::new();
+    for name in programs {
+        let p = program(name);
+        want.extend(p.variants.iter().map(|v| (name.to_string(), v.name().to_string())));
+    }
+    let mut have: Vec<(String, String)> = listed.iter().map(|(p, v)| (p.to_string(), v.to_string())).collect();
+    want.sort();
+    have.sort();
+    have.dedup();
+    assert_eq!(have, want, "{what} must list each of its programs in each of its variants");
 }
 
 /// Names of all test programs (`testbins/*.c`), sorted.
@@ -838,7 +856,8 @@ fn build_uncached(p: &Program, variant: Variant) -> Result<PathBuf, String> {
     args.extend(variant.gcc_flags());
     args.extend(p.cflags.iter().map(String::as_str));
     args.extend([path_str(&p.source), "-o", path_str(&out)]);
-    run_tool("gcc", &args).map_err(|e| format!("building {} {variant}: {e}", p.name))?;
+    let compiler = if p.source.extension().is_some_and(|e| e == "cpp") { "g++" } else { "gcc" };
+    run_tool(compiler, &args).map_err(|e| format!("building {} {variant}: {e}", p.name))?;
     Ok(out)
 }
 

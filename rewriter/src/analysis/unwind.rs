@@ -128,24 +128,9 @@ impl Cursor<'_> {
     }
     /// LEB128, sign-extended from its last byte's bit 6 when `signed`.
     fn leb128(&mut self, signed: bool) -> Option<u64> {
-        let mut v = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let b = self.u8()?;
-            if shift < 64 {
-                v |= u64::from(b & 0x7f) << shift;
-            }
-            shift += 7;
-            if b & 0x80 == 0 {
-                if signed && shift < 64 && b & 0x40 != 0 {
-                    v |= u64::MAX << shift;
-                }
-                return Some(v);
-            }
-            if shift > 70 {
-                return None;
-            }
-        }
+        let (v, n) = read_leb128(self.data.get(self.pos..)?, signed)?;
+        self.pos += n;
+        Some(v)
     }
     fn sext(v: u64, bits: u32) -> u64 {
         let s = 64 - bits;
@@ -180,6 +165,18 @@ impl Cursor<'_> {
 
 /// The landing pads of the GCC-format LSDA at `lsda` for the function starting at `func`, or
 /// None if it cannot be parsed (the caller treats the function as unresolved).
+/// The LEB128 number at the start of `bytes` (gimli's decoder; signed ones sign-extended to
+/// 64 bits) and its length in bytes.
+pub(crate) fn read_leb128(bytes: &[u8], signed: bool) -> Option<(u64, usize)> {
+    let mut r = gimli::EndianSlice::new(bytes, LittleEndian);
+    let v = if signed {
+        gimli::leb128::read::signed(&mut r).ok()? as u64
+    } else {
+        gimli::leb128::read::unsigned(&mut r).ok()?
+    };
+    Some((v, bytes.len() - r.len()))
+}
+
 pub(crate) fn landing_pads(elf: &InputElf, lsda: u64, func: u64) -> Option<Vec<u64>> {
     let sec = elf.sections.iter().find(|s| s.is_alloc() && s.has_bits() && lsda >= s.addr && lsda - s.addr < s.size)?;
     let data = elf.section_data(sec).get((lsda - sec.addr) as usize..)?;
