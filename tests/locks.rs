@@ -134,7 +134,7 @@ enum SpecChoice {
 /// The default spec (`specs/default.yaml`) with the lock metrics off at start, written to
 /// `dir/locks-off.yaml`. Fails if the default spec lacks one of them.
 fn locks_off_spec(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../specs/default.yaml");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../specs/default.yaml");
     let text = std::fs::read_to_string(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
     let mut spec: serde_yaml_ng::Value =
         serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: not YAML: {e}", src.display()));

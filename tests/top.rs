@@ -3,7 +3,7 @@
 //! | test | what it checks |
 //! | --- | --- |
 //! | `live_program_in_top_and_ls` | `testbins/top_spin.c` rewritten and running: `top --once --interval 0.3` has one THREADS row per live task (with `spin-a`, `spin-b`), `work` with calls in TOP FUNCTIONS, a mutex in LOCK WAITS; `ls --json` and `ls` list the pid, path and program; after the exit `top --once` shows it ended and `ls` no longer lists it |
-//! | `synthetic_profile_frame` | a profile written by `stint::profile::write_synthetic` (a pid no process has): the exact frame of `top --once --interval 0`, `--thread` |
+//! | `synthetic_profile_frame` | a profile written by `stint_profile::profile::write_synthetic` (a pid no process has): the exact frame of `top --once --interval 0`, `--thread` |
 //! | `errors_name_the_file` | a missing file, a file that is no profile, a truncated profile, an unknown `--thread`, and no terminal without `--once`: exit 2, one line on stderr |
 //! | `help_has_examples` | `top --help` and `ls --help` |
 //!
@@ -199,7 +199,7 @@ fn live_program_in_top_and_ls() {
 /// A synthetic profile of a process that does not exist: main, a named worker, a thread
 /// without calls.
 fn synthetic(dir: &Path) -> std::path::PathBuf {
-    use stint::profile::{patch_column, synthetic_meta, write_synthetic};
+    use stint_profile::profile::{patch_column, synthetic_meta, write_synthetic};
     let pid = 4_000_000_000u32; // beyond any pid_max; the first thread is the main thread
     let meta = synthetic_meta("srv", &[("main", "0x1139"), ("worker", "0x1189"), ("leaf", "0x1200")]);
     let mut b = write_synthetic(

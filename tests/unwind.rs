@@ -287,7 +287,7 @@ fn trampoline_of(data: &[u8], site: u64) -> u64 {
 
 /// The address of rt-lib's image in a rewritten file (found by its bytes).
 fn image_address(data: &[u8]) -> u64 {
-    let image = stint::rtimage::IMAGE;
+    let image = stint_rewrite::rtimage::IMAGE;
     let head = &image[..256.min(image.len())];
     let at = data.windows(head.len()).position(|w| w == head).expect("rt-lib image in the output");
     phdrs(data)
@@ -336,7 +336,7 @@ fn gdb_backtraces_through_added_code() {
         .map(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap())
         .expect("leaf's entry point");
     let tramp = trampoline_of(&data, site);
-    let wrap = image_address(&data) + stint::rtimage::STINT_RT_WRAP;
+    let wrap = image_address(&data) + stint_rewrite::rtimage::STINT_RT_WRAP;
     const STEPS: usize = 60;
     let mut script = String::from("set pagination off\nset confirm off\nset width 0\n");
     script += &format!("break *0x{tramp:x}\nrun gdb\nbt\n");

@@ -55,7 +55,7 @@ pub fn stint_bin() -> &'static Path {
 
 /// `testbins/` in the source tree.
 pub fn testbins_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbins")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbins")
 }
 
 /// Whether we run under CI (`CI` set and not "false"/"0"): there a missing tool or

@@ -15,7 +15,6 @@
 //! when its timers go off is still closed at its exit; an exit whose entry was not measured
 //! is ignored.
 
-use crate::profile::{self, Profile};
 use anyhow::{anyhow, bail, Context, Result};
 use std::fs::File;
 use std::mem::{offset_of, size_of};
@@ -27,6 +26,7 @@ use stint_layout::{
     metric_bit, metric_id, ColumnHeader, Control, FileHeader, Request, FILE_MAGIC, KEY_POKE, METRIC_NAMES, N_METRICS,
     REQ_CAP, REQ_SNAPSHOT,
 };
+use stint_profile::profile::{self, Profile};
 
 /// Arguments of `stint ctl`.
 #[derive(clap::Args, Debug)]

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use serde::Deserialize;
 
 /// The built-in default spec.
-pub const DEFAULT_SPEC: &str = include_str!("../../specs/default.yaml");
+pub const DEFAULT_SPEC: &str = include_str!("../../../specs/default.yaml");
 
 /// Metrics this version can generate code for, with their runtime ids.
 /// (name, id, kind, where): a counter counts at the entry; a timer runs from the entry to

@@ -1,6 +1,8 @@
 //! The `stint` command: parses arguments, calls the library, prints errors as one line
 //! naming the file, exits 2 on any failure.
 
+mod commands;
+
 use anyhow::{anyhow, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::Write;
@@ -32,11 +34,11 @@ enum Command {
     Report(ReportArgs),
     /// Control a running rewritten program: status, enable / disable metrics per function
     /// and thread, snapshot a baseline.
-    Ctl(stint::ctl::Args),
+    Ctl(commands::ctl::Args),
     /// Live view of a running program's profile: threads, states, top functions, lock waits.
-    Top(stint::top::Args),
+    Top(commands::top::Args),
     /// List the live profiles of this user's processes.
-    Ls(stint::ls::Args),
+    Ls(commands::ls::Args),
 }
 
 /// Write an instrumented copy of an executable.
@@ -141,9 +143,9 @@ fn main() -> ExitCode {
         Command::Rewrite(a) => rewrite(a),
         Command::Inspect(a) => inspect(a),
         Command::Report(a) => report(a),
-        Command::Ctl(a) => stint::ctl::run(a),
-        Command::Top(a) => stint::top::run(a),
-        Command::Ls(a) => stint::ls::run(a),
+        Command::Ctl(a) => commands::ctl::run(a),
+        Command::Top(a) => commands::top::run(a),
+        Command::Ls(a) => commands::ls::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -170,12 +172,12 @@ fn one_line(e: &anyhow::Error) -> String {
     parts.join(": ").replace('\n', " ")
 }
 
-fn load_spec(path: &Option<PathBuf>) -> anyhow::Result<stint::spec::Spec> {
+fn load_spec(path: &Option<PathBuf>) -> anyhow::Result<stint_rewrite::spec::Spec> {
     match path {
-        None => Ok(stint::spec::Spec::default_spec()),
+        None => Ok(stint_rewrite::spec::Spec::default_spec()),
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
-            stint::spec::Spec::parse(&text).map_err(|e| anyhow!("{}: {e}", p.display()))
+            stint_rewrite::spec::Spec::parse(&text).map_err(|e| anyhow!("{}: {e}", p.display()))
         }
     }
 }
@@ -193,8 +195,8 @@ fn rewrite(a: RewriteArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let opts = stint::Options { program: &program, spec: &spec, traps: a.traps };
-    let (out, report) = stint::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
+    let opts = stint_rewrite::Options { program: &program, spec: &spec, traps: a.traps };
+    let (out, report) = stint_rewrite::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a.input)?.permissions());
     write_atomically(&a.output, &out, (mode & 0o777) | 0o100)?;
     if let Some(rp) = &a.report {
@@ -242,8 +244,9 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let report = stint::inspect(&data, &stint::Options { program: &program, spec: &spec, traps: a.traps })
-        .map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
+    let report =
+        stint_rewrite::inspect(&data, &stint_rewrite::Options { program: &program, spec: &spec, traps: a.traps })
+            .map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mut out = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
@@ -256,24 +259,24 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
     let p = if a.since_snapshot {
-        stint::profile::load_since_snapshot(&a.profile)
+        stint_profile::profile::load_since_snapshot(&a.profile)
     } else {
-        stint::profile::load(&a.profile)
+        stint_profile::profile::load(&a.profile)
     }
     .map_err(|e| anyhow!("{}: {e}", a.profile.display()))?;
     let mut out = std::io::stdout().lock();
     let format = if a.json { Format::Json } else { a.format };
     match (format, a.by) {
         (Format::Json, _) => {
-            serde_json::to_writer_pretty(&mut out, &stint::report::to_json(&p))?;
+            serde_json::to_writer_pretty(&mut out, &stint_profile::report::to_json(&p))?;
             writeln!(out)?;
         }
         (Format::Table, By::Function) => {
-            let opts = stint::report::TableOptions { top: a.top };
-            write!(out, "{}", stint::report::to_table_with(&p, &opts))?;
+            let opts = stint_profile::report::TableOptions { top: a.top };
+            write!(out, "{}", stint_profile::report::to_table_with(&p, &opts))?;
         }
-        (Format::Table, By::Thread) => write!(out, "{}", stint::report::to_thread_table(&p))?,
-        (Format::Table, By::Lock) => write!(out, "{}", stint::report::to_lock_table(&p))?,
+        (Format::Table, By::Thread) => write!(out, "{}", stint_profile::report::to_thread_table(&p))?,
+        (Format::Table, By::Lock) => write!(out, "{}", stint_profile::report::to_lock_table(&p))?,
     }
     Ok(())
 }

@@ -400,7 +400,7 @@ fn thread_label(t: &ThreadProfile) -> String {
 
 /// Lay out rows of cells in columns two spaces apart; `right[i]` right-aligns column `i`.
 /// Trailing blanks are trimmed; every line is indented by `indent`.
-pub(crate) fn columns(rows: &[Vec<String>], right: &[bool], indent: &str) -> String {
+pub fn columns(rows: &[Vec<String>], right: &[bool], indent: &str) -> String {
     let widths = column_widths(rows);
     let mut out = String::new();
     for r in rows {
@@ -422,7 +422,7 @@ pub(crate) fn columns(rows: &[Vec<String>], right: &[bool], indent: &str) -> Str
 }
 
 /// The width of each column: its widest cell, in characters.
-pub(crate) fn column_widths(rows: &[Vec<String>]) -> Vec<usize> {
+pub fn column_widths(rows: &[Vec<String>]) -> Vec<usize> {
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     (0..n).map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0)).collect()
 }

@@ -1,4 +1,5 @@
-//! stint: a static binary rewriter that measures every thread.
+//! stint-rewrite: the rewriting pipeline of stint, a static binary rewriter that measures
+//! every thread.
 //!
 //! The rewrite core takes bytes and a spec and returns bytes and a report; it does no file
 //! I/O (DESIGN.md, "Data flows one way"). The passes, in order:
@@ -9,25 +10,20 @@
 //! 4. [`codegen`]  trampolines, the entry stub and the slow-path stub
 //! 5. [`emit`]     the runtime image, new segments, patched windows: the output ELF
 //!
-//! The readers of profile files ([`profile`], [`report`]) share the file layout with the
+//! The readers of profile files (the `stint-profile` crate) share the file layout with the
 //! runtime through the `stint-layout` crate.
 #![deny(unsafe_code)]
 
 pub mod abi;
 pub mod analysis;
 pub mod codegen;
-pub mod ctl;
 pub mod emit;
 pub mod error;
 pub mod input;
-pub mod ls;
 pub mod plan;
-pub mod profile;
-pub mod report;
 pub mod rewrite_report;
 pub mod rtimage;
 pub mod spec;
-pub mod top;
 pub mod unwind;
 
 pub use error::{Error, Result};

@@ -30,7 +30,7 @@ const ENTRIES: &[&str] = &["stint_rt_init", "stint_rt_slow", "stint_rt_timer", "
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-    let root = manifest.parent().unwrap();
+    let root = manifest.parent().and_then(Path::parent).unwrap();
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let layout_src = root.join("rt-lib/layout/src/lib.rs");

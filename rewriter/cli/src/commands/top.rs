@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use stint_layout::{metric_bit, state_name, METRIC_NAMES, N_METRICS, N_STATES, STATE_EXITED, STATE_RUN};
 
-use crate::ctl::{self, Change};
-use crate::profile::{self, Profile, ThreadProfile};
-use crate::report;
+use crate::commands::ctl::{self, Change};
+use stint_profile::profile::{self, Profile, ThreadProfile};
+use stint_profile::report;
 
 /// Arguments of `stint top`.
 #[derive(clap::Args, Debug)]
@@ -136,7 +136,7 @@ impl Reading {
 }
 
 /// CLOCK_REALTIME now, ns since the epoch.
-pub(crate) use crate::profile::realtime_now_ns as now_realtime_ns;
+pub(crate) use stint_profile::profile::realtime_now_ns as now_realtime_ns;
 
 fn task_cpu_ns(pid: u32) -> HashMap<u32, u64> {
     let mut m = HashMap::new();
@@ -517,10 +517,10 @@ fn metric_names(bits: u8) -> String {
 /// Lay out rows of cells in columns two spaces apart, no indent; `right[i]` right-aligns
 /// column `i`; trailing blanks trimmed (the layout of `report`'s tables).
 pub(crate) fn layout_rows(rows: &[Vec<String>], right: &[bool]) -> String {
-    crate::report::columns(rows, right, "")
+    stint_profile::report::columns(rows, right, "")
 }
 
-use crate::report::column_widths;
+use stint_profile::report::column_widths;
 
 // ---------------------------------------------------------------------------------------
 // The screen as cells
@@ -1011,11 +1011,11 @@ fn one_line(e: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{
+    use stint_layout::{SyncObject, WaitEntry, OBJ_MUTEX, STATE_BLOCKED_CONDVAR, STATE_BLOCKED_MUTEX};
+    use stint_profile::profile::{
         parse_with, patch_column, patch_header, put_object, put_wait, synthetic_meta, write_synthetic, Observer,
         SYNTHETIC_START_TSC,
     };
-    use stint_layout::{SyncObject, WaitEntry, OBJ_MUTEX, STATE_BLOCKED_CONDVAR, STATE_BLOCKED_MUTEX};
 
     #[test]
     fn rates() {

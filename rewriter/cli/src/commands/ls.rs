@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 use stint_layout::FILE_MAGIC;
 
-use crate::profile::Profile;
-use crate::top::{fmt_duration, now_realtime_ns, uptime_ns};
+use crate::commands::top::{fmt_duration, now_realtime_ns, uptime_ns};
+use stint_profile::profile::Profile;
 
 /// Arguments of `stint ls`.
 #[derive(clap::Args, Debug)]
@@ -108,7 +108,7 @@ pub fn scan(all: bool) -> (Vec<Entry>, Vec<String>) {
     let mut entries = Vec::new();
     let mut warnings = Vec::new();
     for (pid, path) in found {
-        match crate::profile::load(&path) {
+        match stint_profile::profile::load(&path) {
             Ok(p) if owns(pid, &p) => entries.push(entry(pid, path, &p, now_realtime_ns())),
             Ok(_) => {} // the parent's file, still mapped in a fork child
             Err(e) => warnings.push(format!("{}: {e}", path.display())),
@@ -215,7 +215,7 @@ pub fn to_table(entries: &[Entry]) -> String {
             e.path.display().to_string(),
         ]);
     }
-    crate::top::layout_rows(&rows, &[false, false, false, true, true, false])
+    crate::commands::top::layout_rows(&rows, &[false, false, false, true, true, false])
 }
 
 #[cfg(test)]
@@ -258,8 +258,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("stint-ls-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let good = dir.join("p.stint");
-        let meta = crate::profile::synthetic_meta("p", &[("main", "0x1000")]);
-        std::fs::write(&good, crate::profile::write_synthetic(&meta, &[(4242, vec![(0, 1)])])).unwrap();
+        let meta = stint_profile::profile::synthetic_meta("p", &[("main", "0x1000")]);
+        std::fs::write(&good, stint_profile::profile::write_synthetic(&meta, &[(4242, vec![(0, 1)])])).unwrap();
         let ino = std::fs::metadata(&good).unwrap().ino();
         assert!(has_profile_magic(&good, ino));
         assert!(!has_profile_magic(&good, ino + 1));
@@ -305,9 +305,9 @@ mod tests {
 
     #[test]
     fn a_file_of_another_pid_is_not_ours() {
-        let meta = crate::profile::synthetic_meta("p", &[("main", "0x1000")]);
-        let b = crate::profile::write_synthetic(&meta, &[(u32::MAX - 1, vec![(0, 1)])]);
-        let p = crate::profile::parse_with(&b, &crate::profile::Observer::ENDED).unwrap();
+        let meta = stint_profile::profile::synthetic_meta("p", &[("main", "0x1000")]);
+        let b = stint_profile::profile::write_synthetic(&meta, &[(u32::MAX - 1, vec![(0, 1)])]);
+        let p = stint_profile::profile::parse_with(&b, &stint_profile::profile::Observer::ENDED).unwrap();
         assert!(owns(u32::MAX - 1, &p));
         assert!(!owns(std::process::id(), &p));
     }
