@@ -47,7 +47,7 @@ pub fn setup(col: &mut ColumnHeader, tsc_hz: u64) {
 /// column's own `seq_never` (read as a field: it is part of the header we borrow).
 pub fn read_seq(col: &ColumnHeader) -> u32 {
     let p = col.seq_ptr as *const u32;
-    if p == &col.seq_never as *const u32 {
+    if core::ptr::eq(p, &col.seq_never) {
         return col.seq_never;
     }
     // Safety: `setup` pointed `seq_ptr` at the perf page it mapped read-only for the rest of

@@ -265,7 +265,6 @@ mod tests {
         assert_eq!(c.counter(SLOT_CALLS, 3), Some(7));
         assert!(c.counter_mut(4, 0).is_none() && c.counter_mut(0, 5).is_none());
         assert_eq!(c.counter(0, 5), None);
-        drop(c);
         assert_eq!(word(&buf, counter_offset(GEO.n_points, SLOT_CALLS, 3)), 7);
         assert_eq!(word(&buf, counter_offset(GEO.n_points, SLOT_WALL_TICKS, 4)), 9);
     }
@@ -330,7 +329,6 @@ mod tests {
             c.push_transition(Transition { tsc: i, state: 1, object: 2 });
         }
         assert_eq!(c.h.ring_head, RING_CAP as u64 + 3);
-        drop(c);
         let tsc = |i: u64| word(&buf, RING_OFFSET as u64 + i * size_of::<Transition>() as u64);
         assert_eq!(tsc(2), RING_CAP as u64 + 2);
         assert_eq!(tsc(3), 3);

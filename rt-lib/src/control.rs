@@ -80,7 +80,9 @@ pub fn on_register(rt: &Rt, col: &mut ColumnHeader) {
 }
 
 /// A safe point of the thread that owns `col` (GS points at it): put its key back if `stint
-/// ctl` changed it, and handle the requests it has not seen.
+/// ctl` changed it, and handle the requests it has not seen. Every wrapper and timer slow
+/// path passes here, so the common case (no new request) is inlined into them.
+#[inline(always)]
 pub fn safe_point(rt: &Rt, col: &mut Column) {
     if col.h.owner_key != col.h.exit_key {
         col.h.owner_key = col.h.exit_key;
@@ -88,9 +90,15 @@ pub fn safe_point(rt: &Rt, col: &mut Column) {
     let Some(c) = page(rt) else { return };
     // Safety: the control page is mapped.
     let head = unsafe { read_volatile(&raw const (*c).req_head) };
-    if head == col.h.req_seen {
-        return;
+    if head != col.h.req_seen {
+        requests(col, rt, c, head);
     }
+}
+
+/// The requests `req_seen..head` of the ring on page `c`.
+#[cold]
+#[inline(never)]
+fn requests(col: &mut Column, rt: &Rt, c: *mut Control, head: u64) {
     fence(Ordering::Acquire);
     if head < col.h.req_seen {
         // The page went backwards (rewritten by hand?): start over from here.
