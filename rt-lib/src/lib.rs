@@ -152,3 +152,76 @@ pub unsafe extern "C" fn stint_rt_trap(config: *const RtConfig, info: *const u8,
     // Safety: forwarded contract.
     unsafe { trap::on_trap(&cfg, info, uc) }
 }
+
+/// The layering of the module documentation, checked on the sources.
+#[cfg(test)]
+mod layering {
+    /// Lowest first; a module may use modules of its own layer or lower ones.
+    const LAYERS: &[&[&str]] = &[
+        &["sys", "text"],
+        &["column", "state", "clock"],
+        &["control"],
+        &["profile_file"],
+        &["threads"],
+        &["timer", "wrap", "trap"],
+        &["start"],
+    ];
+
+    const SOURCES: &[(&str, &str)] = &[
+        ("sys", include_str!("sys.rs")),
+        ("text", include_str!("text.rs")),
+        ("column", include_str!("column.rs")),
+        ("state", include_str!("state.rs")),
+        ("clock", include_str!("clock.rs")),
+        ("control", include_str!("control.rs")),
+        ("profile_file", include_str!("profile_file.rs")),
+        ("threads", include_str!("threads.rs")),
+        ("timer", include_str!("timer.rs")),
+        ("wrap", include_str!("wrap.rs")),
+        ("trap", include_str!("trap.rs")),
+        ("start", include_str!("start.rs")),
+    ];
+
+    fn layer(m: &str) -> Option<usize> {
+        LAYERS.iter().position(|l| l.contains(&m))
+    }
+
+    /// The crate modules `src` names as `crate::<module>` outside its test module.
+    fn uses(src: &str) -> Vec<&str> {
+        let code = src.split("#[cfg(test)]\nmod tests").next().unwrap();
+        let mut out: Vec<&str> = code
+            .match_indices("crate::")
+            .map(|(i, _)| {
+                let rest = &code[i + 7..];
+                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    #[test]
+    fn every_module_is_listed_once() {
+        for (m, _) in SOURCES {
+            assert!(layer(m).is_some(), "{m} has no layer");
+        }
+        let listed: usize = LAYERS.iter().map(|l| l.len()).sum();
+        assert_eq!(listed, SOURCES.len());
+    }
+
+    #[test]
+    fn no_module_uses_a_higher_layer_and_there_are_no_cycles() {
+        for (m, src) in SOURCES {
+            for u in uses(src) {
+                let (lm, lu) = (layer(m).unwrap(), layer(u).unwrap_or_else(|| panic!("{m} uses crate::{u}")));
+                assert!(lu <= lm, "{m} (layer {lm}) uses {u} (layer {lu})");
+                if lu == lm {
+                    let back = SOURCES.iter().find(|(n, _)| n == &u).map(|(_, s)| uses(s)).unwrap_or_default();
+                    assert!(!back.contains(m), "{m} and {u} use each other");
+                }
+            }
+        }
+    }
+}

@@ -354,6 +354,7 @@ mod tests {
         su.template.fill(b'p');
         su.template[0] = b'%';
         assert!(expand_path(&mut su, u32::MAX).is_some());
+        // Safety: Startup is valid zero-filled.
         let mut su2: Box<Startup> = unsafe { Box::new(core::mem::zeroed()) };
         su2.template.fill(b'x');
         su2.template_len = su2.template.len() as u32;

@@ -8,7 +8,8 @@
 //! or a safe point `stint ctl` asked for. It runs with the column's `busy` flag set, on the
 //! thread's own column, so nothing here is shared with other threads.
 //!
-//! Layering: uses `sys`, `state`, `column`, `clock`, `control` and `threads`.
+//! Layering: uses `sys`, `state`, `column`, `clock` and `control`; the entry point builds
+//! the column from GS (the routine checked its owner).
 
 use crate::clock;
 use crate::column::Column;

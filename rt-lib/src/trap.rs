@@ -341,6 +341,7 @@ mod tests {
             assert!(uc[..UC_RIP_OFFSET].iter().chain(&uc[UC_RIP_OFFSET + 8..]).all(|&x| x == 0));
             // A null siginfo counts as an int3.
             let (mut uc, _) = fake_frame(base.wrapping_add(site as u64) + 1, SI_KERNEL);
+            // Safety: as above.
             unsafe { stint_rt_trap(&b.cfg, core::ptr::null(), uc.as_mut_ptr()) };
             assert_eq!(saved_rip(&uc), base.wrapping_add(resume as u64));
         }
