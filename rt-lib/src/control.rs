@@ -12,39 +12,45 @@
 //! (`exit_key ^ KEY_POKE`): the entry trampolines and wrappers then miss and come here,
 //! the timer routines compare the two keys, exits keep closing frames. The key is put back
 //! before the requests are handled.
+//!
+//! Layering: uses `sys`, `text`, `state`, `column` and `clock`; used by `profile_file`
+//! (the control file, at creation), `threads` (registration) and the event paths.
 #![allow(unsafe_code)]
 
-use crate::runtime::{self, at, Cfg, RtState, ALL_METRICS};
+use crate::clock;
+use crate::column::Column;
+use crate::state::{Rt, Startup, ALL_METRICS};
 use crate::sys;
-use core::mem::size_of;
+use crate::text::{copy_into, copy_str, trim_nul, Writer};
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{fence, Ordering};
 use stint_layout::control_file::{self, glob_match, ThreadSel};
 use stint_layout::{
-    baseline_offset, metric_bit, ColumnHeader, Control, Frame, Request, ThreadRule, WaitEntry, BASELINE_COUNTERS,
-    BASELINE_STATES, BASELINE_WAITS, CONTROL_FILE_APPLIED, CONTROL_FILE_REJECTED, CONTROL_OFFSET, COUNTERS_OFFSET,
-    FRAME_SIZE, GATE_HOOK, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, POINT_INFO_WRAP, REQ_CAP,
-    REQ_SNAPSHOT, SHADOW_CAP, SHADOW_OFFSET, SLOT_CPU_TICKS, SLOT_WALL_TICKS, THREAD_RULES_CAP, WAITS_OFFSET, WAIT_CAP,
+    metric_bit, ColumnHeader, Control, Request, ThreadRule, CONTROL_FILE_APPLIED, CONTROL_FILE_REJECTED,
+    CONTROL_OFFSET, GATE_HOOK, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, POINT_INFO_WRAP, REQ_CAP,
+    REQ_SNAPSHOT, SHADOW_CAP, SLOT_CPU_TICKS, SLOT_WALL_TICKS, THREAD_RULES_CAP,
 };
 
 /// The control page of the mapped profile. Its place is our constant, never the header's
-/// `control_offset`, which anyone who can write the file could change.
-pub(crate) fn page(config: Cfg) -> Option<*mut Control> {
-    let hdr = runtime::file_header(config)?;
+/// `control_offset`, which anyone who can write the file could change. Anyone may write the
+/// page at any time: it is read field by field with volatile loads, never by reference.
+fn page(rt: &Rt) -> Option<*mut Control> {
+    let hdr = rt.file_header()?;
     Some((hdr as usize + CONTROL_OFFSET as usize) as *mut Control)
 }
 
 /// The metric bits a registering (or newly named) thread measures: the page's default for
 /// new threads, plus what a matching thread rule adds.
-pub(crate) fn thread_mask(config: Cfg, tid: u32, name: &[u8; 16]) -> u32 {
-    let Some(c) = page(config) else { return ALL_METRICS };
+pub fn thread_mask(rt: &Rt, tid: u32, name: &[u8; 16]) -> u32 {
+    let Some(c) = page(rt) else { return ALL_METRICS };
     // Safety: the control page is mapped for the whole run; fields are read one by one.
-    let (mut mask, n) = unsafe { (read_volatile(&(*c).new_thread_mask), read_volatile(&(*c).n_thread_rules)) };
-    let name = trim(name);
+    let (mut mask, n) =
+        unsafe { (read_volatile(&raw const (*c).new_thread_mask), read_volatile(&raw const (*c).n_thread_rules)) };
+    let name = trim_nul(name);
     for i in 0..(n as usize).min(THREAD_RULES_CAP) {
         // Safety: i < THREAD_RULES_CAP.
-        let r: ThreadRule = unsafe { read_volatile((*c).thread_rules.as_ptr().add(i)) };
-        let hit = if r.tid != 0 { r.tid == tid } else { glob_match(trim(&r.name), name) };
+        let r: ThreadRule = unsafe { read_volatile((&raw const (*c).thread_rules as *const ThreadRule).add(i)) };
+        let hit = if r.tid != 0 { r.tid == tid } else { glob_match(trim_nul(&r.name), name) };
         if hit {
             mask |= r.mask;
         }
@@ -53,53 +59,57 @@ pub(crate) fn thread_mask(config: Cfg, tid: u32, name: &[u8; 16]) -> u32 {
 }
 
 /// Whether any thread rule names threads by name (then naming a thread re-evaluates it).
-pub(crate) fn has_name_rules(config: Cfg) -> bool {
-    let Some(c) = page(config) else { return false };
+pub fn has_name_rules(rt: &Rt) -> bool {
+    let Some(c) = page(rt) else { return false };
     // Safety: as in `thread_mask`.
-    unsafe { read_volatile(&(*c).n_thread_rules) != 0 }
-}
-
-fn trim(b: &[u8]) -> &[u8] {
-    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
-    b.get(..end).unwrap_or(&[])
+    unsafe { read_volatile(&raw const (*c).n_thread_rules) != 0 }
 }
 
 /// Registration: a new thread starts after every request posted so far, and its (zero)
 /// counters are the baseline of the newest snapshot.
-pub(crate) fn on_register(config: Cfg, col: &mut ColumnHeader) {
-    col.thread_mask = thread_mask(config, col.tid, &col.name);
+pub fn on_register(rt: &Rt, col: &mut ColumnHeader) {
+    col.thread_mask = thread_mask(rt, col.tid, &col.name);
     col.exit_key = col.owner_key;
-    if let Some(c) = page(config) {
+    if let Some(c) = page(rt) {
         // Safety: the control page is mapped.
         unsafe {
-            col.req_seen = read_volatile(&(*c).req_head);
-            col.snap_seq = read_volatile(&(*c).last_snapshot);
+            col.req_seen = read_volatile(&raw const (*c).req_head);
+            col.snap_seq = read_volatile(&raw const (*c).last_snapshot);
         }
     }
 }
 
 /// A safe point of the thread that owns `col` (GS points at it): put its key back if `stint
-/// ctl` changed it, and handle the requests it has not seen.
-pub(crate) fn safe_point(config: Cfg, col: &mut ColumnHeader) {
-    if col.owner_key != col.exit_key {
-        col.owner_key = col.exit_key;
+/// ctl` changed it, and handle the requests it has not seen. Every wrapper and timer slow
+/// path passes here, so the common case (no new request) is inlined into them.
+#[inline(always)]
+pub fn safe_point(rt: &Rt, col: &mut Column) {
+    if col.h.owner_key != col.h.exit_key {
+        col.h.owner_key = col.h.exit_key;
     }
-    let Some(c) = page(config) else { return };
+    let Some(c) = page(rt) else { return };
     // Safety: the control page is mapped.
-    let head = unsafe { read_volatile(&(*c).req_head) };
-    if head == col.req_seen {
-        return;
+    let head = unsafe { read_volatile(&raw const (*c).req_head) };
+    if head != col.h.req_seen {
+        requests(col, rt, c, head);
     }
+}
+
+/// The requests `req_seen..head` of the ring on page `c`.
+#[cold]
+#[inline(never)]
+fn requests(col: &mut Column, rt: &Rt, c: *mut Control, head: u64) {
     fence(Ordering::Acquire);
-    if head < col.req_seen {
+    if head < col.h.req_seen {
         // The page went backwards (rewritten by hand?): start over from here.
-        col.req_seen = head;
+        col.h.req_seen = head;
         return;
     }
     let mut snapshot = None;
-    for i in col.req_seen.max(head.saturating_sub(REQ_CAP as u64))..head {
+    for i in col.h.req_seen.max(head.saturating_sub(REQ_CAP as u64))..head {
         // Safety: the index is taken modulo REQ_CAP.
-        let r: Request = unsafe { read_volatile((*c).requests.as_ptr().add((i % REQ_CAP as u64) as usize)) };
+        let r: Request =
+            unsafe { read_volatile((&raw const (*c).requests as *const Request).add((i % REQ_CAP as u64) as usize)) };
         if r.seq != i + 1 {
             continue; // torn, stale or forged: ignored
         }
@@ -108,128 +118,99 @@ pub(crate) fn safe_point(config: Cfg, col: &mut ColumnHeader) {
         }
     }
     if let Some(seq) = snapshot {
-        take_snapshot(config, col, seq);
+        take_snapshot(rt, col, seq);
     }
-    col.req_seen = head;
+    col.h.req_seen = head;
 }
 
 /// Copy this thread's waits, state times and counters into its baseline, with its open
 /// frames and open state counted up to now, then publish `snap_seq`.
-fn take_snapshot(config: Cfg, col: &mut ColumnHeader, seq: u64) {
-    let n = config.n_points;
-    let slots = config.n_counter_slots;
-    let base = col as *mut ColumnHeader as *mut u8;
+fn take_snapshot(rt: &Rt, col: &mut Column, seq: u64) {
     let now = sys::rdtsc();
-    let cpu_now = runtime::cpu_ticks_now(config, col);
-    let b = baseline_offset(n, slots) as usize;
-    // Safety (whole block): every offset below lies inside this thread's column (its size is
-    // `column_size(n, slots)`, which includes the baseline), and only this thread writes it.
-    unsafe {
-        core::ptr::copy_nonoverlapping(
-            base.add(WAITS_OFFSET as usize),
-            base.add(b + BASELINE_WAITS as usize),
-            WAIT_CAP as usize * size_of::<WaitEntry>(),
-        );
-        let states = base.add(b + BASELINE_STATES as usize) as *mut u64;
-        for s in 0..N_STATES as usize {
-            let mut t = col.state_ticks.get(s).copied().unwrap_or(0);
-            if s == col.thread_state as usize {
-                t = t.saturating_add(now.saturating_sub(col.state_since));
-            }
-            write_volatile(states.add(s), t);
-        }
-        let counters = (n as usize) * (slots as usize) * 8;
-        core::ptr::copy_nonoverlapping(
-            base.add(COUNTERS_OFFSET as usize),
-            base.add(b + BASELINE_COUNTERS as usize),
-            counters,
-        );
-        // Open frames: the outermost activation of each point adds its time so far.
-        let kept = col.depth.min(SHADOW_CAP);
-        let frame = |i: u32| read_volatile(base.add((SHADOW_OFFSET + i * FRAME_SIZE) as usize) as *const Frame);
-        let slot = |s: u32, p: u32| {
-            base.add(b + BASELINE_COUNTERS as usize + (s as usize * n as usize + p as usize) * 8) as *mut u64
-        };
-        for d in 0..kept {
-            let f = frame(d);
-            if f.point >= n || (0..d).any(|e| frame(e).point == f.point) {
-                continue;
-            }
-            if f.bits & metric_bit(METRIC_WALL_TIME) as u32 != 0 && SLOT_WALL_TICKS < slots {
-                let p = slot(SLOT_WALL_TICKS, f.point);
-                write_volatile(p, read_volatile(p).wrapping_add(now.saturating_sub(f.wall_start)));
-            }
-            if f.bits & metric_bit(METRIC_CPU_TIME) as u32 != 0 && SLOT_CPU_TICKS < slots {
-                let p = slot(SLOT_CPU_TICKS, f.point);
-                write_volatile(p, read_volatile(p).wrapping_add(cpu_now.saturating_sub(f.cpu_start)));
-            }
+    let cpu_now = clock::cpu_ticks_now(col.h, rt.st.tsc_hz());
+    let mut states = [0u64; N_STATES as usize];
+    for (s, t) in states.iter_mut().enumerate() {
+        *t = col.h.state_ticks.get(s).copied().unwrap_or(0);
+        if s == col.h.thread_state as usize {
+            *t = t.saturating_add(now.saturating_sub(col.h.state_since));
         }
     }
-    col.snap_tsc = now;
+    col.save_baseline(&states);
+    // Open frames: the outermost activation of each point adds its time so far.
+    let n = col.geometry().n_points;
+    let kept = col.h.depth.min(SHADOW_CAP);
+    for d in 0..kept {
+        let Some(f) = col.frame(d) else { break };
+        if f.point >= n || (0..d).any(|e| col.frame(e).is_some_and(|g| g.point == f.point)) {
+            continue;
+        }
+        if f.bits & metric_bit(METRIC_WALL_TIME) as u32 != 0 {
+            col.add_to_baseline(SLOT_WALL_TICKS, f.point, now.saturating_sub(f.wall_start));
+        }
+        if f.bits & metric_bit(METRIC_CPU_TIME) as u32 != 0 {
+            col.add_to_baseline(SLOT_CPU_TICKS, f.point, cpu_now.saturating_sub(f.cpu_start));
+        }
+    }
+    col.h.snap_tsc = now;
     fence(Ordering::Release);
-    // Safety: our own column.
-    unsafe { write_volatile(&mut col.snap_seq, seq) };
+    // Safety: our own column's header field.
+    unsafe { write_volatile(&raw mut col.h.snap_seq, seq) };
 }
 
 /// Largest control file read.
 const CONTROL_MAX: usize = control_file::MAX_TEXT;
 
 /// Apply the control file `path` (STINT_CONTROL) to the gates of a new profile before they go
-/// live: `gates` is the profile's gate region, `control` its control page. A file that
-/// cannot be read or parsed turns every metric off and says so once on stderr.
-pub(crate) fn apply_file(config: Cfg, st: &mut RtState, path: &[u8], gates: *mut u8, control: &mut Control) {
+/// live: `gates` is the profile's gate region (`n_points` bytes), `control` its control page,
+/// neither published yet. A file that cannot be read or parsed turns every metric off and
+/// says so once on stderr. Single-threaded (it uses the start-up scratch).
+pub fn apply_file(rt: &Rt, su: &mut Startup, path: &[u8], gates: &mut [u8], control: &mut Control) {
     copy_str(&mut control.control_message, path);
-    let buf = match sys::mmap(
-        0,
-        CONTROL_MAX + 1,
-        sys::PROT_READ | sys::PROT_WRITE,
-        sys::MAP_PRIVATE | sys::MAP_ANONYMOUS,
-        -1,
-        0,
-    ) {
+    // Safety: not MAP_FIXED: fresh memory the kernel chooses.
+    let buf = match unsafe {
+        sys::mmap(0, CONTROL_MAX + 1, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS, -1, 0)
+    } {
         Ok(b) => b,
-        Err(e) => return reject(config, path, gates, control, b"cannot map a buffer", Some(e)),
+        Err(e) => return reject(rt, path, gates, control, b"cannot map a buffer", Some(e)),
     };
-    // Safety: CONTROL_MAX + 1 fresh bytes.
+    // Safety: CONTROL_MAX + 1 fresh bytes, unmapped below after the last use of `text`.
     let text = unsafe { core::slice::from_raw_parts_mut(buf as *mut u8, CONTROL_MAX + 1) };
-    let len = match read_file(st, path, text) {
-        Ok(len) => len,
-        Err(e) => {
-            reject(config, path, gates, control, b"cannot read", Some(e));
-            let _ = sys::munmap(buf, CONTROL_MAX + 1);
-            return;
-        }
-    };
-    match control_file::parse(text.get(..len).unwrap_or(&[])) {
-        Ok(cf) => {
-            apply(config, &cf, gates, control);
-            control.control_file = CONTROL_FILE_APPLIED;
-        }
-        Err(e) => {
-            let mut msg = [0u8; 160];
-            let mut w = Writer { buf: &mut msg, n: 0 };
-            if e.line != 0 {
-                w.put(b"line ");
-                w.num(e.line as u64);
-                w.put(b": ");
+    match read_file(su, path, text) {
+        Ok(len) => match control_file::parse(text.get(..len).unwrap_or(&[])) {
+            Ok(cf) => {
+                apply(rt, &cf, gates, control);
+                control.control_file = CONTROL_FILE_APPLIED;
             }
-            w.put(e.what.as_bytes());
-            let n = w.n;
-            reject(config, path, gates, control, msg.get(..n).unwrap_or(&[]), None);
-        }
+            Err(e) => {
+                let mut msg = [0u8; 160];
+                let mut w = Writer::new(&mut msg);
+                if e.line != 0 {
+                    w.put(b"line ");
+                    w.num(e.line as u64);
+                    w.put(b": ");
+                }
+                w.put(e.what.as_bytes());
+                reject(rt, path, gates, control, w.written(), None);
+            }
+        },
+        Err(e) => reject(rt, path, gates, control, b"cannot read", Some(e)),
     }
-    let _ = sys::munmap(buf, CONTROL_MAX + 1);
+    // Safety: our own buffer; `text` (and the parse borrowing it) is dead.
+    let _ = unsafe { sys::munmap(buf, CONTROL_MAX + 1) };
 }
 
-fn read_file(st: &mut RtState, path: &[u8], out: &mut [u8]) -> Result<usize, sys::Errno> {
-    let p = runtime::nul_terminated(st, path).ok_or(sys::Errno(36))?; // ENAMETOOLONG
-    let fd = sys::open(p, sys::O_RDONLY | sys::O_CLOEXEC, 0)? as i32;
+fn read_file(su: &mut Startup, path: &[u8], out: &mut [u8]) -> Result<usize, sys::Errno> {
+    let n = copy_into(&mut su.path, &[path, b"\0"]);
+    if n != path.len() + 1 {
+        return Err(sys::Errno(36)); // ENAMETOOLONG
+    }
+    let fd = sys::open(su.path.get(..n).unwrap_or(&[]), sys::O_RDONLY | sys::O_CLOEXEC, 0)? as i32;
     let mut n = 0;
     while let Some(rest) = out.get_mut(n..).filter(|r| !r.is_empty()) {
         match sys::read(fd, rest) {
             Ok(0) => break,
             Ok(k) => n += k,
-            Err(e) if e.0 == 4 => continue, // EINTR
+            Err(sys::Errno::EINTR) => continue,
             Err(e) => {
                 sys::close(fd);
                 return Err(e);
@@ -244,56 +225,47 @@ fn read_file(st: &mut RtState, path: &[u8], out: &mut [u8]) -> Result<usize, sys
 }
 
 /// Every gate off, the reason on the page and once on stderr.
-fn reject(config: Cfg, path: &[u8], gates: *mut u8, control: &mut Control, why: &[u8], err: Option<sys::Errno>) {
-    for p in 0..config.n_points as usize {
-        // Safety: the gate region holds n_points bytes.
-        unsafe { write_volatile(gates.add(p), 0) };
-    }
+fn reject(rt: &Rt, path: &[u8], gates: &mut [u8], control: &mut Control, why: &[u8], err: Option<sys::Errno>) {
+    gates.fill(0);
     control.control_file = CONTROL_FILE_REJECTED;
     let mut msg = [0u8; 256];
-    let mut w = Writer { buf: &mut msg, n: 0 };
+    let mut w = Writer::new(&mut msg);
     w.put(why);
     if let Some(e) = err {
         w.put(b": ");
         w.put(e.name().as_bytes());
     }
-    let n = w.n;
+    let why = w.written();
     control.control_message = [0; 256];
-    copy_str(&mut control.control_message, msg.get(..n).unwrap_or(&[]));
+    copy_str(&mut control.control_message, why);
     let mut line = [0u8; 1024];
-    let mut w = Writer { buf: &mut line, n: 0 };
+    let mut w = Writer::new(&mut line);
     w.put(b"stint: ");
-    w.put(runtime::program_name(config));
+    w.put(rt.cfg.program_name());
     w.put(b": control file '");
     w.put(path);
     w.put(b"': ");
-    w.put(msg.get(..n).unwrap_or(&[]));
+    w.put(why);
     w.put(b"; running with every metric off\n");
-    let n = w.n;
-    sys::write_all(2, line.get(..n).unwrap_or(&[]));
+    sys::write_all(2, w.written());
 }
 
 /// The control file's `on:`, `functions:` and `threads:` applied to the gates and the page.
-fn apply(config: Cfg, cf: &control_file::ControlFile, gates: *mut u8, control: &mut Control) {
-    let n = config.n_points as usize;
-    let info = at::<u8>(config, config.info_rel);
-    // Safety: the rewriter emitted names_len bytes of NUL-terminated names.
-    let names = unsafe { core::slice::from_raw_parts(at::<u8>(config, config.names_rel), config.names_len as usize) };
-    let mut rest = names;
+fn apply(rt: &Rt, cf: &control_file::ControlFile, gates: &mut [u8], control: &mut Control) {
+    let info = rt.cfg.point_info();
+    let mut rest = rt.cfg.point_names();
     let calls = metric_bit(METRIC_CALLS);
-    for p in 0..n {
+    for (g, &i) in gates.iter_mut().zip(info) {
         let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
         let name = rest.get(..end).unwrap_or(&[]);
         rest = rest.get(end + 1..).unwrap_or(&[]);
-        // Safety: info and gates hold n_points bytes each.
-        let (i, g) = unsafe { (read_volatile(info.add(p)), read_volatile(gates.add(p))) };
         let caps = i & !POINT_INFO_WRAP;
         let on = match cf.on {
             Some(m) => (m | GATE_HOOK) & caps,
-            None => g,
+            None => *g,
         };
         let selected = cf.function_selected(name);
-        let gate = if i & POINT_INFO_WRAP != 0 {
+        *g = if i & POINT_INFO_WRAP != 0 {
             // A wrapper's lock metrics are per object, not per function: only its call
             // count follows `functions:`.
             (on & !calls) | if selected { on & calls } else { 0 }
@@ -302,8 +274,6 @@ fn apply(config: Cfg, cf: &control_file::ControlFile, gates: *mut u8, control: &
         } else {
             0
         };
-        // Safety: as above.
-        unsafe { write_volatile(gates.add(p), gate) };
     }
     let threads = cf.threads();
     if cf.has_threads() {
@@ -318,47 +288,5 @@ fn apply(config: Cfg, cf: &control_file::ControlFile, gates: *mut u8, control: &
             k += 1;
         }
         control.n_thread_rules = k;
-    }
-}
-
-/// Copy `src` into `dst`, truncated so that a NUL stays at the end.
-fn copy_str(dst: &mut [u8], src: &[u8]) {
-    let keep = dst.len().saturating_sub(1);
-    runtime::copy_into(dst.get_mut(..keep).unwrap_or(&mut []), &[src]);
-}
-
-/// A bounded byte writer (no formatting machinery in the image).
-struct Writer<'a> {
-    buf: &'a mut [u8],
-    n: usize,
-}
-
-impl Writer<'_> {
-    fn put(&mut self, s: &[u8]) {
-        for &b in s {
-            if let Some(d) = self.buf.get_mut(self.n) {
-                *d = b;
-                self.n += 1;
-            }
-        }
-    }
-
-    fn num(&mut self, mut v: u64) {
-        let mut digits = [0u8; 20];
-        let mut k = 0;
-        loop {
-            if let Some(d) = digits.get_mut(k) {
-                *d = b'0' + (v % 10) as u8;
-            }
-            k += 1;
-            v /= 10;
-            if v == 0 || k >= digits.len() {
-                break;
-            }
-        }
-        for i in (0..k).rev() {
-            let d = digits.get(i).copied().unwrap_or(b'0');
-            self.put(&[d]);
-        }
     }
 }

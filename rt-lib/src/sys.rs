@@ -3,6 +3,14 @@
 //! No libc: errno belongs to the program, and libc's locks may be held by the very thread
 //! we interrupt. Every call returns `Result<usize, Errno>` decoded from the kernel's
 //! `-4095..=-1` convention. `syscall` clobbers rcx and r11; everything else survives.
+//!
+//! # Which calls are `unsafe`
+//! A call that can change memory the program or the runtime already uses is an `unsafe fn`
+//! with a `# Safety` section: [`mmap`] (with `MAP_FIXED` it replaces whatever was mapped
+//! there), [`munmap`], [`set_gs_base`] (every trampoline dereferences `gs:`) and
+//! [`rt_sigaction`] (a handler runs on any thread at any instruction). Calls that only read
+//! the kernel's view, write to a file descriptor or fill a buffer the caller lends them are
+//! safe functions. This module is the bottom layer of rt-lib: it uses nothing of the crate.
 #![allow(unsafe_code)]
 
 use core::arch::asm;
@@ -167,11 +175,21 @@ pub fn ftruncate(fd: i32, len: u64) -> SysResult {
 }
 
 /// mmap; `addr` 0 lets the kernel choose.
-pub fn mmap(addr: usize, len: usize, prot: usize, flags: usize, fd: i32, off: u64) -> SysResult {
+///
+/// # Safety
+/// With `MAP_FIXED`, `[addr, addr + len)` must hold nothing that any live reference, the
+/// program or another thread still uses as it was: the kernel replaces it silently. Without
+/// `MAP_FIXED` the call only adds memory and is harmless.
+pub unsafe fn mmap(addr: usize, len: usize, prot: usize, flags: usize, fd: i32, off: u64) -> SysResult {
     syscall!(SYS_MMAP, addr, len, prot, flags, fd as isize, off as usize)
 }
 
-pub fn munmap(addr: usize, len: usize) -> SysResult {
+/// munmap.
+///
+/// # Safety
+/// Nothing may use `[addr, addr + len)` afterwards: no reference into it may be live, and no
+/// thread's GS base may point into it.
+pub unsafe fn munmap(addr: usize, len: usize) -> SysResult {
     syscall!(SYS_MUNMAP, addr, len)
 }
 
@@ -203,7 +221,12 @@ pub fn thread_name(out: &mut [u8; 16]) {
 }
 
 /// Point this thread's GS base at `base`.
-pub fn set_gs_base(base: usize) -> SysResult {
+///
+/// # Safety
+/// Every trampoline reads (and, once the owner check passes, writes) `gs:`-relative memory:
+/// `base` must be a column header (or the runtime's dummy header) that stays mapped for as
+/// long as the thread may run instrumented code.
+pub unsafe fn set_gs_base(base: usize) -> SysResult {
     syscall!(SYS_ARCH_PRCTL, ARCH_SET_GS, base)
 }
 
@@ -250,7 +273,8 @@ pub fn perf_task_clock_page() -> SysResult {
     attr[1] = PERF_COUNT_SW_TASK_CLOCK;
     attr[5] = ATTR_EXCLUDE_KERNEL_HV;
     let fd = syscall!(SYS_PERF_EVENT_OPEN, attr.as_ptr(), 0usize, -1isize, -1isize, PERF_FLAG_FD_CLOEXEC, 0usize)?;
-    let page = mmap(0, 4096, PROT_READ, MAP_SHARED, fd as i32, 0);
+    // Safety: not MAP_FIXED: the kernel picks a free range, nothing existing changes.
+    let page = unsafe { mmap(0, 4096, PROT_READ, MAP_SHARED, fd as i32, 0) };
     close(fd as i32);
     page
 }
@@ -319,7 +343,12 @@ pub struct KernelSigaction {
 
 /// rt_sigaction(sig, act, oldact, 8): install `act` (if any), return the previous action
 /// in `old` (if any).
-pub fn rt_sigaction(sig: i32, act: Option<&KernelSigaction>, old: Option<&mut KernelSigaction>) -> SysResult {
+///
+/// # Safety
+/// `act.handler` (unless `SIG_DFL`/`SIG_IGN`) and `act.restorer` must be code that is sound
+/// to enter from any thread at any instruction with the kernel's handler ABI, for as long as
+/// the action stays installed.
+pub unsafe fn rt_sigaction(sig: i32, act: Option<&KernelSigaction>, old: Option<&mut KernelSigaction>) -> SysResult {
     let act = act.map_or(core::ptr::null(), |a| a as *const KernelSigaction);
     let old = old.map_or(core::ptr::null_mut(), |o| o as *mut KernelSigaction);
     syscall!(SYS_RT_SIGACTION, sig as isize, act, old, 8usize)

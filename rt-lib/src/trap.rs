@@ -39,12 +39,15 @@
 //!   trap sites: there the `int3` kills the process.
 //! - One handler per process: if several rewritten objects in one process ever carry trap
 //!   tables, the last `install` wins and the others' traps are not ours to it.
+//!
+//! Layering: uses `sys`, `text` and `state` ([`Config`] only: a handler needs no state).
 #![allow(unsafe_code)]
 
-use crate::runtime::Cfg;
+use crate::state::Config;
 use crate::sys::{self, Errno, KernelSigaction, SA_NODEFER, SA_ONSTACK, SA_RESTORER, SA_SIGINFO, SIGTRAP, SIG_DFL};
+use crate::text::copy_into;
 use core::mem::size_of;
-use stint_layout::{RtConfig, TrapEntry, CONFIG_MAGIC};
+use stint_layout::{TrapEntry, CONFIG_MAGIC};
 
 /// Offset of `uc_mcontext` in the kernel's (and glibc's) x86-64 `ucontext_t`:
 /// `uc_flags` (8) + `uc_link` (8) + `uc_stack` (`ss_sp` 8, `ss_flags` 4 + 4 padding,
@@ -83,7 +86,11 @@ pub const TRAP_SA_FLAGS: u64 = SA_SIGINFO | SA_ONSTACK | SA_RESTORER | SA_NODEFE
 /// Install the SIGTRAP handler if the program has trap sites. `handler` is the address of
 /// the rewriter-generated stub (see the module documentation). Runs first in start-up and
 /// regardless of measurement: the `int3` bytes are in the code either way.
-pub fn install(config: Cfg, handler: usize) {
+///
+/// # Safety
+/// `handler` is the rewriter's stub for this `config` (or code with the same contract): it
+/// loads the block's address and jumps to `stint_rt_trap`, and stays mapped for the run.
+pub unsafe fn install(config: &Config, handler: usize) {
     if config.magic != CONFIG_MAGIC || config.n_traps == 0 {
         return;
     }
@@ -93,7 +100,9 @@ pub fn install(config: Cfg, handler: usize) {
     }
     let act = KernelSigaction { handler, flags: TRAP_SA_FLAGS, restorer: restorer as *const () as usize, mask: 0 };
     let mut old = KernelSigaction::default();
-    match sys::rt_sigaction(SIGTRAP, Some(&act), Some(&mut old)) {
+    // Safety: the stub reaches `stint_rt_trap`, which is reentrant and touches only the
+    // read-only trap table and the frame the kernel passes; `restorer` is rt_sigreturn.
+    match unsafe { sys::rt_sigaction(SIGTRAP, Some(&act), Some(&mut old)) } {
         Err(e) => say(config, b"cannot install the SIGTRAP handler", Some(e)),
         // Only a library constructor can have installed one this early (exec resets
         // handlers); its handler will not see the traps that are not ours either.
@@ -105,14 +114,8 @@ pub fn install(config: Cfg, handler: usize) {
 }
 
 /// One diagnostic line on stderr: `stint: <program>: <what>[: <errno>]; ...`.
-fn say(config: Cfg, what: &[u8], err: Option<Errno>) {
-    // Safety: the rewriter emitted `name_len` bytes at `name_rel` in the read-only segment.
-    let name = unsafe {
-        core::slice::from_raw_parts(
-            (config.0 as *const u8).wrapping_offset(config.name_rel as isize),
-            config.name_len as usize,
-        )
-    };
+fn say(config: &Config, what: &[u8], err: Option<Errno>) {
+    let name = config.program_name();
     let e: &[u8] = err.map(|e| e.name().as_bytes()).unwrap_or(b"");
     let sep: &[u8] = if err.is_some() { b": " } else { b"" };
     let tail: &[u8] = if err.is_some() || what.starts_with(b"no ") {
@@ -121,18 +124,7 @@ fn say(config: Cfg, what: &[u8], err: Option<Errno>) {
         b"; SIGTRAPs that are not stint's will dump core\n"
     };
     let mut buf = [0u8; 512];
-    let mut out = buf.iter_mut();
-    let mut n = 0;
-    let parts: [&[u8]; 7] = [b"stint: ", name, b": ", what, sep, e, tail];
-    'outer: for part in parts {
-        for &b in part {
-            match out.next() {
-                Some(d) => *d = b,
-                None => break 'outer,
-            }
-            n += 1;
-        }
-    }
+    let n = copy_into(&mut buf, &[b"stint: ", name, b": ", what, sep, e, tail]);
     sys::write_all(2, buf.get(..n).unwrap_or(&[]));
 }
 
@@ -156,12 +148,12 @@ pub struct Table {
 }
 
 impl Table {
-    /// # Safety
-    /// `config` is the rewriter-emitted block; `n_traps` entries lie at `traps_rel`.
-    pub unsafe fn of(config: Cfg) -> Table {
-        Table { base: (config.0 as *const u8).wrapping_offset(config.traps_rel as isize), n: config.n_traps as usize }
+    /// The block's trap table (`n_traps` entries at `traps_rel`, per `Config::from_raw`).
+    pub fn of(config: &Config) -> Table {
+        Table { base: config.at::<u8>(config.traps_rel), n: config.n_traps as usize }
     }
 
+    #[cfg(test)]
     pub fn from_slice(t: &[TrapEntry]) -> Table {
         Table { base: t.as_ptr() as *const u8, n: t.len() }
     }
@@ -194,21 +186,13 @@ impl Table {
     }
 }
 
-/// The body of the SIGTRAP handler; the rewriter's stub jumps here (module documentation).
+/// The body of the SIGTRAP handler (`stint_rt_trap`; the rewriter's stub jumps there, see
+/// the module documentation).
 ///
 /// # Safety
-/// `config` is this program's block; `info` and `uc` are the `siginfo_t` and `ucontext_t`
-/// the kernel passed to the handler (`info` may be null: then the trap is assumed to come
-/// from an `int3`).
-#[no_mangle]
-pub unsafe extern "C" fn stint_rt_trap(config: *const RtConfig, info: *const u8, uc: *mut u8) {
-    // Safety: forwarded contract.
-    unsafe { on_trap(Cfg(config), info, uc) }
-}
-
-/// # Safety
-/// See [`stint_rt_trap`].
-pub unsafe fn on_trap(config: Cfg, info: *const u8, uc: *mut u8) {
+/// `info` and `uc` are the `siginfo_t` and `ucontext_t` the kernel passed to the handler
+/// (`info` may be null: then the trap is assumed to come from an `int3`).
+pub unsafe fn on_trap(config: &Config, info: *const u8, uc: *mut u8) {
     let rip_slot = uc.wrapping_add(UC_RIP_OFFSET) as *mut u64;
     // Safety: `uc` is the kernel's ucontext_t.
     let rip = unsafe { rip_slot.read_unaligned() };
@@ -221,9 +205,8 @@ pub unsafe fn on_trap(config: Cfg, info: *const u8, uc: *mut u8) {
     // Only an executed int3 is ours: a SIGTRAP sent by kill() while the thread stands one byte
     // past a site (a 1-byte `ret` site is followed by another instruction) is not.
     if code == SI_KERNEL {
-        let base = config.0 as u64;
-        // Safety: the table is the rewriter's.
-        let table = unsafe { Table::of(config) };
+        let base = config.addr();
+        let table = Table::of(config);
         if let Some(resume_rel) = table.lookup(rip.wrapping_sub(1).wrapping_sub(base) as i64) {
             // Safety: as above.
             unsafe { rip_slot.write_unaligned(base.wrapping_add(resume_rel as u64)) };
@@ -254,7 +237,8 @@ pub unsafe fn on_trap(config: Cfg, info: *const u8, uc: *mut u8) {
 /// `rip_slot` is the saved RIP in the kernel's ucontext_t, holding `rip`.
 unsafe fn not_ours(code: i32, rip_slot: *mut u64, rip: u64) {
     let dfl = KernelSigaction { handler: SIG_DFL, ..KernelSigaction::default() };
-    let _ = sys::rt_sigaction(SIGTRAP, Some(&dfl), None);
+    // Safety: the default action runs no code of ours or the program's.
+    let _ = unsafe { sys::rt_sigaction(SIGTRAP, Some(&dfl), None) };
     // Reading the byte before RIP only when the kernel says an int3 (or `int $3`) just ran
     // there: that byte was fetched a moment ago, so it is mapped (an execute-only page,
     // possible with protection keys, would fault here; nothing else can).
@@ -270,8 +254,10 @@ unsafe fn not_ours(code: i32, rip_slot: *mut u64, rip: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stint_rt_trap;
     use core::mem::offset_of;
     use std::os::unix::process::ExitStatusExt;
+    use stint_layout::RtConfig;
 
     fn table(sites: &[i64]) -> Vec<TrapEntry> {
         sites.iter().map(|&s| TrapEntry { site_rel: s, resume_rel: s.wrapping_mul(10).wrapping_add(1) }).collect()
@@ -355,6 +341,7 @@ mod tests {
             assert!(uc[..UC_RIP_OFFSET].iter().chain(&uc[UC_RIP_OFFSET + 8..]).all(|&x| x == 0));
             // A null siginfo counts as an int3.
             let (mut uc, _) = fake_frame(base.wrapping_add(site as u64) + 1, SI_KERNEL);
+            // Safety: as above.
             unsafe { stint_rt_trap(&b.cfg, core::ptr::null(), uc.as_mut_ptr()) };
             assert_eq!(saved_rip(&uc), base.wrapping_add(resume as u64));
         }
@@ -363,9 +350,11 @@ mod tests {
     #[test]
     fn install_without_traps_does_nothing() {
         let b = fake_block(&[]);
-        install(Cfg(&b.cfg), 0x1234);
+        // Safety: a block without traps: nothing is installed.
+        unsafe { install(&Config::from_raw(&b.cfg), 0x1234) };
         let mut old = KernelSigaction { handler: 99, ..Default::default() };
-        sys::rt_sigaction(SIGTRAP, None, Some(&mut old)).unwrap();
+        // Safety: only reads the action.
+        unsafe { sys::rt_sigaction(SIGTRAP, None, Some(&mut old)) }.unwrap();
         assert_eq!(old.handler, SIG_DFL);
     }
 
@@ -497,10 +486,11 @@ mod tests {
             (*b).cfg.name_rel = offset_of!(Block, name) as i64;
             (*b).cfg.name_len = 4;
             (*b).table = t;
-            install(Cfg(&raw const (*b).cfg), stub as *const () as usize);
+            install(&Config::from_raw(&raw const (*b).cfg), stub as *const () as usize);
         }
         let mut now = KernelSigaction::default();
-        sys::rt_sigaction(SIGTRAP, None, Some(&mut now)).unwrap();
+        // Safety: only reads the action.
+        unsafe { sys::rt_sigaction(SIGTRAP, None, Some(&mut now)) }.unwrap();
         assert_eq!(now.flags, TRAP_SA_FLAGS);
         assert_eq!(now.handler, stub as *const () as usize);
         let r = now.restorer as *const u8;

@@ -1,0 +1,351 @@
+//! One thread's column of the profile file (D7, D9): the only code in rt-lib that computes
+//! an offset into a column.
+//!
+//! ```text
+//! column (column_size(n_points, n_slots) bytes, page aligned, written by its thread only)
+//! 0                 ColumnHeader                      Column::h
+//! SHADOW_OFFSET     SHADOW_CAP × Frame                frame / set_frame
+//! HELD_OFFSET       HELD_CAP × Held                   push_held / pop_held
+//! WAITS_OFFSET      WAIT_CAP × WaitEntry              wait_entry
+//! RING_OFFSET       RING_CAP × Transition             push_transition
+//! COUNTERS_OFFSET   n_slots × n_points × u64          counter / counter_mut
+//! baseline_offset   waits, N_STATES × u64, counters   save_baseline / add_to_baseline
+//! ```
+//! A [`Column`] is a handle over the column's base pointer: the header as an exclusive
+//! reference, the rest reached through typed accessors that check every index against the
+//! capacities of `stint_layout` (an index out of range reads as `None` and writes nothing),
+//! so the only unsafe step is building the handle, whose contract says the pointer names a
+//! whole column that nobody else accesses meanwhile. The trampolines address the same
+//! places with `gs:` displacements the rewriter takes from the same constants.
+//!
+//! Layering: uses only `stint_layout` and `core` (with `sys` at the bottom of rt-lib).
+#![allow(unsafe_code)]
+
+use core::mem::size_of;
+use core::ptr::{read_volatile, write_volatile};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use stint_layout::{
+    baseline_offset, counter_offset, ColumnHeader, Frame, Held, Transition, WaitEntry, BASELINE_COUNTERS,
+    BASELINE_STATES, BASELINE_WAITS, COUNTERS_OFFSET, FRAME_SIZE, HELD_CAP, HELD_OFFSET, N_STATES, RING_CAP,
+    RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET, WAITS_OFFSET, WAIT_CAP,
+};
+
+const _: () = assert!(size_of::<ColumnHeader>() as u32 <= SHADOW_OFFSET);
+const _: () = assert!(FRAME_SIZE as usize == size_of::<Frame>());
+
+/// The two numbers that size a column (from `RtConfig`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub n_points: u32,
+    pub n_slots: u32,
+}
+
+/// A thread's column, borrowed exclusively for `'a`.
+pub struct Column<'a> {
+    /// The header: owner key, virtual timer, shadow-stack depth, thread record.
+    pub h: &'a mut ColumnHeader,
+    /// The column's first byte; every region but the header is reached from it.
+    base: *mut u8,
+    geo: Geometry,
+}
+
+impl<'a> Column<'a> {
+    /// # Safety
+    /// `base` points at `column_size(geo.n_points, geo.n_slots)` mapped, writable bytes of a
+    /// column that stay mapped for `'a`, and for `'a` nothing else reads or writes them
+    /// through a reference or this way (in practice: the calling thread's own column, or a
+    /// column whose thread has ended, under the registration lock). Other processes (`stint
+    /// ctl`, readers) may access the file: they only read, or write the header words the
+    /// runtime re-reads at its next event (`owner_key`, `thread_mask`).
+    pub unsafe fn from_raw(base: *mut ColumnHeader, geo: Geometry) -> Column<'a> {
+        // Safety: per the contract the header is ours alone for 'a.
+        let h = unsafe { &mut *base };
+        Column { h, base: base as *mut u8, geo }
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    /// `T` at byte `off` of the column. Callers pass offsets they checked against the region's
+    /// capacity; the pointer is derived from `base`, never from `h`.
+    fn at<T>(&self, off: usize) -> *mut T {
+        self.base.wrapping_add(off) as *mut T
+    }
+
+    /// Offset of counter (`slot`, `point`), if both are in range.
+    fn counter_off(&self, slot: u32, point: u32) -> Option<usize> {
+        (slot < self.geo.n_slots && point < self.geo.n_points)
+            .then(|| counter_offset(self.geo.n_points, slot, point) as usize)
+    }
+
+    /// The counter (`slot`, `point`) (tests; the runtime only adds to counters).
+    #[cfg(test)]
+    pub fn counter(&self, slot: u32, point: u32) -> Option<u64> {
+        let off = self.counter_off(slot, point)?;
+        // Safety: inside the counter rows (indices checked), aligned.
+        Some(unsafe { *self.at::<u64>(off) })
+    }
+
+    /// The counter (`slot`, `point`) to update.
+    pub fn counter_mut(&mut self, slot: u32, point: u32) -> Option<&mut u64> {
+        let off = self.counter_off(slot, point)?;
+        // Safety: inside the counter rows (indices checked); `&mut self` makes it exclusive.
+        Some(unsafe { &mut *self.at::<u64>(off) })
+    }
+
+    /// Shadow-stack frame `i` (`i < SHADOW_CAP`).
+    pub fn frame(&self, i: u32) -> Option<Frame> {
+        if i >= SHADOW_CAP {
+            return None;
+        }
+        // Safety: frame i lies in the shadow stack.
+        Some(unsafe { *self.at::<Frame>((SHADOW_OFFSET + i * FRAME_SIZE) as usize) })
+    }
+
+    /// Write shadow-stack frame `i`; false if `i` is beyond the stack.
+    pub fn set_frame(&mut self, i: u32, f: Frame) -> bool {
+        if i >= SHADOW_CAP {
+            return false;
+        }
+        // Safety: frame i lies in the shadow stack.
+        unsafe { *self.at::<Frame>((SHADOW_OFFSET + i * FRAME_SIZE) as usize) = f };
+        true
+    }
+
+    /// The wait-table entry for sync object `obj` (an index of the file's object table),
+    /// claimed with `kind` if new. `None` when the table is full, counted in `wrap_skipped`.
+    pub fn wait_entry(&mut self, obj: u32, kind: u32) -> Option<&mut WaitEntry> {
+        let start = (obj.wrapping_mul(0x9e37_79b1) >> 8) % WAIT_CAP;
+        for k in 0..WAIT_CAP {
+            let i = (start + k) % WAIT_CAP;
+            let e = self.at::<WaitEntry>(WAITS_OFFSET as usize + i as usize * size_of::<WaitEntry>());
+            // Safety: i < WAIT_CAP: inside the wait table.
+            let object = unsafe { (*e).object };
+            if object == obj.wrapping_add(1) {
+                // Safety: as above; `&mut self` makes it exclusive.
+                return Some(unsafe { &mut *e });
+            }
+            if object == 0 {
+                // Safety: as above. Readers see the kind before the object (release).
+                unsafe {
+                    (*e).kind = kind;
+                    AtomicU32::from_ptr(&raw mut (*e).object).store(obj.wrapping_add(1), Ordering::Release);
+                    return Some(&mut *e);
+                }
+            }
+        }
+        self.h.wrap_skipped = self.h.wrap_skipped.wrapping_add(1);
+        None
+    }
+
+    fn held(&self, i: u32) -> *mut Held {
+        self.at::<Held>(HELD_OFFSET as usize + i as usize * size_of::<Held>())
+    }
+
+    /// Open a `lock_hold` interval of `obj` at `since` (the innermost; `n_held` counts also
+    /// the holds beyond `HELD_CAP`, which are not kept).
+    pub fn push_held(&mut self, obj: u32, since: u64) {
+        let n = self.h.n_held;
+        if n < HELD_CAP {
+            // Safety: n < HELD_CAP: inside the held table.
+            unsafe { *self.held(n) = Held { object: obj, _pad: 0, since } };
+        }
+        self.h.n_held = n.saturating_add(1);
+    }
+
+    /// Close the innermost open hold of `obj`; its start time.
+    pub fn pop_held(&mut self, obj: u32) -> Option<u64> {
+        let kept = self.h.n_held.min(HELD_CAP);
+        for i in (0..kept).rev() {
+            // Safety: i < HELD_CAP.
+            let h = unsafe { *self.held(i) };
+            if h.object == obj {
+                for j in i..kept - 1 {
+                    // Safety: j + 1 < kept ≤ HELD_CAP.
+                    unsafe { *self.held(j) = *self.held(j + 1) };
+                }
+                self.h.n_held -= 1;
+                return Some(h.since);
+            }
+        }
+        if self.h.n_held > kept {
+            self.h.n_held -= 1; // one of the holds that did not fit
+        }
+        None
+    }
+
+    /// Append `t` to the state-transition ring and publish it (`ring_head`, release).
+    pub fn push_transition(&mut self, t: Transition) {
+        let head = self.h.ring_head;
+        let i = (head % RING_CAP as u64) as usize;
+        // Safety: i < RING_CAP: inside the ring; ring_head is an aligned u64 of the header.
+        unsafe {
+            write_volatile(self.at::<Transition>(RING_OFFSET as usize + i * size_of::<Transition>()), t);
+            AtomicU64::from_ptr(&raw mut self.h.ring_head).store(head.wrapping_add(1), Ordering::Release);
+        }
+    }
+
+    /// Copy the waits, `state_ticks` and the counters into the baseline (the open frames are
+    /// added with [`Column::add_to_baseline`]).
+    pub fn save_baseline(&mut self, state_ticks: &[u64; N_STATES as usize]) {
+        let b = baseline_offset(self.geo.n_points, self.geo.n_slots) as usize;
+        let counters = self.geo.n_points as usize * self.geo.n_slots as usize * 8;
+        // Safety: the wait table, the counter rows and the baseline (its waits, states and
+        // counters, `baseline_len` bytes) all lie inside the column (`column_size`) and do not
+        // overlap.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                self.at::<u8>(WAITS_OFFSET as usize),
+                self.at::<u8>(b + BASELINE_WAITS as usize),
+                WAIT_CAP as usize * size_of::<WaitEntry>(),
+            );
+            let states = self.at::<u64>(b + BASELINE_STATES as usize);
+            for (s, &t) in state_ticks.iter().enumerate() {
+                write_volatile(states.add(s), t);
+            }
+            core::ptr::copy_nonoverlapping(
+                self.at::<u8>(COUNTERS_OFFSET as usize),
+                self.at::<u8>(b + BASELINE_COUNTERS as usize),
+                counters,
+            );
+        }
+    }
+
+    /// Add `v` to the baseline's copy of counter (`slot`, `point`).
+    pub fn add_to_baseline(&mut self, slot: u32, point: u32, v: u64) {
+        if slot >= self.geo.n_slots || point >= self.geo.n_points {
+            return;
+        }
+        let b = baseline_offset(self.geo.n_points, self.geo.n_slots) as usize + BASELINE_COUNTERS as usize;
+        let off = b + (slot as usize * self.geo.n_points as usize + point as usize) * 8;
+        let p = self.at::<u64>(off);
+        // Safety: inside the baseline's counters (indices checked).
+        unsafe { write_volatile(p, read_volatile(p).wrapping_add(v)) };
+    }
+
+    /// The baseline's copy of counter (`slot`, `point`) (tests).
+    #[cfg(test)]
+    fn baseline_counter(&self, slot: u32, point: u32) -> u64 {
+        let b = baseline_offset(self.geo.n_points, self.geo.n_slots) as usize + BASELINE_COUNTERS as usize;
+        // Safety: test-only, in range by the callers.
+        unsafe { *self.at::<u64>(b + (slot as usize * self.geo.n_points as usize + point as usize) * 8) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stint_layout::{column_size, SLOT_CALLS, SLOT_WALL_TICKS};
+
+    /// The u64 at byte `off` of the buffer.
+    fn word(buf: &[u64], off: u64) -> u64 {
+        assert_eq!(off % 8, 0);
+        buf[off as usize / 8]
+    }
+
+    /// A zeroed, 8-aligned column of the given geometry.
+    fn buffer(geo: Geometry) -> Vec<u64> {
+        vec![0u64; column_size(geo.n_points, geo.n_slots) as usize / 8]
+    }
+
+    fn column(buf: &mut [u64], geo: Geometry) -> Column<'_> {
+        // Safety: a whole column of this geometry, borrowed for the handle's life.
+        unsafe { Column::from_raw(buf.as_mut_ptr() as *mut ColumnHeader, geo) }
+    }
+
+    const GEO: Geometry = Geometry { n_points: 5, n_slots: 4 };
+
+    #[test]
+    fn counters_land_where_the_layout_says() {
+        let mut buf = buffer(GEO);
+        let mut c = column(&mut buf, GEO);
+        *c.counter_mut(SLOT_CALLS, 3).unwrap() += 7;
+        *c.counter_mut(SLOT_WALL_TICKS, 4).unwrap() = 9;
+        assert_eq!(c.counter(SLOT_CALLS, 3), Some(7));
+        assert!(c.counter_mut(4, 0).is_none() && c.counter_mut(0, 5).is_none());
+        assert_eq!(c.counter(0, 5), None);
+        assert_eq!(word(&buf, counter_offset(GEO.n_points, SLOT_CALLS, 3)), 7);
+        assert_eq!(word(&buf, counter_offset(GEO.n_points, SLOT_WALL_TICKS, 4)), 9);
+    }
+
+    #[test]
+    fn frames_are_bounded_by_the_shadow_stack() {
+        let mut buf = buffer(GEO);
+        let mut c = column(&mut buf, GEO);
+        let f = Frame { sp: 0x7ff0, point: 2, bits: 6, wall_start: 11, cpu_start: 12 };
+        assert!(c.set_frame(0, f));
+        assert!(c.set_frame(SHADOW_CAP - 1, Frame { point: 4, ..f }));
+        assert!(!c.set_frame(SHADOW_CAP, f));
+        assert_eq!(c.frame(0), Some(f));
+        assert_eq!(c.frame(SHADOW_CAP - 1).map(|f| f.point), Some(4));
+        assert_eq!(c.frame(SHADOW_CAP), None);
+        c.h.depth = 1;
+        assert_eq!(c.counter(SLOT_CALLS, 0), Some(0), "frames do not spill into the counters");
+    }
+
+    #[test]
+    fn held_stack_pops_the_innermost_and_counts_the_overflow() {
+        let mut buf = buffer(GEO);
+        let mut c = column(&mut buf, GEO);
+        c.push_held(1, 10);
+        c.push_held(2, 20);
+        c.push_held(1, 30);
+        assert_eq!(c.pop_held(1), Some(30));
+        assert_eq!(c.pop_held(1), Some(10));
+        assert_eq!(c.h.n_held, 1);
+        assert_eq!(c.pop_held(7), None);
+        assert_eq!(c.pop_held(2), Some(20));
+        assert_eq!(c.h.n_held, 0);
+        for i in 0..HELD_CAP + 2 {
+            c.push_held(100 + i, i as u64);
+        }
+        assert_eq!(c.h.n_held, HELD_CAP + 2);
+        assert_eq!(c.pop_held(999), None); // drops one of the two not kept
+        assert_eq!(c.h.n_held, HELD_CAP + 1);
+        assert_eq!(c.pop_held(100 + HELD_CAP - 1), Some(HELD_CAP as u64 - 1));
+    }
+
+    #[test]
+    fn wait_table_claims_then_finds_then_fills() {
+        let mut buf = buffer(GEO);
+        let mut c = column(&mut buf, GEO);
+        c.wait_entry(5, 1).unwrap().count += 1;
+        c.wait_entry(5, 1).unwrap().count += 1;
+        let e = *c.wait_entry(5, 1).unwrap();
+        assert_eq!((e.object, e.kind, e.count), (6, 1, 2));
+        for obj in 0..WAIT_CAP {
+            let _ = c.wait_entry(1000 + obj, 2);
+        }
+        assert_eq!(c.h.wrap_skipped, 1, "one object did not fit");
+        assert!(c.wait_entry(5, 1).is_some());
+    }
+
+    #[test]
+    fn ring_wraps_and_publishes_the_head() {
+        let mut buf = buffer(GEO);
+        let mut c = column(&mut buf, GEO);
+        for i in 0..RING_CAP as u64 + 3 {
+            c.push_transition(Transition { tsc: i, state: 1, object: 2 });
+        }
+        assert_eq!(c.h.ring_head, RING_CAP as u64 + 3);
+        let tsc = |i: u64| word(&buf, RING_OFFSET as u64 + i * size_of::<Transition>() as u64);
+        assert_eq!(tsc(2), RING_CAP as u64 + 2);
+        assert_eq!(tsc(3), 3);
+    }
+
+    #[test]
+    fn baseline_copies_counters_and_adds_open_time() {
+        let mut buf = buffer(GEO);
+        let mut c = column(&mut buf, GEO);
+        *c.counter_mut(SLOT_WALL_TICKS, 2).unwrap() = 40;
+        c.wait_entry(3, 1).unwrap().count = 4;
+        let mut states = [0u64; N_STATES as usize];
+        states[0] = 77;
+        c.save_baseline(&states);
+        c.add_to_baseline(SLOT_WALL_TICKS, 2, 2);
+        c.add_to_baseline(SLOT_WALL_TICKS, 99, 2); // out of range: nothing
+        assert_eq!(c.baseline_counter(SLOT_WALL_TICKS, 2), 42);
+        assert_eq!(c.counter(SLOT_WALL_TICKS, 2), Some(40), "the live counter is untouched");
+    }
+}

@@ -1,0 +1,375 @@
+//! The profile file (D9): create it, size it, map it, grow it, leave it (a fork child).
+//!
+//! ```text
+//! program image (rewritten)                 anywhere (kernel's choice)
+//! ┌──────────────────────────────┐          ┌──────────────────────────────────┐
+//! │ ... original segments ...    │          │ reserved 64 GiB PROT_NONE        │
+//! │ RW tail: RtState (2 pages)   │          │ ├ profile file [0, file_len)      │
+//! │          control region ─────┼─ same ──▶│ │  header | ctl | meta | columns  │
+//! │ RX: config, stubs, tramps    │  pages   │ └ grows in place (MAP_FIXED)      │
+//! └──────────────────────────────┘          └──────────────────────────────────┘
+//! ```
+//! The control region of the file is mapped twice: in the big mapping (where `stint`
+//! commands see it) and over the rewriter-reserved pages inside the program, so a trampoline
+//! tests a gate with one RIP-relative load. Until start-up maps it, those pages are the
+//! program's zero-filled bss: every gate is off, so code that runs before our entry stub (a
+//! library constructor calling back into the program, an IFUNC resolver) is never measured.
+//!
+//! Where each part of the file goes is computed by [`file_layout`] alone (to be replaced by
+//! the shared computation of `stint_layout`).
+//!
+//! Layering: uses `sys`, `text`, `state`, `clock` and `control` (the control file is applied
+//! before the gates go live); used by `threads` (growth, fork) and `start`.
+#![allow(unsafe_code)]
+
+use crate::clock;
+use crate::control;
+use crate::state::{Rt, Startup, ALL_METRICS, CONTROL_PATH_MAX};
+use crate::sys::{self, Errno};
+use crate::text::copy_into;
+use core::mem::size_of;
+use stint_layout::{
+    align_up, column_size, objects_len, Control, FileHeader, CONTROL_OFFSET, FILE_MAGIC, FILE_VERSION,
+    FLAG_TID_KEY_VERIFIED, GATES_OFFSET, OBJ_BUCKETS, OBJ_CAP, PAGE,
+};
+
+/// Address space reserved for the profile mapping; the file grows inside it.
+const RESERVE: usize = 1 << 36;
+/// Columns the file holds at first; it doubles when full.
+const INITIAL_COLUMNS: u32 = 16;
+
+/// Where the parts of a new profile file go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileLayout {
+    ctl_off: u64,
+    meta_off: u64,
+    objects_off: u64,
+    columns_off: u64,
+    column_size: u64,
+    file_len: u64,
+}
+
+/// The file layout for `n_points` points of `n_slots` counters, a control region of
+/// `ctl_len` bytes and `meta_len` bytes of meta.
+fn file_layout(n_points: u32, n_slots: u32, ctl_len: u64, meta_len: u64) -> FileLayout {
+    let ctl_off = GATES_OFFSET;
+    let meta_off = ctl_off + ctl_len;
+    let objects_off = align_up(meta_off + meta_len, PAGE);
+    let columns_off = objects_off + objects_len(OBJ_BUCKETS, OBJ_CAP);
+    let col_size = column_size(n_points, n_slots);
+    FileLayout {
+        ctl_off,
+        meta_off,
+        objects_off,
+        columns_off,
+        column_size: col_size,
+        file_len: columns_off + INITIAL_COLUMNS as u64 * col_size,
+    }
+}
+
+/// Expand `%p` (pid) and `%%` in the template into `su.path`, NUL-terminated; returns the
+/// length without the NUL. Written without indexing so the image has no panic paths.
+fn expand_path(su: &mut Startup, pid: u32) -> Option<usize> {
+    let mut digits = [0u8; 10];
+    let mut nd = 0;
+    let mut v = pid;
+    for d in digits.iter_mut() {
+        *d = b'0' + (v % 10) as u8;
+        nd += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let tmpl = su.template.get(..su.template_len as usize)?;
+    let mut out = su.path.iter_mut();
+    let mut n = 0;
+    let mut it = tmpl.iter().peekable();
+    while let Some(&c) = it.next() {
+        let subst = if c == b'%' { it.peek().copied().copied() } else { None };
+        match subst {
+            Some(b'p') => {
+                it.next();
+                for &d in digits.iter().take(nd).rev() {
+                    *out.next()? = d;
+                    n += 1;
+                }
+            }
+            Some(b'%') => {
+                it.next();
+                *out.next()? = b'%';
+                n += 1;
+            }
+            _ => {
+                *out.next()? = c;
+                n += 1;
+            }
+        }
+    }
+    *out.next()? = 0;
+    Some(n)
+}
+
+/// One line on stderr: `stint: <program>: <what> '<path>'[: <errno>]; running without
+/// measurement`.
+pub fn warn(rt: &Rt, what: &[u8], path: &[u8], err: Option<Errno>) {
+    let mut buf = [0u8; 512 + crate::state::PATH_MAX];
+    let e: &[u8] = err.map(|e| e.name().as_bytes()).unwrap_or(b"");
+    let sep: &[u8] = if err.is_some() { b": " } else { b"" };
+    let n = copy_into(
+        &mut buf,
+        &[
+            b"stint: ",
+            rt.cfg.program_name(),
+            b": ",
+            what,
+            b" '",
+            path,
+            b"'",
+            sep,
+            e,
+            b"; running without measurement\n",
+        ],
+    );
+    sys::write_all(2, buf.get(..n).unwrap_or(&[]));
+}
+
+/// Create, size and map a profile file for this process; on success set the gates and
+/// mark the runtime active. On failure print one line and leave every gate off.
+/// Single-threaded: start-up, or the thread that handles a fork (it owns `su`).
+pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
+    let st = rt.st;
+    let cfg = rt.cfg;
+    let pid = sys::getpid();
+    st.set_pid(pid);
+    if su.template_len == 0 {
+        return false; // STINT_PROFILE= (empty): measurement off by request
+    }
+    let Some(plen) = expand_path(su, pid) else {
+        warn(rt, b"profile path too long", su.template.get(..su.template_len as usize).unwrap_or(&[]), None);
+        return false;
+    };
+    // Copy the path so `su` can be lent to the control file below.
+    let path_copy = su.path;
+    let (Some(path), Some(path_nul)) = (path_copy.get(..plen), path_copy.get(..plen + 1)) else {
+        return false;
+    };
+    let fd =
+        match sys::open(path_nul, sys::O_RDWR | sys::O_CREAT | sys::O_EXCL | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0o600) {
+            Ok(fd) => fd as i32,
+            Err(e) => {
+                warn(rt, b"cannot create profile", path, Some(e));
+                return false;
+            }
+        };
+    let n_points = cfg.n_points;
+    let ctl_len = cfg.ctl_len;
+    let lay = file_layout(n_points, cfg.n_counter_slots, ctl_len, cfg.meta_len);
+
+    let fail = |what: &[u8], e: Errno| {
+        warn(rt, what, path, Some(e));
+        // We created it (O_EXCL): remove it rather than leave a file no reader accepts.
+        sys::unlink(path_nul);
+        sys::close(fd);
+        st.set_active(false);
+        false
+    };
+    if let Err(e) = sys::ftruncate(fd, lay.file_len) {
+        return fail(b"cannot size profile", e);
+    }
+    let flags = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE;
+    // Safety: not MAP_FIXED: the kernel picks a free range.
+    let base = match unsafe { sys::mmap(0, RESERVE, sys::PROT_NONE, flags, -1, 0) } {
+        Ok(b) => b,
+        Err(e) => return fail(b"cannot reserve address space for profile", e),
+    };
+    let rw = sys::PROT_READ | sys::PROT_WRITE;
+    // Safety: MAP_FIXED inside the range we just reserved, which nothing uses yet.
+    if let Err(e) = unsafe { sys::mmap(base, lay.file_len as usize, rw, sys::MAP_SHARED | sys::MAP_FIXED, fd, 0) } {
+        // Safety: our reservation; nothing refers to it.
+        let _ = unsafe { sys::munmap(base, RESERVE) };
+        return fail(b"cannot map profile", e);
+    }
+    st.set_base(base);
+    st.set_mapped(lay.file_len as usize);
+    st.set_fd(fd);
+
+    // Safety: the header page is mapped read-write at `base`; the file is not published
+    // (no magic, `active` off), so nothing else reads or writes it yet.
+    let hdr = unsafe { &mut *(base as *mut FileHeader) };
+    hdr.version = FILE_VERSION;
+    hdr.header_size = size_of::<FileHeader>() as u32;
+    hdr.pid = pid;
+    hdr.ppid = sys::getppid();
+    su.flags = extra_flags | if su.tid_key_ok != 0 { FLAG_TID_KEY_VERIFIED } else { 0 };
+    hdr.flags = su.flags;
+    hdr.n_points = n_points;
+    hdr.n_metrics = cfg.n_metrics;
+    hdr.n_counter_slots = cfg.n_counter_slots;
+    hdr.ctl_offset = lay.ctl_off;
+    hdr.ctl_len = ctl_len;
+    hdr.meta_offset = lay.meta_off;
+    hdr.meta_len = cfg.meta_len;
+    hdr.columns_offset = lay.columns_off;
+    hdr.column_size = lay.column_size;
+    hdr.n_columns = 0;
+    hdr.capacity_columns = INITIAL_COLUMNS;
+    hdr.start_realtime_ns = sys::clock_ns(sys::CLOCK_REALTIME);
+    hdr.start_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
+    hdr.tid_offset = cfg.tid_offset;
+    hdr.file_len = lay.file_len;
+    if st.tsc_hz() == 0 {
+        st.set_tsc_hz(clock::calibrate_tsc());
+    }
+    hdr.tsc_hz = st.tsc_hz();
+    hdr.objects_offset = lay.objects_off;
+    hdr.obj_buckets = OBJ_BUCKETS;
+    hdr.obj_cap = OBJ_CAP;
+    hdr.start_tsc = sys::rdtsc();
+    hdr.control_offset = CONTROL_OFFSET;
+    // Safety: the control page lies inside the mapped file, after the header page; not
+    // published yet.
+    let control = unsafe { &mut *((base + CONTROL_OFFSET as usize) as *mut Control) };
+    control.new_thread_mask = ALL_METRICS;
+    let meta = cfg.meta();
+    let init_gates = cfg.initial_gates();
+    // Safety: both regions lie inside the mapped file (the meta after the control region,
+    // the gates at its start, `n_points ≤ ctl_len` bytes) and are not published yet.
+    let gates = unsafe {
+        core::ptr::copy_nonoverlapping(meta.as_ptr(), (base + lay.meta_off as usize) as *mut u8, meta.len());
+        core::slice::from_raw_parts_mut((base + lay.ctl_off as usize) as *mut u8, init_gates.len())
+    };
+    gates.copy_from_slice(init_gates);
+    if su.control_len != 0 {
+        let mut path = [0u8; CONTROL_PATH_MAX];
+        let n = copy_into(&mut path, &[su.control_path.get(..su.control_len as usize).unwrap_or(&[])]);
+        control::apply_file(rt, su, path.get(..n).unwrap_or(&[]), gates, control);
+    }
+    st.set_active(true);
+    // Now the gates go live: map the control region over the reserved pages in the program.
+    let ctl_addr = cfg.control_region() as usize;
+    let shared = sys::MAP_SHARED | sys::MAP_FIXED;
+    // Safety: the rewriter reserved `ctl_len` bytes at `ctl_rel` for exactly this; the
+    // runtime holds no reference into them (gates are read with volatile loads).
+    if let Err(e) = unsafe { sys::mmap(ctl_addr, ctl_len as usize, rw, shared, fd, lay.ctl_off) } {
+        st.set_active(false);
+        // Safety: no thread has a column yet (registration needs `active`), and the header
+        // and control references above are dead.
+        let _ = unsafe { sys::munmap(base, RESERVE) };
+        return fail(b"cannot map control region of profile", e);
+    }
+    // Safety: publishing the header: readers check the magic last.
+    unsafe { core::ptr::write_volatile(&raw mut hdr.magic, FILE_MAGIC) };
+    true
+}
+
+/// Double the number of columns the file holds, mapping the new part in place. Called with
+/// the registration lock held; `hdr` is the mapped header.
+///
+/// # Safety
+/// The caller holds the registration lock (growth and column allocation are serialised by
+/// it) and `hdr` is this process's mapped header.
+pub unsafe fn grow(rt: &Rt, hdr: *mut FileHeader) -> bool {
+    let st = rt.st;
+    // Safety: fields of the mapped header that only the lock holder writes.
+    let (cap, columns_offset, column_size) =
+        unsafe { ((*hdr).capacity_columns, (*hdr).columns_offset, (*hdr).column_size) };
+    let new_cap = cap.saturating_mul(2);
+    let new_len = columns_offset + new_cap as u64 * column_size;
+    if new_len as usize > RESERVE || sys::ftruncate(st.fd(), new_len).is_err() {
+        return false;
+    }
+    let old = st.mapped();
+    let prot = sys::PROT_READ | sys::PROT_WRITE;
+    let flags = sys::MAP_SHARED | sys::MAP_FIXED;
+    // Safety: [base + old, base + new_len) is the unused, PROT_NONE rest of our reservation.
+    if unsafe { sys::mmap(st.base() + old, new_len as usize - old, prot, flags, st.fd(), old as u64) }.is_err() {
+        return false;
+    }
+    st.set_mapped(new_len as usize);
+    // Safety: as above.
+    unsafe {
+        (*hdr).capacity_columns = new_cap;
+        (*hdr).file_len = new_len;
+    }
+    true
+}
+
+/// A fork child leaves its parent's file: private zero gates, GS back to the dummy, the
+/// mapping and the descriptor released; then it starts a profile of its own. The caller is
+/// the one thread that won the fork hand-off.
+pub fn fork_child(rt: &Rt, su: &mut Startup, extra_flags: u32) {
+    let st = rt.st;
+    let rw = sys::PROT_READ | sys::PROT_WRITE;
+    let private = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_FIXED;
+    let ctl_addr = rt.cfg.control_region() as usize;
+    // Safety: the control region the rewriter reserved: replacing the parent's gates with
+    // zero pages only turns every point off; nothing holds a reference into it.
+    if unsafe { sys::mmap(ctl_addr, rt.cfg.ctl_len as usize, rw, private, -1, 0) }.is_err() {
+        // Cannot detach the gates from the parent's file: never touch it again.
+        st.set_active(false);
+        st.set_pid(sys::getpid());
+        return;
+    }
+    st.set_active(false);
+    // Safety: the dummy header lives in RtState for the whole run.
+    let _ = unsafe { sys::set_gs_base(st.dummy_addr() as usize) };
+    // Safety: `active` is off (no registration, no header lookups), and this thread's GS
+    // moved to the dummy. Known gap, as before this module existed: a thread the child
+    // created before its first instrumented event inherited its creator's GS base, which
+    // may point into this mapping; its next trampoline then faults.
+    let _ = unsafe { sys::munmap(st.base(), RESERVE) };
+    sys::close(st.fd());
+    st.set_base(0);
+    st.set_mapped(0);
+    create(rt, su, extra_flags);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_template_expands_pid() {
+        // Safety: Startup is valid zero-filled.
+        let mut su: Box<Startup> = unsafe { Box::new(core::mem::zeroed()) };
+        let n = copy_into(&mut su.template, &[b"/tmp/x.%p.%%.stint"]);
+        su.template_len = n as u32;
+        let len = expand_path(&mut su, 4242).unwrap();
+        assert_eq!(&su.path[..len], b"/tmp/x.4242.%.stint");
+        assert_eq!(su.path[len], 0);
+        su.template_len = 3;
+        su.template[..3].copy_from_slice(b"a%p");
+        let len = expand_path(&mut su, 0).unwrap();
+        assert_eq!(&su.path[..len], b"a0");
+    }
+
+    #[test]
+    fn too_long_a_path_is_refused() {
+        // Safety: Startup is valid zero-filled.
+        let mut su: Box<Startup> = unsafe { Box::new(core::mem::zeroed()) };
+        su.template.fill(b'%');
+        su.template_len = su.template.len() as u32;
+        assert!(expand_path(&mut su, 1).is_some(), "%% halves the length");
+        su.template.fill(b'p');
+        su.template[0] = b'%';
+        assert!(expand_path(&mut su, u32::MAX).is_some());
+        // Safety: Startup is valid zero-filled.
+        let mut su2: Box<Startup> = unsafe { Box::new(core::mem::zeroed()) };
+        su2.template.fill(b'x');
+        su2.template_len = su2.template.len() as u32;
+        // Fits: PATH_MAX > TEMPLATE_MAX.
+        assert_eq!(expand_path(&mut su2, 1), Some(su2.template.len()));
+    }
+
+    #[test]
+    fn layout_puts_parts_in_order_on_page_bounds() {
+        let l = file_layout(100, 4, 4096, 123);
+        assert_eq!(l.ctl_off, GATES_OFFSET);
+        assert_eq!(l.meta_off, GATES_OFFSET + 4096);
+        assert_eq!(l.objects_off % PAGE, 0);
+        assert!(l.objects_off >= l.meta_off + 123);
+        assert_eq!(l.columns_off, l.objects_off + objects_len(OBJ_BUCKETS, OBJ_CAP));
+        assert_eq!(l.file_len, l.columns_off + 16 * column_size(100, 4));
+    }
+}

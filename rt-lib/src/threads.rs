@@ -1,0 +1,289 @@
+//! Threads (D8): which column a thread writes, registration of a new thread, the hand-off of
+//! start routines and names from the wrappers, and noticing a fork.
+//!
+//! Every thread's GS base points at a column header. Start-up points the main thread at
+//! the dummy header in `RtState`, whose owner matches no thread; new threads inherit
+//! their creator's GS base, which also does not match them (its owner is another thread or
+//! the dummy). The first event of a thread therefore misses in the trampoline and lands in
+//! [`slow`], which gives it a fresh column under the thread-conscious registration lock.
+//! A thread on a stack glibc recycled has the thread pointer of a dead thread but a new tid,
+//! so the tid word in the key sends it here too; columns are never reused.
+//!
+//! # Shared and per-thread
+//! A column is written by its own thread only (the returned [`Column`] is that thread's);
+//! the file header's column count, the registration lock and the file's growth are shared
+//! and change under the lock or with atomics. The wrappers write another thread's record
+//! (its name, how it ended) only under the registration lock, field by field.
+//!
+//! Layering: uses `sys`, `state`, `column`, `clock`, `control` and `profile_file`; used by
+//! `timer`, `wrap` and the entry points.
+#![allow(unsafe_code)]
+
+use crate::clock;
+use crate::column::Column;
+use crate::control;
+use crate::profile_file;
+use crate::state::{RegGuard, Rt};
+use crate::sys;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use stint_layout::{ColumnHeader, COLUMN_LIVE, FLAG_FORK_CHILD, STATE_RUN};
+
+/// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
+fn key(rt: &Rt, tp: u64) -> u32 {
+    if rt.cfg.tid_offset != 0 {
+        // Safety: tid_offset is only set for glibc programs, whose thread control block is
+        // larger than the offset (start-up checked the word against gettid()).
+        unsafe { sys::fs_u32(rt.cfg.tid_offset) }
+    } else {
+        tp as u32
+    }
+}
+
+/// The column GS points at, unless it is the dummy (or nothing).
+fn gs_column(rt: &Rt) -> Option<*mut ColumnHeader> {
+    // Safety: every thread's GS base points at a column header (start-up set the main
+    // thread's; others inherit and only ever move to new columns).
+    let cur = unsafe { sys::gs_self() } as *mut ColumnHeader;
+    (!cur.is_null() && cur as u64 != rt.st.dummy_addr()).then_some(cur)
+}
+
+/// This thread's column if it has registered (never registers).
+pub fn registered_column<'a>(rt: &Rt<'a>) -> Option<Column<'a>> {
+    if !rt.st.active() {
+        return None;
+    }
+    let cur = gs_column(rt)?;
+    let tp = sys::thread_pointer();
+    // Safety: `cur` is a column header of our mapping (the owner fields are read by value;
+    // the owner writes them only at registration, `stint ctl` the key word).
+    let (owner_tp, owner_key) = unsafe { ((*cur).owner_tp, (*cur).owner_key) };
+    if owner_tp != tp || owner_key != key(rt, tp) {
+        return None;
+    }
+    // Safety: the owner matches: it is this thread's own column, which only this thread
+    // writes, mapped for the rest of the run; the caller is the one user of the handle.
+    Some(unsafe { Column::from_raw(cur, rt.cfg.geometry()) })
+}
+
+/// This thread's column, registering the thread if needed (`None`: not measuring).
+pub fn own_column<'a>(rt: &Rt<'a>, point: u32) -> Option<Column<'a>> {
+    if let Some(c) = registered_column(rt) {
+        return Some(c);
+    }
+    if !slow(rt, point) {
+        return None;
+    }
+    // Safety: `slow` moved GS to this thread's column (see `registered_column`).
+    gs_column(rt).map(|cur| unsafe { Column::from_raw(cur, rt.cfg.geometry()) })
+}
+
+/// The newest live column of this process owned by thread pointer `tp` among the last
+/// `limit` columns (a `pthread_t` names the thread whose stack it is; glibc recycles
+/// stacks, so the newest is the current one). Only the registration lock's holder may write
+/// through it, field by field.
+pub fn find_column(rt: &Rt, _held: &RegGuard, tp: u64, limit: u32) -> Option<*mut ColumnHeader> {
+    let hdr = rt.file_header()?;
+    let base = rt.st.base();
+    let pid = rt.st.pid();
+    // Safety: aligned fields of the mapped header; n_columns is published with release.
+    let (n, columns_offset, column_size) = unsafe {
+        (
+            AtomicU32::from_ptr(&raw mut (*hdr).n_columns).load(Ordering::Acquire),
+            (*hdr).columns_offset,
+            (*hdr).column_size,
+        )
+    };
+    for i in (n.saturating_sub(limit)..n).rev() {
+        let c = (base + (columns_offset + i as u64 * column_size) as usize) as *mut ColumnHeader;
+        // Safety: columns below n_columns are published and mapped; read by value.
+        if unsafe { (*c).owner_tp == tp && (*c).pid == pid } {
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// If GS already points at this thread's own column, refresh its key word, run a safe
+/// point and say so.
+fn refresh_if_owner(rt: &Rt, tp: u64, tid: u32, pid: u32) -> bool {
+    let Some(cur) = gs_column(rt) else { return false };
+    // Safety: `cur` is a column in our mapping (a fork child resets GS before unmapping);
+    // read by value.
+    let (owner_tp, owner_tid, owner_pid) = unsafe { ((*cur).owner_tp, (*cur).tid, (*cur).pid) };
+    if owner_tp != tp || owner_tid != tid || owner_pid != pid {
+        return false;
+    }
+    // Safety: this thread's own column (owner, tid and pid match), written only by it.
+    let mut col = unsafe { Column::from_raw(cur, rt.cfg.geometry()) };
+    col.h.owner_key = key(rt, tp);
+    col.h.exit_key = col.h.owner_key;
+    // Our own column and no frame half written: a safe point (`stint ctl` may have changed
+    // the key to bring us here).
+    control::safe_point(rt, &mut col);
+    true
+}
+
+/// The slow path of a point (see the module documentation): register the calling thread,
+/// or notice a fork. True if the event should be counted in the column GS now points at.
+pub fn slow(rt: &Rt, point: u32) -> bool {
+    let st = rt.st;
+    if !st.active() {
+        return false;
+    }
+    let pid = sys::getpid();
+    let known = st.pid();
+    if pid != known {
+        // A fork child: one thread leaves the parent's file and makes the child's; any other
+        // thread skips its event meanwhile (pid 0: under way).
+        if !st.claim_fork(known) {
+            return false;
+        }
+        // Safety: the hand-off is ours alone (claim_fork), and start-up is long over.
+        let su = unsafe { st.startup() };
+        profile_file::fork_child(rt, su, FLAG_FORK_CHILD);
+        if !st.active() {
+            return false;
+        }
+    }
+    let tp = sys::thread_pointer();
+    let tid = sys::gettid();
+    if refresh_if_owner(rt, tp, tid, pid) {
+        return true;
+    }
+    let Some(hdr) = rt.file_header() else { return false };
+    let Some(mut guard) = rt.lock_registration(tid) else {
+        // Safety: aligned u64 in the mapping.
+        unsafe { AtomicU64::from_ptr(&raw mut (*hdr).skipped_reentrant) }.fetch_add(1, Ordering::Relaxed);
+        return false;
+    };
+    // A signal handler may have registered this thread between our check and the lock.
+    if refresh_if_owner(rt, tp, tid, pid) {
+        return true;
+    }
+    // Safety: fields of the mapped header that only the lock holder writes.
+    let (idx, cap) = unsafe { ((*hdr).n_columns, (*hdr).capacity_columns) };
+    // Safety: we hold the registration lock.
+    if idx >= cap && !unsafe { profile_file::grow(rt, hdr) } {
+        // Safety: aligned u64 in the mapping.
+        unsafe { AtomicU64::from_ptr(&raw mut (*hdr).lost_threads) }.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    // Safety: as above (grow may have changed nothing we read here but the capacity).
+    let (columns_offset, column_size) = unsafe { ((*hdr).columns_offset, (*hdr).column_size) };
+    let col_addr = st.base() + (columns_offset + idx as u64 * column_size) as usize;
+    // Safety: column `idx` lies inside the mapped file (capacity checked above) and no other
+    // thread touches an unpublished column.
+    let col = unsafe { Column::from_raw(col_addr as *mut ColumnHeader, rt.cfg.geometry()) };
+    let h = &mut *col.h;
+    h.self_addr = col_addr as u64;
+    h.owner_tp = tp;
+    h.owner_key = key(rt, tp);
+    h.tid = tid;
+    h.index = idx;
+    h.pid = pid;
+    h.first_point = point;
+    h.registered_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
+    clock::setup(h, st.tsc_hz());
+    // The thread record: running since now, named by its comm (or a name given to it
+    // before it got here; we hold the registration lock, which `pthread_setname_np`'s
+    // wrapper takes).
+    h.thread_state = STATE_RUN;
+    h.state_object = u32::MAX;
+    h.state_since = sys::rdtsc();
+    h.last_tsc = h.state_since;
+    sys::thread_name(&mut h.name);
+    take_pending_name(&mut guard, tp, &mut h.name);
+    take_pending_start(rt, tp, h);
+    control::on_register(rt, h);
+    // Safety: aligned u32 fields; release publishes the column's contents.
+    unsafe {
+        AtomicU32::from_ptr(&raw mut h.state).store(COLUMN_LIVE, Ordering::Release);
+        AtomicU32::from_ptr(&raw mut (*hdr).n_columns).store(idx + 1, Ordering::Release);
+    }
+    // Safety: the column is mapped for the rest of the run (the file only grows).
+    let ok = unsafe { sys::set_gs_base(col_addr) }.is_ok();
+    drop(guard);
+    ok
+}
+
+// ---- The start-routine and name hand-off from the wrappers ----
+
+/// A free hand-off slot for a thread about to be created by `creator_tid`, filled with its
+/// start routine, argument and config; its address is the argument of the start shim.
+pub fn claim_start(rt: &Rt, creator_tid: u32, start: u64, arg: u64) -> Option<usize> {
+    let p =
+        rt.st.pending.iter().find(|p| p.used.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok())?;
+    p.creator_tid.store(creator_tid, Ordering::Relaxed);
+    p.start.store(start, Ordering::Relaxed);
+    p.arg.store(arg, Ordering::Relaxed);
+    p.config.store(rt.cfg.addr(), Ordering::Relaxed);
+    p.tp.store(0, Ordering::Relaxed);
+    Some(p as *const _ as usize)
+}
+
+/// Give back a slot `pthread_create` did not use.
+pub fn release_start(slot: usize) {
+    // Safety: `slot` came from `claim_start`: a slot of a live RtState.
+    let p = unsafe { &*(slot as *const crate::state::PendingStart) };
+    p.used.store(0, Ordering::Release);
+}
+
+/// What a new thread finds in its hand-off slot: (start routine, argument, config block).
+/// Marks the slot with the thread's pointer, for its registration.
+///
+/// # Safety
+/// `slot` came from `claim_start` and was passed to this thread by `pthread_create`.
+pub unsafe fn start_from_slot(slot: usize, tp: u64) -> (u64, u64, u64) {
+    // Safety: per the contract.
+    let p = unsafe { &*(slot as *const crate::state::PendingStart) };
+    let r = (p.start.load(Ordering::Relaxed), p.arg.load(Ordering::Relaxed), p.config.load(Ordering::Relaxed));
+    p.tp.store(tp, Ordering::Release);
+    r
+}
+
+/// The thread of `slot` ended: give the slot back if its registration never took it.
+///
+/// # Safety
+/// As [`start_from_slot`].
+pub unsafe fn end_slot(slot: usize, tp: u64) {
+    // Safety: per the contract.
+    let p = unsafe { &*(slot as *const crate::state::PendingStart) };
+    if p.tp.compare_exchange(tp, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        // Never registered (ran no instrumented code).
+        p.used.store(0, Ordering::Release);
+    }
+}
+
+/// Registration of thread `tp`: the creator and start routine its slot holds, if any.
+fn take_pending_start(rt: &Rt, tp: u64, col: &mut ColumnHeader) {
+    if tp == 0 {
+        return;
+    }
+    for p in rt.st.pending.iter() {
+        if p.used.load(Ordering::Acquire) == 1 && p.tp.load(Ordering::Acquire) == tp {
+            col.creator_tid = p.creator_tid.load(Ordering::Relaxed);
+            col.start_routine = p.start.load(Ordering::Relaxed).wrapping_sub(rt.cfg.bias());
+            p.tp.store(0, Ordering::Relaxed);
+            p.used.store(0, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// Keep `name` for thread `tp`, which has not registered yet.
+pub fn remember_name(guard: &mut RegGuard, tp: u64, name: [u8; 16]) {
+    let names = guard.names();
+    let slot = names.iter().position(|p| p.tp == tp || p.tp == 0).unwrap_or(0);
+    if let Some(p) = names.get_mut(slot) {
+        p.tp = tp;
+        p.name = name;
+    }
+}
+
+/// Registration: a name given to this thread before it registered.
+fn take_pending_name(guard: &mut RegGuard, tp: u64, name: &mut [u8; 16]) {
+    if let Some(p) = guard.names().iter_mut().find(|p| p.tp == tp && tp != 0) {
+        *name = p.name;
+        p.tp = 0;
+    }
+}

@@ -1,0 +1,131 @@
+//! The slow path of the timer routines (D3, D11, D17): the general case of entering or
+//! leaving a timed point, on the thread's measurement shadow stack.
+//!
+//! The rewriter's timer routine (`codegen::timer_routine`) handles the common case in
+//! machine code and calls [`timer`] (through `stint_rt_timer`) when the shadow stack needs
+//! more than a push or a matching pop: frames abandoned by an exception or `longjmp`, an
+//! exit that matches no frame, a stack beyond `SHADOW_CAP`, a CPU clock to re-synchronise,
+//! or a safe point `stint ctl` asked for. It runs with the column's `busy` flag set, on the
+//! thread's own column, so nothing here is shared with other threads.
+//!
+//! Layering: uses `sys`, `state`, `column`, `clock` and `control`; the entry point builds
+//! the column from GS (the routine checked its owner).
+
+use crate::clock;
+use crate::column::Column;
+use crate::control;
+use crate::state::Rt;
+use crate::sys;
+use stint_layout::{
+    metric_bit, Frame, METRIC_CPU_TIME, METRIC_WALL_TIME, SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
+    TIMER_BITS,
+};
+
+pub const TIMER_OP_ENTER: u32 = 0;
+pub const TIMER_OP_EXIT: u32 = 1;
+
+/// Enter (`op` [`TIMER_OP_ENTER`]) or leave ([`TIMER_OP_EXIT`]) `point` with the function-entry
+/// stack pointer `sp` at TSC `tsc`, on the calling thread's column `col`.
+pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) {
+    let n = rt.cfg.n_points;
+    if point >= n || !rt.st.active() {
+        return;
+    }
+    // A safe point (the routine sends a thread here when `stint ctl` changed its key).
+    control::safe_point(rt, col);
+    // CPU time of this instant: `tsc` was read before the routine looked at the sequence
+    // word, so after a re-synchronisation it belongs to the previous scheduling period and
+    // would be off by the time the thread spent descheduled; read the TSC again.
+    // The system call of a re-synchronisation is where the scheduler likes to preempt (reading
+    // the thread's CPU clock updates its runtime, and a used-up slice is noticed there): an
+    // exit then ends its frames after it, an entry began before it, so the time belongs to
+    // the function either way, as it does for the program's own clock reads around the call.
+    let mut cpu_tsc = tsc;
+    let mut tsc = tsc;
+    if clock::read_seq(col.h) != col.h.seq || tsc.wrapping_sub(col.h.sync_tsc) > col.h.sync_ticks {
+        clock::resync(col.h, rt.st.tsc_hz());
+        cpu_tsc = sys::rdtsc();
+        if op == TIMER_OP_EXIT {
+            tsc = cpu_tsc;
+        }
+    }
+    let now = Now { wall: tsc, cpu: cpu_tsc.wrapping_sub(col.h.cpu_off) };
+    // Frames beyond the kept ones: an exit below the deepest kept frame belongs to one of
+    // them; at or above it, they were all left by exception or longjmp.
+    if col.h.depth > SHADOW_CAP {
+        let deepest = col.frame(SHADOW_CAP - 1).map_or(0, |f| f.sp);
+        if sp < deepest {
+            if op == TIMER_OP_EXIT {
+                col.h.depth -= 1;
+            } else {
+                col.h.depth += 1;
+                col.h.shadow_overflow += 1;
+            }
+            return;
+        }
+        col.h.abandoned_frames += (col.h.depth - SHADOW_CAP) as u64;
+        col.h.depth = SHADOW_CAP;
+    }
+    // Frames whose stack pointer lies below ours (for an entry: at or below) were left
+    // without their exit: close them with the time up to now.
+    while col.h.depth > 0 {
+        let Some(top) = col.frame(col.h.depth - 1) else { break };
+        let abandoned = if op == TIMER_OP_ENTER { top.sp <= sp } else { top.sp < sp };
+        if !abandoned {
+            break;
+        }
+        close(col, now);
+        col.h.abandoned_frames += 1;
+    }
+    if op == TIMER_OP_EXIT {
+        let matched = col.h.depth > 0 && col.frame(col.h.depth - 1).is_some_and(|f| f.sp == sp && f.point == point);
+        if matched {
+            close(col, now);
+        } else {
+            col.h.unmatched_exits += 1;
+        }
+        return;
+    }
+    if col.h.depth >= SHADOW_CAP {
+        col.h.depth += 1;
+        col.h.shadow_overflow += 1;
+        return;
+    }
+    let bits = rt.cfg.gate(point) & TIMER_BITS & col.h.thread_mask as u8;
+    col.set_frame(col.h.depth, Frame { sp, point, bits: bits as u32, wall_start: now.wall, cpu_start: now.cpu });
+    if let Some(active) = col.counter_mut(SLOT_ACTIVE, point) {
+        *active += 1;
+    }
+    col.h.depth += 1;
+}
+
+/// The wall and CPU clocks of this event, in TSC ticks.
+#[derive(Clone, Copy)]
+struct Now {
+    wall: u64,
+    cpu: u64,
+}
+
+/// Close the top frame (`depth > 0`): lower the point's active count; the outermost
+/// activation adds its time.
+fn close(col: &mut Column, now: Now) {
+    col.h.depth -= 1;
+    let Some(f) = col.frame(col.h.depth) else { return };
+    let Some(active) = col.counter_mut(SLOT_ACTIVE, f.point) else {
+        return; // a corrupted frame: drop it
+    };
+    *active = active.saturating_sub(1);
+    if *active != 0 {
+        return;
+    }
+    if f.bits & metric_bit(METRIC_WALL_TIME) as u32 != 0 {
+        if let Some(c) = col.counter_mut(SLOT_WALL_TICKS, f.point) {
+            *c += now.wall.saturating_sub(f.wall_start);
+        }
+    }
+    if f.bits & metric_bit(METRIC_CPU_TIME) as u32 != 0 {
+        if let Some(c) = col.counter_mut(SLOT_CPU_TICKS, f.point) {
+            *c += now.cpu.saturating_sub(f.cpu_start);
+        }
+    }
+}
