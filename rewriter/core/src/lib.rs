@@ -26,7 +26,7 @@ pub mod rtimage;
 pub mod spec;
 pub mod unwind;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use rewrite_report::RewriteReport;
 
 use analysis::Analysis;
