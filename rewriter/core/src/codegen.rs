@@ -35,16 +35,19 @@
 //! never touched.
 
 use crate::error::{Error, Result};
-use crate::plan::{Exit, Point};
+use crate::plan::{Exit, Plan, Point};
+use crate::rtimage;
+use crate::unwind::{Initial, Piece};
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
 use stint_layout::{
-    metric_bit, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET, COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET,
-    COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET, COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET,
-    COL_THREAD_MASK_OFFSET, COL_TIMER_SKIPPED_OFFSET, COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET,
-    FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME,
-    METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, TIMER_BITS,
+    counter_offset, gate_offset, metric_bit, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET,
+    COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET,
+    COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET, COL_TIMER_SKIPPED_OFFSET,
+    COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET,
+    FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE,
+    SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 /// Label IPs live here; no user-space instruction can have such an address.
@@ -106,6 +109,140 @@ fn rip(target: u64) -> MemoryOperand {
 
 fn mem(base: Register, disp: i64) -> MemoryOperand {
     MemoryOperand::with_base_displ(base, disp)
+}
+
+/// What a piece of generated code is. The layout pass ([`crate::place`]) gives every piece
+/// an address; [`piece`] encodes it there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PieceKind {
+    /// The new `e_entry` ([`entry_stub`]).
+    EntryStub,
+    /// [`slow_stub`].
+    SlowStub,
+    /// [`timer_stub`].
+    TimerStub,
+    /// [`timer_routine`] with `TIMER_OP_ENTER`.
+    TimerEnter,
+    /// [`timer_routine`] with `TIMER_OP_EXIT`.
+    TimerExit,
+    /// The SIGTRAP handler ([`trap_stub`]).
+    TrapStub,
+    /// The entry trampoline of `plan.points[i]` ([`trampoline`]).
+    Trampoline(usize),
+    /// The wrapper thunk of `plan.points[i]` ([`wrap_thunk`]), its `WrapSite` at `site`.
+    WrapThunk { point: usize, site: u64 },
+    /// The trampoline of `plan.exits[i]` ([`exit_trampoline`]).
+    ExitTrampoline(usize),
+}
+
+/// A piece of generated code and the place the layout pass gave it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PieceAt {
+    pub kind: PieceKind,
+    pub at: u64,
+    /// Its size in bytes, from the layout pass's sizing run.
+    pub len: usize,
+}
+
+/// Every address outside itself that generated code refers to. The layout pass fills it in
+/// block by block; a piece only refers to blocks placed before it (or to the program and the
+/// writable memory), so sizing a piece at its final address gives its final size.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Targets {
+    /// The program's own entry point (where the entry stub continues).
+    pub program_entry: u64,
+    /// `RtConfig`, the first argument of every rt-lib entry.
+    pub config: u64,
+    /// The runtime image; its entry points are at `rtimage::STINT_RT_*` from here.
+    pub image: u64,
+    /// The control region (gates first).
+    pub control: u64,
+    pub n_points: u32,
+    /// fs-relative offset of libc's tid word (0: none).
+    pub tid_offset: u32,
+    pub slow_stub: u64,
+    pub timer_stub: u64,
+    pub timer_enter: u64,
+    pub timer_exit: u64,
+}
+
+impl Targets {
+    fn trampoline_env(&self, point: u32) -> TrampolineEnv {
+        TrampolineEnv {
+            gate: self.control + gate_offset(point),
+            counter: counter_offset(self.n_points, SLOT_CALLS, point) as u32,
+            tid_offset: self.tid_offset,
+            slow_stub: self.slow_stub,
+            timer_enter: self.timer_enter,
+            timer_exit: self.timer_exit,
+        }
+    }
+
+    fn timer_env(&self) -> TimerEnv {
+        TimerEnv {
+            ctl: self.control,
+            active: counter_offset(self.n_points, SLOT_ACTIVE, 0) as u32,
+            cpu: counter_offset(self.n_points, SLOT_CPU_TICKS, 0) as u32,
+            wall: counter_offset(self.n_points, SLOT_WALL_TICKS, 0) as u32,
+            timer_stub: self.timer_stub,
+        }
+    }
+}
+
+/// Encode one piece at `at`: the layout pass calls this to size pieces, [`generate`] to
+/// produce them.
+pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u8>> {
+    let rt = |entry: u64| t.image + entry;
+    let point = |i: usize| plan.points.get(i).ok_or_else(|| Error::Internal(format!("codegen: no point {i}")));
+    match kind {
+        PieceKind::EntryStub => entry_stub(at, t.config, rt(rtimage::STINT_RT_INIT), t.program_entry),
+        PieceKind::SlowStub => slow_stub(at, t.config, rt(rtimage::STINT_RT_SLOW)),
+        PieceKind::TimerStub => timer_stub(at, t.config, rt(rtimage::STINT_RT_TIMER)),
+        PieceKind::TimerEnter => timer_routine(at, TIMER_OP_ENTER, t.timer_env()),
+        PieceKind::TimerExit => timer_routine(at, TIMER_OP_EXIT, t.timer_env()),
+        PieceKind::TrapStub => trap_stub(at, t.config, rt(rtimage::STINT_RT_TRAP)),
+        PieceKind::Trampoline(i) => {
+            let p = point(i)?;
+            trampoline(p, t.trampoline_env(p.id), at)
+        }
+        PieceKind::WrapThunk { point: i, site } => {
+            let p = point(i)?;
+            let w = p.wrap.as_ref().ok_or_else(|| Error::Internal(format!("codegen: point {} is no wrapper", p.id)))?;
+            wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), w.got_slot)
+        }
+        PieceKind::ExitTrampoline(i) => {
+            let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
+            exit_trampoline(x, t.trampoline_env(x.point), at)
+        }
+    }
+}
+
+/// The code generation pass: every piece at the address the layout gave it, with the state
+/// its unwind information starts from. Nothing is patched afterwards: a piece whose size
+/// differs from the sizing run's is a bug, reported as such.
+pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piece>> {
+    pieces
+        .iter()
+        .map(|p| {
+            let code = piece(plan, p.kind, p.at, t)?;
+            if code.len() != p.len {
+                return Err(Error::Internal(format!(
+                    "codegen: {:?} at 0x{:x} is {} bytes, laid out as {}",
+                    p.kind,
+                    p.at,
+                    code.len(),
+                    p.len
+                )));
+            }
+            let initial = match p.kind {
+                PieceKind::EntryStub => Initial::Entry,
+                PieceKind::Trampoline(i) => Initial::At(plan.points[i].address),
+                PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
+                _ => Initial::Call,
+            };
+            Ok(Piece { start: p.at, code, initial })
+        })
+        .collect()
 }
 
 /// Addresses a trampoline needs.
