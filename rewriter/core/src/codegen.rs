@@ -1,10 +1,17 @@
-//! Code generation: the entry stub, the slow-path stub and one trampoline per point.
+//! Code generation pass: every piece of code the rewriter adds (the entry stub, the stubs
+//! into rt-lib, the shared timer routines, one trampoline per point and exit, the wrapper
+//! thunks), each encoded once at the address the layout pass ([`crate::place`]) gave it.
+//! [`piece`] encodes one piece (the layout pass uses it to size them); [`generate`] encodes
+//! them all and hands them to the unwind pass as [`Piece`]s.
 //!
-//! Everything is built as iced-x86 `Instruction`s and encoded by BlockEncoder at its final
-//! address, so RIP-relative operands (gates, config) and branches back into the program are
-//! exact, and displaced instructions are relocated by the same encoder. Labels inside a
-//! block are instruction IPs from a private range in the kernel half of the address space,
-//! which no program instruction can have.
+//! Everything is encoded by iced-x86's BlockEncoder at its final address, so RIP-relative
+//! operands (gates, config) and branches back into the program are exact, and displaced
+//! instructions are relocated by the same encoder. The timer routines are written with
+//! iced's `CodeAssembler`. The trampolines, thunks and stubs are lists of `Instruction`s
+//! (the small `Block` builder below): they embed the program's decoded instructions and
+//! address absolute targets RIP-relative, which `CodeAssembler` expresses only through
+//! labels. Labels inside a block are instruction IPs from a private range in the kernel
+//! half of the address space, which no program instruction can have.
 //!
 //! # Entry-point trampoline (calls metric)
 //! ```text
