@@ -6,24 +6,27 @@
 //! 3. the program-header table (in place, or moved into the new segment), the new segment
 //!    appended, then section headers, all through object's Pod ELF types.
 //!
-//! Program headers, before and after (a PIE from a current toolchain; the offsets are the
-//! layout pass's, see [`crate::place`]):
+//! Program headers before and after (`readelf -lW` of testbins/calltree.c, a PIE from gcc 12
+//! with 11 functions; the addresses come from the layout pass, see [`crate::place`]):
 //!
 //! ```text
-//! input                                        output
-//! Type         Offset   VirtAddr  MemSiz  Flg  Type         Offset   VirtAddr  MemSiz  Flg
-//! PHDR         0x000040 0x000040  0x2d8   R    PHDR         0x000040 0x000040  0x2d8   R     (same; moved
-//!                                                                                            with the table)
-//! LOAD         0x000000 0x000000  0x628   R    LOAD         0x000000 0x000000  0x628   R
-//! LOAD         0x001000 0x001000  0x175   R E  LOAD         0x001000 0x001000  0x175   R E   windows → jmp
-//! LOAD         0x002df0 0x003df0  0x260   RW   LOAD         0x002df0 0x003df0  ↑       RW    + RtState,
-//!                                                                                            control pages
-//! NOTE         0x000338 0x000338  0x030   R    LOAD         <page>   <page>    segment R E   config, meta,
-//!   (= GNU_PROPERTY: the spare slot)                                                         runtime, code,
-//!                                                                                            .eh_frame(_hdr)
-//! GNU_EH_FRAME 0x002004 0x002004  0x03c   R    GNU_EH_FRAME <new .eh_frame_hdr in the segment>
-//! GNU_PROPERTY 0x000338 0x000338  0x030   R    GNU_PROPERTY 0x000338 0x000338  0x030   R
-//! e_entry 0x1040                               e_entry → entry stub → 0x1040
+//! input                                            output
+//! Type         Offset   VirtAddr FileSiz MemSiz Flg  Type         Offset   VirtAddr FileSiz MemSiz Flg
+//! PHDR         0x000040 0x000040 0x2d8   0x2d8  R    PHDR         0x000040 0x000040 0x2d8   0x2d8  R
+//! INTERP       0x000318 0x000318 0x01c   0x01c  R    INTERP       0x000318 0x000318 0x01c   0x01c  R
+//! LOAD         0x000000 0x000000 0x708   0x708  R    LOAD         0x000000 0x000000 0x708   0x708  R
+//! LOAD         0x001000 0x001000 0x521   0x521  R E  LOAD         0x001000 0x001000 0x521   0x521  R E  windows
+//! LOAD         0x002000 0x002000 0x2d8   0x2d8  R    LOAD         0x002000 0x002000 0x2d8   0x2d8  R
+//! LOAD         0x002dd0 0x003dd0 0x258   0x2a0  RW   LOAD         0x002dd0 0x003dd0 0x258   0x4230 RW   + state,
+//!                                                                                                       control
+//!                                                  LOAD         0x005000 0x009000 0xd1a8  0xd1a8 R E  new segment
+//! DYNAMIC      0x002de0 0x003de0 0x1e0   0x1e0  RW   DYNAMIC      0x002de0 0x003de0 0x1e0   0x1e0  RW
+//! NOTE         0x000338 0x000338 0x020   0x020  R    (its slot went to the new LOAD)
+//! NOTE         0x000358 0x000358 0x044   0x044  R    NOTE         0x000358 0x000358 0x044   0x044  R
+//! GNU_PROPERTY 0x000338 0x000338 0x020   0x020  R    GNU_PROPERTY 0x000338 0x000338 0x020   0x020  R
+//! GNU_EH_FRAME 0x0020b0 0x0020b0 0x074   0x074  R    GNU_EH_FRAME 0x011f14 0x015f14 0x294   0x294  R    new hdr
+//! GNU_STACK, GNU_RELRO                             (unchanged)
+//! e_entry 0x1280                                   e_entry 0x141c0: the entry stub, then 0x1280
 //! ```
 //! - The new PT_LOAD takes the PT_NOTE's slot and moves to just after the last PT_LOAD,
 //!   keeping PT_LOADs sorted by address. Without a spare slot the table moves into the new
@@ -37,11 +40,13 @@
 //! debuggers can disassemble it); a file without section headers stays without:
 //!
 //! ```text
-//! [Nr] Name           Type      Flags  Address             covers
-//!  ..  .eh_frame      PROGBITS  A      → the new .eh_frame (input's, rt-lib's, generated code's)
-//!  ..  .eh_frame_hdr  PROGBITS  A      → the new .eh_frame_hdr
-//!  n   .stint.bss     NOBITS    WA     end of old bss      runtime state + control pages
-//!  n+1 .stint         PROGBITS  AX     new segment         up to the new .eh_frame
+//! [Nr] Name           Type      Address  Off      Size     Flg  (same program)
+//! [18] .eh_frame_hdr  PROGBITS  0x20b0   0x0020b0 0x74     A    → 0x15f14 0x011f14 0x294: the new one
+//! [19] .eh_frame      PROGBITS  0x2128   0x002128 0x1b0    A    → 0x14e30 0x010e30 0x10e4: input's,
+//!                                                                 rt-lib's and generated code's FDEs
+//! [31] .stint.bss     NOBITS    0x4070   0x003070 0x3f90   WA   added: end of old bss → runtime
+//!                                                                 state + control pages
+//! [32] .stint         PROGBITS  0x9000   0x005000 0xbe30   AX   added: the new segment up to .eh_frame
 //! ```
 
 use crate::error::{Error, Result};
@@ -391,3 +396,6 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
