@@ -167,6 +167,13 @@ fn segment_bytes(data: &SegmentData, placed: &Placement, code: &[Piece], eh: Opt
     Ok(seg)
 }
 
+/// `jmp rel32` (`E9 cd`): the first bytes of every patched window, the bytes being fixed.
+const JMP_REL32: u8 = 0xe9;
+/// `int3` (`CC`): the rest of a window (never executed: nothing branches into a window but
+/// to its first byte), and the whole patch of a trap site.
+const INT3: u8 = 0xcc;
+const _: () = assert!(JMP_LEN == 1 + 4, "a window starts with jmp rel32");
+
 /// Patch a site by its tactic: a window jumps to its trampoline, the rest of it `int3`; a
 /// trap is one `int3` (the trap table leads to the trampoline).
 fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
@@ -175,7 +182,7 @@ fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
         .vaddr_to_offset(address)
         .ok_or_else(|| Error::Internal(format!("site 0x{address:x} is not in the file")))? as usize;
     if tactic == Tactic::Trap {
-        *out.get_mut(off).ok_or_else(|| Error::Internal(format!("trap site 0x{address:x} leaves the file")))? = 0xcc;
+        *out.get_mut(off).ok_or_else(|| Error::Internal(format!("trap site 0x{address:x} leaves the file")))? = INT3;
         return Ok(());
     }
     let end = off + len as usize;
@@ -184,9 +191,9 @@ fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
     }
     let rel = target as i64 - (address + JMP_LEN) as i64;
     let rel = i32::try_from(rel).map_err(|_| Error::NoRoom(format!("0x{address:x}: trampoline out of rel32 reach")))?;
-    out[off] = 0xe9;
-    out[off + 1..off + 5].copy_from_slice(&rel.to_le_bytes());
-    out[off + 5..end].fill(0xcc);
+    out[off] = JMP_REL32;
+    out[off + 1..off + JMP_LEN as usize].copy_from_slice(&rel.to_le_bytes());
+    out[off + JMP_LEN as usize..end].fill(INT3);
     Ok(())
 }
 
@@ -378,13 +385,13 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         };
         let o = (address - v + off) as usize;
         if tactic == Tactic::Trap {
-            if out[o] != 0xcc {
+            if out[o] != INT3 {
                 return bad(format!("trap site 0x{address:x} is not an int3"));
             }
         } else {
             let rel = i32::from_le_bytes(out[o + 1..o + 5].try_into().unwrap_or_default()) as i64;
             let target = (address as i64 + JMP_LEN as i64 + rel) as u64;
-            if out[o] != 0xe9 || !(seg.0..seg.1).contains(&target) {
+            if out[o] != JMP_REL32 || !(seg.0..seg.1).contains(&target) {
                 return bad(format!("window 0x{address:x} does not jump into the new code segment"));
             }
         }
