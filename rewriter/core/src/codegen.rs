@@ -1,10 +1,17 @@
-//! Code generation: the entry stub, the slow-path stub and one trampoline per point.
+//! Code generation pass: every piece of code the rewriter adds (the entry stub, the stubs
+//! into rt-lib, the shared timer routines, one trampoline per point and exit, the wrapper
+//! thunks), each encoded once at the address the layout pass ([`crate::place`]) gave it.
+//! [`piece`] encodes one piece (the layout pass uses it to size them); [`generate`] encodes
+//! them all and hands them to the unwind pass as [`Piece`]s.
 //!
-//! Everything is built as iced-x86 `Instruction`s and encoded by BlockEncoder at its final
-//! address, so RIP-relative operands (gates, config) and branches back into the program are
-//! exact, and displaced instructions are relocated by the same encoder. Labels inside a
-//! block are instruction IPs from a private range in the kernel half of the address space,
-//! which no program instruction can have.
+//! Everything is encoded by iced-x86's BlockEncoder at its final address, so RIP-relative
+//! operands (gates, config) and branches back into the program are exact, and displaced
+//! instructions are relocated by the same encoder. The timer routines are written with
+//! iced's `CodeAssembler`. The trampolines, thunks and stubs are lists of `Instruction`s
+//! (the small `Block` builder below): they embed the program's decoded instructions and
+//! address absolute targets RIP-relative, which `CodeAssembler` expresses only through
+//! labels. Labels inside a block are instruction IPs from a private range in the kernel
+//! half of the address space, which no program instruction can have.
 //!
 //! # Entry-point trampoline (calls metric)
 //! ```text
@@ -35,16 +42,19 @@
 //! never touched.
 
 use crate::error::{Error, Result};
-use crate::plan::{Exit, Point};
+use crate::plan::{Exit, Plan, Point};
+use crate::rtimage;
+use crate::unwind::{Initial, Piece};
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
 use stint_layout::{
-    metric_bit, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET, COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET,
-    COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET, COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET,
-    COL_THREAD_MASK_OFFSET, COL_TIMER_SKIPPED_OFFSET, COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET,
-    FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME,
-    METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, TIMER_BITS,
+    counter_offset, gate_offset, metric_bit, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET,
+    COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET,
+    COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET, COL_TIMER_SKIPPED_OFFSET,
+    COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET,
+    FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE,
+    SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 /// Label IPs live here; no user-space instruction can have such an address.
@@ -106,6 +116,140 @@ fn rip(target: u64) -> MemoryOperand {
 
 fn mem(base: Register, disp: i64) -> MemoryOperand {
     MemoryOperand::with_base_displ(base, disp)
+}
+
+/// What a piece of generated code is. The layout pass ([`crate::place`]) gives every piece
+/// an address; [`piece`] encodes it there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PieceKind {
+    /// The new `e_entry` ([`entry_stub`]).
+    EntryStub,
+    /// [`slow_stub`].
+    SlowStub,
+    /// [`timer_stub`].
+    TimerStub,
+    /// [`timer_routine`] with `TIMER_OP_ENTER`.
+    TimerEnter,
+    /// [`timer_routine`] with `TIMER_OP_EXIT`.
+    TimerExit,
+    /// The SIGTRAP handler ([`trap_stub`]).
+    TrapStub,
+    /// The entry trampoline of `plan.points[i]` ([`trampoline`]).
+    Trampoline(usize),
+    /// The wrapper thunk of `plan.points[i]` ([`wrap_thunk`]), its `WrapSite` at `site`.
+    WrapThunk { point: usize, site: u64 },
+    /// The trampoline of `plan.exits[i]` ([`exit_trampoline`]).
+    ExitTrampoline(usize),
+}
+
+/// A piece of generated code and the place the layout pass gave it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PieceAt {
+    pub kind: PieceKind,
+    pub at: u64,
+    /// Its size in bytes, from the layout pass's sizing run.
+    pub len: usize,
+}
+
+/// Every address outside itself that generated code refers to. The layout pass fills it in
+/// block by block; a piece only refers to blocks placed before it (or to the program and the
+/// writable memory), so sizing a piece at its final address gives its final size.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Targets {
+    /// The program's own entry point (where the entry stub continues).
+    pub program_entry: u64,
+    /// `RtConfig`, the first argument of every rt-lib entry.
+    pub config: u64,
+    /// The runtime image; its entry points are at `rtimage::STINT_RT_*` from here.
+    pub image: u64,
+    /// The control region (gates first).
+    pub control: u64,
+    pub n_points: u32,
+    /// fs-relative offset of libc's tid word (0: none).
+    pub tid_offset: u32,
+    pub slow_stub: u64,
+    pub timer_stub: u64,
+    pub timer_enter: u64,
+    pub timer_exit: u64,
+}
+
+impl Targets {
+    fn trampoline_env(&self, point: u32) -> TrampolineEnv {
+        TrampolineEnv {
+            gate: self.control + gate_offset(point),
+            counter: counter_offset(self.n_points, SLOT_CALLS, point) as u32,
+            tid_offset: self.tid_offset,
+            slow_stub: self.slow_stub,
+            timer_enter: self.timer_enter,
+            timer_exit: self.timer_exit,
+        }
+    }
+
+    fn timer_env(&self) -> TimerEnv {
+        TimerEnv {
+            ctl: self.control,
+            active: counter_offset(self.n_points, SLOT_ACTIVE, 0) as u32,
+            cpu: counter_offset(self.n_points, SLOT_CPU_TICKS, 0) as u32,
+            wall: counter_offset(self.n_points, SLOT_WALL_TICKS, 0) as u32,
+            timer_stub: self.timer_stub,
+        }
+    }
+}
+
+/// Encode one piece at `at`: the layout pass calls this to size pieces, [`generate`] to
+/// produce them.
+pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u8>> {
+    let rt = |entry: u64| t.image + entry;
+    let point = |i: usize| plan.points.get(i).ok_or_else(|| Error::Internal(format!("codegen: no point {i}")));
+    match kind {
+        PieceKind::EntryStub => entry_stub(at, t.config, rt(rtimage::STINT_RT_INIT), t.program_entry),
+        PieceKind::SlowStub => slow_stub(at, t.config, rt(rtimage::STINT_RT_SLOW)),
+        PieceKind::TimerStub => timer_stub(at, t.config, rt(rtimage::STINT_RT_TIMER)),
+        PieceKind::TimerEnter => timer_routine(at, TIMER_OP_ENTER, t.timer_env()),
+        PieceKind::TimerExit => timer_routine(at, TIMER_OP_EXIT, t.timer_env()),
+        PieceKind::TrapStub => trap_stub(at, t.config, rt(rtimage::STINT_RT_TRAP)),
+        PieceKind::Trampoline(i) => {
+            let p = point(i)?;
+            trampoline(p, t.trampoline_env(p.id), at)
+        }
+        PieceKind::WrapThunk { point: i, site } => {
+            let p = point(i)?;
+            let w = p.wrap.as_ref().ok_or_else(|| Error::Internal(format!("codegen: point {} is no wrapper", p.id)))?;
+            wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), w.got_slot)
+        }
+        PieceKind::ExitTrampoline(i) => {
+            let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
+            exit_trampoline(x, t.trampoline_env(x.point), at)
+        }
+    }
+}
+
+/// The code generation pass: every piece at the address the layout gave it, with the state
+/// its unwind information starts from. Nothing is patched afterwards: a piece whose size
+/// differs from the sizing run's is a bug, reported as such.
+pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piece>> {
+    pieces
+        .iter()
+        .map(|p| {
+            let code = piece(plan, p.kind, p.at, t)?;
+            if code.len() != p.len {
+                return Err(Error::Internal(format!(
+                    "codegen: {:?} at 0x{:x} is {} bytes, laid out as {}",
+                    p.kind,
+                    p.at,
+                    code.len(),
+                    p.len
+                )));
+            }
+            let initial = match p.kind {
+                PieceKind::EntryStub => Initial::Entry,
+                PieceKind::Trampoline(i) => Initial::At(plan.points[i].address),
+                PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
+                _ => Initial::Call,
+            };
+            Ok(Piece { start: p.at, code, initial })
+        })
+        .collect()
 }
 
 /// Addresses a trampoline needs.
@@ -393,121 +537,123 @@ const SP_FROM_ROUTINE: i64 = 16 + 32;
 /// top frame. `busy` is set for the duration: an event from a signal handler that
 /// interrupted the routine is skipped and counted, never mixed into the frame being written.
 pub fn timer_routine(at: u64, op: u32, env: TimerEnv) -> Result<Vec<u8>> {
-    use Register::*;
-    let mut b = Block::new();
-    let (reent, out, slow, done) = (b.label(), b.label(), b.label(), b.label());
-    let gs = |disp: u32| seg_abs(GS, disp);
-    let gsx = |base: Register, disp: u32| MemoryOperand::new(base, Register::None, 1, disp as i64, 8, false, GS);
-    let gsi8 = |index: Register, disp: u32| MemoryOperand::new(Register::None, index, 8, disp as i64, 4, false, GS);
-    for r in [RCX, RDX, RSI, RDI] {
-        b.op(Instruction::with1(Code::Push_r64, r))?;
+    timer_routine_asm(at, op, env).map_err(|e| Error::Internal(format!("timer routine at 0x{at:x}: {e}")))
+}
+
+/// [`timer_routine`] written with iced-x86's `CodeAssembler` (STYLE 6: its bytes depend on
+/// the addresses and offsets it is given, so BlockEncoder picks the encodings).
+fn timer_routine_asm(at: u64, op: u32, env: TimerEnv) -> std::result::Result<Vec<u8>, iced_x86::IcedError> {
+    use iced_x86::code_asm::*;
+    let mut a = CodeAssembler::new(64)?;
+    let (mut reent, mut out, mut slow, mut done) =
+        (a.create_label(), a.create_label(), a.create_label(), a.create_label());
+    // `gs:[disp]`: the thread's column, absolute within GS.
+    let gs32 = |disp: u32| dword_ptr(u64::from(disp)).gs();
+    let gs64 = |disp: u32| qword_ptr(u64::from(disp)).gs();
+    // A field of the shadow-stack frame at byte `index` of the shadow stack.
+    let frame32 = |index: AsmRegister64, field: u32| dword_ptr(index + (SHADOW_OFFSET + field)).gs();
+    let frame64 = |index: AsmRegister64, field: u32| qword_ptr(index + (SHADOW_OFFSET + field)).gs();
+    // The counter of point rcx in the slot whose point-0 counter is at `slot0`.
+    let counter = |slot0: u32| qword_ptr(rcx * 8 + slot0).gs();
+    for r in [rcx, rdx, rsi, rdi] {
+        a.push(r)?;
     }
-    b.op(Instruction::with2(Code::Cmp_rm32_imm8, gs(COL_BUSY_OFFSET), 0))?; // interrupted a routine?
-    b.add(Instruction::with_branch(Code::Jne_rel32_64, reent).map_err(internal)?);
-    b.op(Instruction::with2(Code::Mov_rm32_imm32, gs(COL_BUSY_OFFSET), 1))?;
-    b.op(Instruction::with2(Code::Mov_r32_rm32, ECX, EAX))?; // rcx = point
-    b.op(Instruction::with2(Code::Lea_r64_m, RDI, mem(RSP, SP_FROM_ROUTINE)))?; // rdi = S
-    b.op(Ok(Instruction::with(Code::Rdtsc)))?;
-    b.op(Instruction::with2(Code::Shl_rm64_imm8, RDX, 32))?;
-    b.op(Instruction::with2(Code::Or_r64_rm64, RAX, RDX))?; // rax = TSC
-    b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, gs(COL_SEQ_PTR_OFFSET)))?;
-    b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, mem(RDX, 0)))?;
-    b.op(Instruction::with2(Code::Cmp_r32_rm32, EDX, gs(COL_SEQ_OFFSET)))?; // scheduled since?
-    b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
-    b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RAX))?;
-    b.op(Instruction::with2(Code::Sub_r64_rm64, RDX, gs(COL_SYNC_TSC_OFFSET)))?;
-    b.op(Instruction::with2(Code::Cmp_r64_rm64, RDX, gs(COL_SYNC_TICKS_OFFSET)))?; // extrapolated too long?
-    b.add(Instruction::with_branch(Code::Ja_rel32_64, slow).map_err(internal)?);
-    b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, gs(COL_OWNER_KEY_OFFSET)))?;
-    b.op(Instruction::with2(Code::Cmp_r32_rm32, EDX, gs(COL_EXIT_KEY_OFFSET)))?; // sent to a safe point?
-    b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
-    b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, gs(COL_DEPTH_OFFSET)))?;
-    let ss = SHADOW_OFFSET;
+    a.cmp(gs32(COL_BUSY_OFFSET), 0)?; // interrupted a routine?
+    a.jne(reent)?;
+    a.mov(gs32(COL_BUSY_OFFSET), 1)?;
+    a.mov(ecx, eax)?; // rcx = point
+    a.lea(rdi, ptr(rsp + SP_FROM_ROUTINE))?; // rdi = S
+    a.rdtsc()?;
+    a.shl(rdx, 32)?;
+    a.or(rax, rdx)?; // rax = TSC
+    a.mov(rdx, gs64(COL_SEQ_PTR_OFFSET))?;
+    a.mov(edx, dword_ptr(rdx))?;
+    a.cmp(edx, gs32(COL_SEQ_OFFSET))?; // scheduled since?
+    a.jne(slow)?;
+    a.mov(rdx, rax)?;
+    a.sub(rdx, gs64(COL_SYNC_TSC_OFFSET))?;
+    a.cmp(rdx, gs64(COL_SYNC_TICKS_OFFSET))?; // extrapolated too long?
+    a.ja(slow)?;
+    a.mov(edx, gs32(COL_OWNER_KEY_OFFSET))?;
+    a.cmp(edx, gs32(COL_EXIT_KEY_OFFSET))?; // sent to a safe point?
+    a.jne(slow)?;
+    a.mov(edx, gs32(COL_DEPTH_OFFSET))?;
     if op == TIMER_OP_ENTER {
-        let push = b.label();
-        b.op(Instruction::with2(Code::Cmp_rm32_imm32, EDX, SHADOW_CAP))?;
-        b.add(Instruction::with_branch(Code::Jae_rel32_64, slow).map_err(internal)?);
-        b.op(Instruction::with2(Code::Shl_rm32_imm8, EDX, FRAME_SIZE.trailing_zeros()))?; // rdx = depth * 32
-        b.op(Instruction::with2(Code::Test_rm32_r32, EDX, EDX))?;
-        b.add(Instruction::with_branch(Code::Je_rel32_64, push).map_err(internal)?);
+        let mut push = a.create_label();
+        a.cmp(edx, SHADOW_CAP)?;
+        a.jae(slow)?;
+        a.shl(edx, FRAME_SIZE.trailing_zeros())?; // rdx = depth * FRAME_SIZE
+        a.test(edx, edx)?;
+        a.je(push)?;
         // A frame at or below our stack pointer was left without its exit: rt-lib closes it.
-        b.op(Instruction::with2(Code::Cmp_rm64_r64, gsx(RDX, ss - FRAME_SIZE + FRAME_SP_OFFSET), RDI))?;
-        b.add(Instruction::with_branch(Code::Jbe_rel32_64, slow).map_err(internal)?);
-        b.bind(push);
-        b.op(Instruction::with2(Code::Mov_rm64_r64, gsx(RDX, ss + FRAME_SP_OFFSET), RDI))?;
-        b.op(Instruction::with2(Code::Mov_rm32_r32, gsx(RDX, ss + FRAME_POINT_OFFSET), ECX))?;
-        b.op(Instruction::with2(Code::Lea_r64_m, RSI, rip(env.ctl)))?;
-        b.op(Instruction::with2(Code::Movzx_r32_rm8, ESI, MemoryOperand::with_base_index(RSI, RCX)))?;
-        b.op(Instruction::with2(Code::And_rm32_imm8, ESI, TIMER_BITS as i32))?;
-        b.op(Instruction::with2(Code::And_r32_rm32, ESI, gs(COL_THREAD_MASK_OFFSET)))?; // the thread's focus
-        b.op(Instruction::with2(Code::Mov_rm32_r32, gsx(RDX, ss + FRAME_BITS_OFFSET), ESI))?;
-        b.op(Instruction::with2(Code::Mov_rm64_r64, gsx(RDX, ss + FRAME_WALL_OFFSET), RAX))?;
-        b.op(Instruction::with2(Code::Sub_r64_rm64, RAX, gs(COL_CPU_OFF_OFFSET)))?;
-        b.op(Instruction::with2(Code::Mov_rm64_r64, gsx(RDX, ss + FRAME_CPU_OFFSET), RAX))?;
-        b.op(Instruction::with1(Code::Inc_rm64, gsi8(RCX, env.active)))?;
-        b.op(Instruction::with1(Code::Inc_rm32, gs(COL_DEPTH_OFFSET)))?; // publish
+        a.cmp(qword_ptr(rdx + (SHADOW_OFFSET - FRAME_SIZE + FRAME_SP_OFFSET)).gs(), rdi)?;
+        a.jbe(slow)?;
+        a.set_label(&mut push)?;
+        a.mov(frame64(rdx, FRAME_SP_OFFSET), rdi)?;
+        a.mov(frame32(rdx, FRAME_POINT_OFFSET), ecx)?;
+        a.add_instruction(Instruction::with2(Code::Lea_r64_m, Register::RSI, rip(env.ctl))?)?; // the control region
+        a.movzx(esi, byte_ptr(rsi + rcx))?; // the point's gate
+        a.and(esi, TIMER_BITS as i32)?;
+        a.and(esi, gs32(COL_THREAD_MASK_OFFSET))?; // the thread's focus
+        a.mov(frame32(rdx, FRAME_BITS_OFFSET), esi)?;
+        a.mov(frame64(rdx, FRAME_WALL_OFFSET), rax)?;
+        a.sub(rax, gs64(COL_CPU_OFF_OFFSET))?;
+        a.mov(frame64(rdx, FRAME_CPU_OFFSET), rax)?;
+        a.inc(counter(env.active))?;
+        a.inc(gs32(COL_DEPTH_OFFSET))?; // publish
     } else {
         // An empty shadow stack: the function was entered while this thread's timers were
         // off. Count it here rather than in rt-lib (threads outside a focus exit often).
-        let framed = b.label();
-        b.op(Instruction::with2(Code::Test_rm32_r32, EDX, EDX))?;
-        b.add(Instruction::with_branch(Code::Jne_rel32_64, framed).map_err(internal)?);
-        b.op(Instruction::with1(Code::Inc_rm64, gs(COL_UNMATCHED_EXITS_OFFSET)))?;
-        b.add(Instruction::with_branch(Code::Jmp_rel32_64, out).map_err(internal)?);
-        b.bind(framed);
-        b.op(Instruction::with2(Code::Lea_r32_m, ESI, mem(RDX, -1)))?; // top index
-        b.op(Instruction::with2(Code::Cmp_rm32_imm32, ESI, SHADOW_CAP))?; // empty (−1) or beyond the kept frames
-        b.add(Instruction::with_branch(Code::Jae_rel32_64, slow).map_err(internal)?);
-        b.op(Instruction::with2(Code::Shl_rm32_imm8, ESI, FRAME_SIZE.trailing_zeros()))?;
-        b.op(Instruction::with2(Code::Cmp_rm64_r64, gsx(RSI, ss + FRAME_SP_OFFSET), RDI))?; // our frame?
-        b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
-        b.op(Instruction::with2(Code::Cmp_rm32_r32, gsx(RSI, ss + FRAME_POINT_OFFSET), ECX))?;
-        b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
-        b.op(Instruction::with1(Code::Dec_rm32, gs(COL_DEPTH_OFFSET)))?;
-        b.op(Instruction::with1(Code::Dec_rm64, gsi8(RCX, env.active)))?;
-        b.add(Instruction::with_branch(Code::Jne_rel32_64, out).map_err(internal)?); // not the outermost
-        let nowall = b.label();
-        b.op(Instruction::with2(
-            Code::Test_rm8_imm8,
-            gsx(RSI, ss + FRAME_BITS_OFFSET),
-            metric_bit(METRIC_WALL_TIME) as u32,
-        ))?;
-        b.add(Instruction::with_branch(Code::Je_rel32_64, nowall).map_err(internal)?);
-        b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RAX))?;
-        b.op(Instruction::with2(Code::Sub_r64_rm64, RDX, gsx(RSI, ss + FRAME_WALL_OFFSET)))?;
-        b.op(Instruction::with2(Code::Add_rm64_r64, gsi8(RCX, env.wall), RDX))?;
-        b.bind(nowall);
-        b.op(Instruction::with2(
-            Code::Test_rm8_imm8,
-            gsx(RSI, ss + FRAME_BITS_OFFSET),
-            metric_bit(METRIC_CPU_TIME) as u32,
-        ))?;
-        b.add(Instruction::with_branch(Code::Je_rel32_64, out).map_err(internal)?);
-        b.op(Instruction::with2(Code::Sub_r64_rm64, RAX, gs(COL_CPU_OFF_OFFSET)))?;
-        b.op(Instruction::with2(Code::Sub_r64_rm64, RAX, gsx(RSI, ss + FRAME_CPU_OFFSET)))?;
+        let (mut framed, mut nowall) = (a.create_label(), a.create_label());
+        a.test(edx, edx)?;
+        a.jne(framed)?;
+        a.inc(gs64(COL_UNMATCHED_EXITS_OFFSET))?;
+        a.jmp(out)?;
+        a.set_label(&mut framed)?;
+        a.lea(esi, ptr(rdx - 1))?; // top index
+        a.cmp(esi, SHADOW_CAP)?; // empty (−1) or beyond the kept frames
+        a.jae(slow)?;
+        a.shl(esi, FRAME_SIZE.trailing_zeros())?;
+        a.cmp(frame64(rsi, FRAME_SP_OFFSET), rdi)?; // our frame?
+        a.jne(slow)?;
+        a.cmp(frame32(rsi, FRAME_POINT_OFFSET), ecx)?;
+        a.jne(slow)?;
+        a.dec(gs32(COL_DEPTH_OFFSET))?;
+        a.dec(counter(env.active))?;
+        a.jne(out)?; // not the outermost
+        a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET)).gs(), u32::from(metric_bit(METRIC_WALL_TIME)))?;
+        a.je(nowall)?;
+        a.mov(rdx, rax)?;
+        a.sub(rdx, frame64(rsi, FRAME_WALL_OFFSET))?;
+        a.add(counter(env.wall), rdx)?;
+        a.set_label(&mut nowall)?;
+        a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET)).gs(), u32::from(metric_bit(METRIC_CPU_TIME)))?;
+        a.je(out)?;
+        a.sub(rax, gs64(COL_CPU_OFF_OFFSET))?;
+        a.sub(rax, frame64(rsi, FRAME_CPU_OFFSET))?;
         // A re-synchronisation inside the frame can put the CPU clock a little behind its
         // extrapolation: never add a negative span.
-        b.add(Instruction::with_branch(Code::Js_rel32_64, out).map_err(internal)?);
-        b.op(Instruction::with2(Code::Add_rm64_r64, gsi8(RCX, env.cpu), RAX))?;
+        a.js(out)?;
+        a.add(counter(env.cpu), rax)?;
     }
-    b.bind(out);
-    b.op(Instruction::with2(Code::Mov_rm32_imm32, gs(COL_BUSY_OFFSET), 0))?;
-    b.bind(done);
-    for r in [RDI, RSI, RDX, RCX] {
-        b.op(Instruction::with1(Code::Pop_r64, r))?;
+    a.set_label(&mut out)?;
+    a.mov(gs32(COL_BUSY_OFFSET), 0)?;
+    a.set_label(&mut done)?;
+    for r in [rdi, rsi, rdx, rcx] {
+        a.pop(r)?;
     }
-    b.op(Ok(Instruction::with(Code::Retnq)))?;
-    b.bind(reent);
-    b.op(Instruction::with1(Code::Inc_rm64, gs(COL_TIMER_SKIPPED_OFFSET)))?;
-    b.add(Instruction::with_branch(Code::Jmp_rel32_64, done).map_err(internal)?);
-    b.bind(slow);
+    a.ret()?;
+    a.set_label(&mut reent)?;
+    a.inc(gs64(COL_TIMER_SKIPPED_OFFSET))?;
+    a.jmp(done)?;
+    a.set_label(&mut slow)?;
     // rax = TSC, rcx = point, rdi = S → rax = op, rcx = point, rdx = S, rsi = TSC.
-    b.op(Instruction::with2(Code::Mov_r64_rm64, RSI, RAX))?;
-    b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RDI))?;
-    b.op(Instruction::with2(Code::Mov_r32_imm32, EAX, op))?;
-    b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_stub).map_err(internal)?);
-    b.add(Instruction::with_branch(Code::Jmp_rel32_64, out).map_err(internal)?);
-    b.encode(at)
+    a.mov(rsi, rax)?;
+    a.mov(rdx, rdi)?;
+    a.mov(eax, op)?;
+    a.call(env.timer_stub)?;
+    a.jmp(out)?;
+    a.assemble(at)
 }
 
 /// The new `e_entry`: initialise the runtime, then continue at the program's entry with

@@ -1,63 +1,64 @@
-//! Emitting the output ELF (D12): new memory for the runtime, the new code segment, the
-//! patched windows and the new entry point. The program's own code and data never move.
+//! Writing pass (D12): the output ELF from the input, the layout, the generated code and the
+//! unwind information. The program's own code and data never move; each step below runs once:
+//!
+//! 1. the new code segment's bytes, every block at the place the layout pass gave it;
+//! 2. a copy of the input with every site patched (`jmp rel32` + `int3` filler, or `int3`);
+//! 3. the program-header table (in place, or moved into the new segment), the new segment
+//!    appended, then section headers, all through object's Pod ELF types.
+//!
+//! Program headers before and after (`readelf -lW` of testbins/calltree.c, a PIE from gcc 12
+//! with 11 functions; the addresses come from the layout pass, see [`crate::place`]):
 //!
 //! ```text
-//! input                                   output
-//! LOAD  R    0x000000 ...                 LOAD  R    0x000000 ...              (unchanged)
-//! LOAD  R E  0x001000 ... .text           LOAD  R E  0x001000 ... .text        windows → jmp
-//! LOAD  RW   0x003df0 memsz 0x260         LOAD  RW   0x003df0 memsz ↑          + RtState page
-//!                                                                              + control pages
-//! NOTE  R    0x000338 (= GNU_PROPERTY)    LOAD  R E  <end of file, page>       config, meta,
-//!                                                                              runtime image,
-//!                                                                              stubs, trampolines,
-//!                                                                              .eh_frame(_hdr)
-//! e_entry 0x1040                          e_entry → entry stub → 0x1040
+//! input                                            output
+//! Type         Offset   VirtAddr FileSiz MemSiz Flg  Type         Offset   VirtAddr FileSiz MemSiz Flg
+//! PHDR         0x000040 0x000040 0x2d8   0x2d8  R    PHDR         0x000040 0x000040 0x2d8   0x2d8  R
+//! INTERP       0x000318 0x000318 0x01c   0x01c  R    INTERP       0x000318 0x000318 0x01c   0x01c  R
+//! LOAD         0x000000 0x000000 0x708   0x708  R    LOAD         0x000000 0x000000 0x708   0x708  R
+//! LOAD         0x001000 0x001000 0x521   0x521  R E  LOAD         0x001000 0x001000 0x521   0x521  R E  windows
+//! LOAD         0x002000 0x002000 0x2d8   0x2d8  R    LOAD         0x002000 0x002000 0x2d8   0x2d8  R
+//! LOAD         0x002dd0 0x003dd0 0x258   0x2a0  RW   LOAD         0x002dd0 0x003dd0 0x258   0x4230 RW   + state,
+//!                                                                                                       control
+//!                                                  LOAD         0x005000 0x009000 0xd1a8  0xd1a8 R E  new segment
+//! DYNAMIC      0x002de0 0x003de0 0x1e0   0x1e0  RW   DYNAMIC      0x002de0 0x003de0 0x1e0   0x1e0  RW
+//! NOTE         0x000338 0x000338 0x020   0x020  R    (its slot went to the new LOAD)
+//! NOTE         0x000358 0x000358 0x044   0x044  R    NOTE         0x000358 0x000358 0x044   0x044  R
+//! GNU_PROPERTY 0x000338 0x000338 0x020   0x020  R    GNU_PROPERTY 0x000338 0x000338 0x020   0x020  R
+//! GNU_EH_FRAME 0x0020b0 0x0020b0 0x074   0x074  R    GNU_EH_FRAME 0x011f14 0x015f14 0x294   0x294  R    new hdr
+//! GNU_STACK, GNU_RELRO                             (unchanged)
+//! e_entry 0x1280                                   e_entry 0x141c0: the entry stub, then 0x1280
 //! ```
-//! - Writable memory is the last RW segment's bss, grown: no new writable segment and no
-//!   file bytes. The control pages are page-aligned so the runtime can map the profile's
-//!   control region over them.
-//! - The new code segment takes the program-header slot of the PT_NOTE that duplicates
-//!   PT_GNU_PROPERTY (the kernel and ld.so read the property through PT_GNU_PROPERTY), so the
-//!   header table keeps its place. The slot moves to just after the last PT_LOAD, keeping
-//!   PT_LOADs sorted by address.
-//! - Without such a slot (older toolchains emit no PT_GNU_PROPERTY) the table moves into the
-//!   new segment, one entry longer, at a vaddr - offset equal to the first PT_LOAD's, so
-//!   AT_PHDR is right both on kernels that compute it from the first PT_LOAD and on those that
-//!   look for the PT_LOAD holding e_phoff. The file grows by the bss size in zeros for that.
+//! - The new PT_LOAD takes the PT_NOTE's slot and moves to just after the last PT_LOAD,
+//!   keeping PT_LOADs sorted by address. Without a spare slot the table moves into the new
+//!   segment, one entry longer (e_phoff, e_phnum and PT_PHDR follow it).
 //! - No segment is both writable and executable.
-//! - Unwind information (D5, `unwind`): the segment ends with a combined `.eh_frame` (the
-//!   program's, rt-lib's and one FDE per generated piece) and a new `.eh_frame_hdr`;
-//!   PT_GNU_EH_FRAME and the section headers point there. A program without PT_GNU_EH_FRAME
+//! - PT_GNU_EH_FRAME points at the new `.eh_frame_hdr` (D5, `unwind`); a program without it
 //!   keeps its headers, and the added code has no unwind information.
+//!
+//! Section headers, appended with a copy of `.shstrtab` that has two more names (so tools
+//! that rebuild a file from its sections, `strip` and `objcopy`, keep the added memory and
+//! debuggers can disassemble it); a file without section headers stays without:
+//!
+//! ```text
+//! [Nr] Name           Type      Address  Off      Size     Flg  (same program)
+//! [18] .eh_frame_hdr  PROGBITS  0x20b0   0x0020b0 0x74     A    → 0x15f14 0x011f14 0x294: the new one
+//! [19] .eh_frame      PROGBITS  0x2128   0x002128 0x1b0    A    → 0x14e30 0x010e30 0x10e4: input's,
+//!                                                                 rt-lib's and generated code's FDEs
+//! [31] .stint.bss     NOBITS    0x4070   0x003070 0x3f90   WA   added: end of old bss → runtime
+//!                                                                 state + control pages
+//! [32] .stint         PROGBITS  0x9000   0x005000 0xbe30   AX   added: the new segment up to .eh_frame
+//! ```
 
-use crate::codegen::{self, TimerEnv, TrampolineEnv};
 use crate::error::{Error, Result};
 use crate::input::{InputElf, Segment};
+use crate::place::{Placement, SegmentData, Site, PHDR_SIZE};
 use crate::plan::{Plan, Tactic, JMP_LEN};
 use crate::rtimage;
-use crate::unwind::{self, Initial, Piece};
-use object::elf;
-use std::cell::RefCell;
-use stint_layout::{
-    align_up, counter_offset, ctl_len, gate_offset, RtConfig, WrapSite, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS,
-    N_METRICS, PAGE, RT_STATE_SIZE, SEGMENT_MAGIC, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
-};
-
-/// What the emitter needs besides the plan.
-pub struct EmitInput<'a> {
-    /// Self-description JSON for the profile file.
-    pub meta_json: &'a str,
-    /// Program name for the default profile path.
-    pub program: &'a str,
-    /// Initial gate byte per (metric, point), metric-major.
-    pub gates: Vec<u8>,
-    /// Per point: the `metric_bit`s it can measure | `POINT_INFO_WRAP`.
-    pub info: Vec<u8>,
-    /// Point names, each NUL-terminated, in point order.
-    pub names: Vec<u8>,
-    /// fs-relative offset of libc's tid word (0: none).
-    pub tid_offset: u32,
-}
+use crate::unwind::{EhOut, Piece};
+use object::elf::{self, FileHeader64, ProgramHeader64, SectionHeader64};
+use object::pod;
+use object::LittleEndian as LE;
+use stint_layout::{PAGE, SEGMENT_MAGIC};
 
 /// Where things went, for the rewrite report.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -72,397 +73,281 @@ pub struct Layout {
     pub trampolines: u64,
 }
 
-pub fn emit(elf: &InputElf, plan: &Plan, inp: &EmitInput) -> Result<(Vec<u8>, Layout)> {
-    let n_points = plan.points.len() as u32;
-    // 1. Writable memory: grow the last RW segment's bss.
-    let last = elf.loads().max_by_key(|s| s.vaddr + s.memsz).ok_or_else(|| Error::Malformed("no PT_LOAD".into()))?;
-    if last.flags & elf::PF_W == 0 || last.flags & elf::PF_X != 0 {
-        return Err(Error::NoRoom(format!(
-            "the highest PT_LOAD (at 0x{:x}) is not a data segment; cannot add the runtime's data",
-            last.vaddr
-        )));
-    }
-    let state = align_up(last.vaddr + last.memsz, 64);
-    let control = align_up(state + RT_STATE_SIZE, PAGE);
-    let control_len = ctl_len(n_points);
-    let rw_end = control + control_len;
-
-    // 2. The program-header slot for the code segment, or a new table inside it.
-    let slot = spare_phdr_slot(elf);
-
-    // 3. The code segment: after everything, in memory and in the file.
-    let mut seg_off = align_up(elf.data.len() as u64, PAGE);
-    let mut seg_vaddr = align_up(rw_end, PAGE) + PAGE; // a guard page between data and code
-    let first = elf.loads().next().ok_or_else(|| Error::Malformed("no PT_LOAD".into()))?;
-    if slot.is_none() {
-        // The moved table must sit where every kernel computes AT_PHDR: old kernels take
-        // the first PT_LOAD's (vaddr - offset) + e_phoff, new ones use the PT_LOAD that
-        // holds e_phoff. Give the new segment the first PT_LOAD's vaddr - offset.
-        let delta = first.vaddr.wrapping_sub(first.offset);
-        let off = seg_off.max(seg_vaddr.wrapping_sub(delta));
-        seg_off = off;
-        seg_vaddr = off.wrapping_add(delta);
-    }
-    let mut seg: Vec<u8> = Vec::new();
-    seg.extend_from_slice(&SEGMENT_MAGIC);
-    pad_to(&mut seg, 64);
-    let phdr_table_at = seg.len() as u64;
-    let n_phdrs = elf.segments.len() + slot.is_none() as usize;
-    if slot.is_none() {
-        seg.resize(seg.len() + n_phdrs * 56, 0);
-        pad_to(&mut seg, 64);
-    }
-    let config_at = seg_vaddr + seg.len() as u64;
-    let config_size = std::mem::size_of::<RtConfig>();
-    seg.resize(seg.len() + config_size, 0);
-    let meta_at = seg_vaddr + seg.len() as u64;
-    seg.extend_from_slice(inp.meta_json.as_bytes());
-    let gates_at = seg_vaddr + seg.len() as u64;
-    seg.extend_from_slice(&inp.gates);
-    let info_at = seg_vaddr + seg.len() as u64;
-    seg.extend_from_slice(&inp.info);
-    let names_at = seg_vaddr + seg.len() as u64;
-    seg.extend_from_slice(&inp.names);
-    let name_at = seg_vaddr + seg.len() as u64;
-    seg.extend_from_slice(inp.program.as_bytes());
-    pad_to(&mut seg, PAGE as usize);
-    let image_at = seg_vaddr + seg.len() as u64;
-    seg.extend_from_slice(rtimage::IMAGE);
-    pad_to(&mut seg, 64);
-    let rel = |a: u64| a as i64 - config_at as i64;
-    let mut config = RtConfig {
-        magic: CONFIG_MAGIC,
-        version: CONFIG_VERSION,
-        n_points,
-        n_metrics: N_METRICS,
-        n_counter_slots: N_COUNTER_SLOTS,
-        tid_offset: inp.tid_offset,
-        _pad: 0,
-        ctl_rel: rel(control),
-        ctl_len: control_len,
-        meta_rel: rel(meta_at),
-        meta_len: inp.meta_json.len() as u64,
-        gates_rel: rel(gates_at),
-        name_rel: rel(name_at),
-        name_len: inp.program.len() as u64,
-        state_rel: rel(state),
-        traps_rel: 0,
-        n_traps: 0,
-        trap_handler_rel: 0,
-        link_addr: config_at,
-        info_rel: rel(info_at),
-        names_rel: rel(names_at),
-        names_len: inp.names.len() as u64,
-    };
-
-    // Every piece of generated code, for its unwind information (D5, `unwind`): `put_as`
-    // and `put` (entered by `call`) record what they append; code appended otherwise must
-    // be pushed here too.
-    let pieces: RefCell<Vec<Piece>> = RefCell::new(Vec::new());
-    let entry_stub = seg_vaddr + seg.len() as u64;
-    let code = codegen::entry_stub(entry_stub, config_at, image_at + rtimage::STINT_RT_INIT, elf.entry)?;
-    seg.extend_from_slice(&code);
-    pieces.borrow_mut().push(Piece { start: entry_stub, code, initial: Initial::Entry });
-    pad_to(&mut seg, 16);
-    let put_as = |seg: &mut Vec<u8>, initial: Initial, code: &dyn Fn(u64) -> Result<Vec<u8>>| -> Result<u64> {
-        let at = seg_vaddr + seg.len() as u64;
-        let code = code(at)?;
-        seg.extend_from_slice(&code);
-        pad_to(seg, 16);
-        pieces.borrow_mut().push(Piece { start: at, code, initial });
-        Ok(at)
-    };
-    let put = |seg: &mut Vec<u8>, code: &dyn Fn(u64) -> Result<Vec<u8>>| put_as(seg, Initial::Call, code);
-    let slow_stub = put(&mut seg, &|at| codegen::slow_stub(at, config_at, image_at + rtimage::STINT_RT_SLOW))?;
-    let timer_stub = put(&mut seg, &|at| codegen::timer_stub(at, config_at, image_at + rtimage::STINT_RT_TIMER))?;
-    let tenv = TimerEnv {
-        ctl: control,
-        active: counter_offset(n_points, SLOT_ACTIVE, 0) as u32,
-        cpu: counter_offset(n_points, SLOT_CPU_TICKS, 0) as u32,
-        wall: counter_offset(n_points, SLOT_WALL_TICKS, 0) as u32,
-        timer_stub,
-    };
-    let timer_enter = put(&mut seg, &|at| codegen::timer_routine(at, codegen::TIMER_OP_ENTER, tenv))?;
-    let timer_exit = put(&mut seg, &|at| codegen::timer_routine(at, codegen::TIMER_OP_EXIT, tenv))?;
-    let trap_handler = put(&mut seg, &|at| codegen::trap_stub(at, config_at, image_at + rtimage::STINT_RT_TRAP))?;
-    let trampolines = seg_vaddr + seg.len() as u64;
-
-    // 4. Trampolines, and the windows (or traps) that lead to them.
+/// The writing pass.
+pub fn emit(
+    elf: &InputElf,
+    data: &SegmentData,
+    placed: &Placement,
+    code: &[Piece],
+    eh: Option<&EhOut>,
+) -> Result<(Vec<u8>, Layout)> {
+    let seg = segment_bytes(data, placed, code, eh)?;
     let mut out = elf.data.to_vec();
-    let mut traps: Vec<(u64, u64)> = Vec::new();
-    let env_of = |point: u32| TrampolineEnv {
-        gate: control + gate_offset(point),
-        counter: counter_offset(n_points, SLOT_CALLS, point) as u32,
-        tid_offset: inp.tid_offset,
-        slow_stub,
-        timer_enter,
-        timer_exit,
-    };
-    for p in &plan.points {
-        if let Some(w) = &p.wrap {
-            // The WrapSite descriptor, then the thunk the PLT stub's jmp now leads to.
-            pad_to(&mut seg, 8);
-            let site_at = seg_vaddr + seg.len() as u64;
-            let site = WrapSite {
-                config_rel: config_at as i64 - site_at as i64,
-                real_rel: w.got_slot as i64 - site_at as i64,
-                indirect: 1,
-                func: w.func,
-                point: p.id,
-                lazy_rel: lazy_rel(elf, w.got_slot, site_at),
-            };
-            seg.extend_from_slice(&site.to_bytes());
-            let gate = control + gate_offset(p.id);
-            let rt_wrap = image_at + rtimage::STINT_RT_WRAP;
-            let at = put(&mut seg, &|at| codegen::wrap_thunk(at, gate, p.bits, site_at, rt_wrap, w.got_slot))?;
-            patch(elf, &mut out, p.tactic, p.address, p.window_len, at, &mut traps)?;
-            continue;
-        }
-        let at = put_as(&mut seg, Initial::At(p.address), &|at| codegen::trampoline(p, env_of(p.id), at))?;
-        patch(elf, &mut out, p.tactic, p.address, p.window_len, at, &mut traps)?;
-    }
-    for x in &plan.exits {
-        let at = put_as(&mut seg, Initial::At(x.address), &|at| codegen::exit_trampoline(x, env_of(x.point), at))?;
-        patch(elf, &mut out, x.tactic, x.address, x.window_len, at, &mut traps)?;
-    }
-    // The trap table, sorted by site for the handler's binary search.
-    traps.sort_unstable();
-    pad_to(&mut seg, 8);
-    let table_at = seg_vaddr + seg.len() as u64;
-    for &(site, resume) in &traps {
-        seg.extend_from_slice(&rel(site).to_le_bytes());
-        seg.extend_from_slice(&rel(resume).to_le_bytes());
-    }
-    config.traps_rel = rel(table_at);
-    config.n_traps = traps.len() as u64;
-    config.trap_handler_rel = rel(trap_handler);
-    let c = (config_at - seg_vaddr) as usize;
-    seg[c..c + config_size].copy_from_slice(&config.to_bytes());
-    // Unwind information (D5): the combined .eh_frame and a new .eh_frame_hdr, last.
-    pad_to(&mut seg, 8);
-    let eh_at = seg_vaddr + seg.len() as u64;
-    let (eh_off, eh_len) = (rtimage::EH_FRAME_OFFSET as usize, rtimage::EH_FRAME_LEN as usize);
-    let rt_eh = (image_at + rtimage::EH_FRAME_OFFSET, &rtimage::IMAGE[eh_off..eh_off + eh_len]);
-    let eh = unwind::build(elf, &pieces.borrow(), rt_eh, eh_at)?;
-    if let Some(eh) = &eh {
-        seg.extend(eh.bytes());
+    for site in &placed.sites {
+        patch(elf, &mut out, site)?;
     }
     let seg_len = seg.len() as u64;
+    let layout = Layout {
+        state: placed.state,
+        control: placed.control,
+        control_len: placed.control_len,
+        segment_vaddr: placed.seg_vaddr,
+        segment_offset: placed.seg_offset,
+        segment_len: seg_len,
+        entry_stub: placed.entry_stub,
+        trampolines: placed.trampolines,
+    };
+    let phdrs = program_headers(elf, placed, seg_len, eh);
+    let phdr_bytes = pod::bytes_of_slice(&phdrs);
+    let phoff = match placed.moved_phdrs {
+        None => elf.phoff,
+        Some(at) => at - placed.seg_vaddr + placed.seg_offset,
+    };
+    out.resize(placed.seg_offset as usize, 0);
+    out.extend_from_slice(&seg);
+    out.get_mut(phoff as usize..phoff as usize + phdr_bytes.len())
+        .ok_or_else(|| Error::Internal(format!("output: program headers at 0x{phoff:x} leave the file")))?
+        .copy_from_slice(phdr_bytes);
+    let shdrs = section_headers(&out, placed, seg_len, eh)?;
+    {
+        let h = file_header(&mut out)?;
+        h.e_entry.set(LE, placed.entry_stub);
+        h.e_phoff.set(LE, phoff);
+        h.e_phnum.set(LE, phdrs.len() as u16);
+    }
+    if let Some((names, table)) = shdrs {
+        out.extend_from_slice(&names);
+        pad_to(&mut out, 8);
+        let shoff = out.len() as u64;
+        out.extend_from_slice(pod::bytes_of_slice(&table));
+        let h = file_header(&mut out)?;
+        h.e_shoff.set(LE, shoff);
+        h.e_shnum.set(LE, table.len() as u16);
+    }
+    Ok((out, layout))
+}
 
-    // 5. Headers.
+/// The new code segment, laid out as [`Placement`] says, `.eh_frame` and `.eh_frame_hdr` last.
+fn segment_bytes(data: &SegmentData, placed: &Placement, code: &[Piece], eh: Option<&EhOut>) -> Result<Vec<u8>> {
+    let base = placed.seg_vaddr;
+    let mut seg = vec![0u8; (placed.eh_frame - base) as usize];
+    let mut put = |at: u64, bytes: &[u8]| -> Result<()> {
+        let o = at.wrapping_sub(base) as usize;
+        seg.get_mut(o..o + bytes.len())
+            .ok_or_else(|| Error::Internal(format!("output: block at 0x{at:x} is outside the new segment")))?
+            .copy_from_slice(bytes);
+        Ok(())
+    };
+    put(base, &SEGMENT_MAGIC)?;
+    put(placed.config, &placed.config(data).to_bytes())?;
+    put(placed.meta, data.meta_json.as_bytes())?;
+    put(placed.gates, &data.gates)?;
+    put(placed.info, &data.info)?;
+    put(placed.names, &data.names)?;
+    put(placed.name, data.program.as_bytes())?;
+    put(placed.image, rtimage::IMAGE)?;
+    for p in code {
+        put(p.start, &p.code)?;
+    }
+    for (at, site) in &placed.wrap_sites {
+        put(*at, &site.to_bytes())?;
+    }
+    let rel = |a: u64| a as i64 - placed.config as i64;
+    for (k, (site, resume)) in placed.traps().into_iter().enumerate() {
+        let at = placed.trap_table + k as u64 * 16;
+        put(at, &rel(site).to_le_bytes())?;
+        put(at + 8, &rel(resume).to_le_bytes())?;
+    }
+    if let Some(eh) = eh {
+        if eh.eh_frame_at != placed.eh_frame {
+            return Err(Error::Internal(format!("output: .eh_frame built for 0x{:x}", eh.eh_frame_at)));
+        }
+        seg.extend(eh.bytes());
+    }
+    Ok(seg)
+}
+
+/// `jmp rel32` (`E9 cd`): the first bytes of every patched window, the bytes being fixed.
+const JMP_REL32: u8 = 0xe9;
+/// `int3` (`CC`): the rest of a window (never executed: nothing branches into a window but
+/// to its first byte), and the whole patch of a trap site.
+const INT3: u8 = 0xcc;
+const _: () = assert!(JMP_LEN == 1 + 4, "a window starts with jmp rel32");
+
+/// Patch a site by its tactic: a window jumps to its trampoline, the rest of it `int3`; a
+/// trap is one `int3` (the trap table leads to the trampoline).
+fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
+    let Site { address, len, tactic, target } = *site;
+    let off = elf
+        .vaddr_to_offset(address)
+        .ok_or_else(|| Error::Internal(format!("site 0x{address:x} is not in the file")))? as usize;
+    if tactic == Tactic::Trap {
+        *out.get_mut(off).ok_or_else(|| Error::Internal(format!("trap site 0x{address:x} leaves the file")))? = INT3;
+        return Ok(());
+    }
+    let end = off + len as usize;
+    if end > out.len() || elf.vaddr_to_offset(address + len - 1).is_none() {
+        return Err(Error::Internal(format!("window 0x{address:x}+{len} leaves the file")));
+    }
+    let rel = target as i64 - (address + JMP_LEN) as i64;
+    let rel = i32::try_from(rel).map_err(|_| Error::NoRoom(format!("0x{address:x}: trampoline out of rel32 reach")))?;
+    out[off] = JMP_REL32;
+    out[off + 1..off + JMP_LEN as usize].copy_from_slice(&rel.to_le_bytes());
+    out[off + JMP_LEN as usize..end].fill(INT3);
+    Ok(())
+}
+
+/// The output's program-header table: the data segment grown, the code segment in the spare
+/// slot (or added, when the table moves) right after the last PT_LOAD so PT_LOADs stay
+/// sorted by address, PT_PHDR following a moved table, PT_GNU_EH_FRAME at the new
+/// `.eh_frame_hdr`.
+fn program_headers(elf: &InputElf, placed: &Placement, seg_len: u64, eh: Option<&EhOut>) -> Vec<ProgramHeader64<LE>> {
+    let file = |v: u64| v - placed.seg_vaddr + placed.seg_offset;
+    let mut segs: Vec<Segment> = elf.segments.clone();
+    for s in segs.iter_mut() {
+        if s.index == placed.data_segment.index {
+            s.memsz = placed.rw_end - s.vaddr;
+        }
+        if let (Some(at), elf::PT_PHDR) = (placed.moved_phdrs, s.p_type) {
+            let len = placed.n_phdrs as u64 * PHDR_SIZE;
+            (s.offset, s.vaddr, s.filesz, s.memsz) = (file(at), at, len, len);
+        }
+        if let (Some(eh), elf::PT_GNU_EH_FRAME) = (eh, s.p_type) {
+            let len = eh.eh_frame_hdr.len() as u64;
+            (s.offset, s.vaddr, s.filesz, s.memsz, s.align) = (file(eh.hdr_at), eh.hdr_at, len, len, 4);
+        }
+    }
+    if let Some(slot) = placed.phdr_slot {
+        segs.remove(slot);
+    }
     let code = Segment {
         index: usize::MAX,
         p_type: elf::PT_LOAD,
         flags: elf::PF_R | elf::PF_X,
-        offset: seg_off,
-        vaddr: seg_vaddr,
+        offset: placed.seg_offset,
+        vaddr: placed.seg_vaddr,
         filesz: seg_len,
         memsz: seg_len,
         align: PAGE,
     };
-    let moved = slot.is_none().then_some((seg_off + phdr_table_at, seg_vaddr + phdr_table_at));
-    let table = phdr_table(elf, last, rw_end, slot, code, moved);
-    match moved {
-        None => {
-            let o = elf.phoff as usize;
-            out[o..o + table.len()].copy_from_slice(&table);
-        }
-        Some((table_off, _)) => {
-            let o = phdr_table_at as usize;
-            seg[o..o + table.len()].copy_from_slice(&table);
-            out[32..40].copy_from_slice(&table_off.to_le_bytes()); // e_phoff
-            out[56..58].copy_from_slice(&(n_phdrs as u16).to_le_bytes()); // e_phnum
-        }
-    }
-    out.resize(seg_off as usize, 0);
-    out.extend_from_slice(&seg);
-    let bss = (last.vaddr + last.memsz, rw_end, last.offset + last.memsz);
-    add_section_headers(&mut out, bss, (seg_vaddr, seg_off, seg_len))?;
-    out[24..32].copy_from_slice(&entry_stub.to_le_bytes()); // e_entry
-    if let Some(eh) = &eh {
-        unwind::patch_headers(&mut out, eh, seg_vaddr, seg_off)?;
-    }
-    Ok((
-        out,
-        Layout {
-            state,
-            control,
-            control_len,
-            segment_vaddr: seg_vaddr,
-            segment_offset: seg_off,
-            segment_len: seg_len,
-            entry_stub,
-            trampolines,
-        },
-    ))
+    let last_load = segs.iter().rposition(|s| s.is_load()).map_or(0, |i| i + 1);
+    segs.insert(last_load, code);
+    segs.iter()
+        .map(|s| ProgramHeader64 {
+            p_type: s.p_type.into_le(),
+            p_flags: s.flags.into_le(),
+            p_offset: s.offset.into_le(),
+            p_vaddr: s.vaddr.into_le(),
+            p_paddr: s.vaddr.into_le(),
+            p_filesz: s.filesz.into_le(),
+            p_memsz: s.memsz.into_le(),
+            p_align: s.align.into_le(),
+        })
+        .collect()
 }
 
-/// Describe the added memory with sections, so tools that rebuild a file from its sections
-/// (`strip`, `objcopy`) keep it and debuggers can disassemble it:
-/// ```text
-/// [Nr] Name        Type      Flags  Address          covers
-///  n   .stint.bss  NOBITS    WA     end of old bss   runtime state + control pages
-///  n+1 .stint      PROGBITS  AX     new segment      config, meta, runtime, stubs, trampolines
-/// ```
-/// The section-name table is copied to the end of the file with the two names added, and the
-/// section header table follows it. A file without section headers stays without.
-fn add_section_headers(out: &mut Vec<u8>, bss: (u64, u64, u64), code: (u64, u64, u64)) -> Result<()> {
-    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+/// The section-name table and the section-header table to append to `out` (see the module
+/// documentation); `None` for a file without section headers.
+#[allow(clippy::type_complexity)]
+fn section_headers(
+    out: &[u8],
+    placed: &Placement,
+    seg_len: u64,
+    eh: Option<&EhOut>,
+) -> Result<Option<(Vec<u8>, Vec<SectionHeader64<LE>>)>> {
+    let (h, _) =
+        pod::from_bytes::<FileHeader64<LE>>(out).map_err(|_| Error::Internal("output: no ELF header".into()))?;
     let (shoff, shentsize, shnum, shstrndx) =
-        (u64_at(out, 40) as usize, u16_at(out, 58), u16_at(out, 60), u16_at(out, 62));
-    if shoff == 0 || shnum == 0 || shentsize != 64 || shstrndx >= shnum {
-        return Ok(());
+        (h.e_shoff.get(LE) as usize, h.e_shentsize.get(LE), h.e_shnum.get(LE) as usize, h.e_shstrndx.get(LE) as usize);
+    if shoff == 0 || shnum == 0 || shentsize as usize != std::mem::size_of::<SectionHeader64<LE>>() || shstrndx >= shnum
+    {
+        return Ok(None);
     }
-    let table_end = shoff + shnum as usize * 64;
-    let mut table =
-        out.get(shoff..table_end).ok_or_else(|| Error::Malformed("section headers past the end".into()))?.to_vec();
-    let str_hdr = shstrndx as usize * 64;
-    let (str_off, str_size) = (u64_at(&table, str_hdr + 24) as usize, u64_at(&table, str_hdr + 32) as usize);
+    let mut table = out
+        .get(shoff..)
+        .and_then(|b| pod::slice_from_bytes::<SectionHeader64<LE>>(b, shnum).ok())
+        .ok_or_else(|| Error::Malformed("section headers past the end".into()))?
+        .0
+        .to_vec();
+    let strtab = table[shstrndx];
+    let (str_off, str_size) = (strtab.sh_offset.get(LE) as usize, strtab.sh_size.get(LE) as usize);
     let mut names =
         out.get(str_off..str_off + str_size).ok_or_else(|| Error::Malformed(".shstrtab past the end".into()))?.to_vec();
+    let file = |v: u64| v - placed.seg_vaddr + placed.seg_offset;
+    for sh in table.iter_mut() {
+        let name = names.get(sh.sh_name.get(LE) as usize..).unwrap_or(&[]);
+        let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+        let moved = match (name, eh) {
+            (b".eh_frame", Some(eh)) => Some((eh.eh_frame_at, eh.eh_frame.len() as u64)),
+            (b".eh_frame_hdr", Some(eh)) => Some((eh.hdr_at, eh.eh_frame_hdr.len() as u64)),
+            _ => None,
+        };
+        if let Some((addr, size)) = moved {
+            sh.sh_addr.set(LE, addr);
+            sh.sh_offset.set(LE, file(addr));
+            sh.sh_size.set(LE, size);
+        }
+    }
     let bss_name = names.len() as u32;
     names.extend_from_slice(b".stint.bss\0");
     let code_name = names.len() as u32;
     names.extend_from_slice(b".stint\0");
-    let new_str_off = out.len() as u64;
-    out.extend_from_slice(&names);
-    table[str_hdr + 24..str_hdr + 32].copy_from_slice(&new_str_off.to_le_bytes());
-    table[str_hdr + 32..str_hdr + 40].copy_from_slice(&(names.len() as u64).to_le_bytes());
-    let shdr = |name: u32, ty: u32, flags: u64, addr: u64, off: u64, size: u64, align: u64| {
-        let mut h = Vec::with_capacity(64);
-        h.extend_from_slice(&name.to_le_bytes());
-        h.extend_from_slice(&ty.to_le_bytes());
-        h.extend_from_slice(&flags.to_le_bytes());
-        h.extend_from_slice(&addr.to_le_bytes());
-        h.extend_from_slice(&off.to_le_bytes());
-        h.extend_from_slice(&size.to_le_bytes());
-        h.extend_from_slice(&[0u8; 8]); // sh_link, sh_info
-        h.extend_from_slice(&align.to_le_bytes());
-        h.extend_from_slice(&0u64.to_le_bytes()); // sh_entsize
-        h
+    // The names go at the end of the file, the table after them.
+    table[shstrndx].sh_offset.set(LE, out.len() as u64);
+    table[shstrndx].sh_size.set(LE, names.len() as u64);
+    let shdr = |name: u32, ty: u32, flags: u32, addr: u64, offset: u64, size: u64, align: u64| SectionHeader64 {
+        sh_name: name.into_le(),
+        sh_type: ty.into_le(),
+        sh_flags: u64::from(flags).into_le(),
+        sh_addr: addr.into_le(),
+        sh_offset: offset.into_le(),
+        sh_size: size.into_le(),
+        sh_link: 0u32.into_le(),
+        sh_info: 0u32.into_le(),
+        sh_addralign: align.into_le(),
+        sh_entsize: 0u64.into_le(),
     };
-    let (bss_start, bss_end, bss_off) = bss;
-    let wa = u64::from(elf::SHF_ALLOC | elf::SHF_WRITE);
-    let ax = u64::from(elf::SHF_ALLOC | elf::SHF_EXECINSTR);
-    table.extend(shdr(bss_name, elf::SHT_NOBITS, wa, bss_start, bss_off, bss_end - bss_start, 64));
-    table.extend(shdr(code_name, elf::SHT_PROGBITS, ax, code.0, code.1, code.2, PAGE));
-    pad_to(out, 8);
-    let new_shoff = out.len() as u64;
-    out.extend_from_slice(&table);
-    out[40..48].copy_from_slice(&new_shoff.to_le_bytes()); // e_shoff
-    out[60..62].copy_from_slice(&(shnum + 2).to_le_bytes()); // e_shnum
-    Ok(())
+    let d = &placed.data_segment;
+    let bss = d.vaddr + d.memsz;
+    table.push(shdr(
+        bss_name,
+        elf::SHT_NOBITS,
+        elf::SHF_ALLOC | elf::SHF_WRITE,
+        bss,
+        d.offset + d.memsz,
+        placed.rw_end - bss,
+        64,
+    ));
+    // `.stint` ends where `.eh_frame` begins, so no two sections overlap.
+    let code_len = eh.map_or(seg_len, |eh| eh.eh_frame_at - placed.seg_vaddr);
+    let ax = elf::SHF_ALLOC | elf::SHF_EXECINSTR;
+    table.push(shdr(code_name, elf::SHT_PROGBITS, ax, placed.seg_vaddr, placed.seg_offset, code_len, PAGE));
+    Ok(Some((names, table)))
 }
 
-/// The file's value of a GOT slot (the lazy-binding entry in the PLT), relative to `from`;
-/// 0 if the slot holds nothing that could be one (bound at load time, or out of reach).
-fn lazy_rel(elf: &InputElf, slot: u64, from: u64) -> i32 {
-    let Some(v) = elf.bytes_at(slot, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())) else {
-        return 0;
-    };
-    if v == 0 || elf.exec_section_at(v).is_none() {
-        return 0;
+/// The output's ELF header, to set fields through.
+fn file_header(out: &mut [u8]) -> Result<&mut FileHeader64<LE>> {
+    Ok(pod::from_bytes_mut::<FileHeader64<LE>>(out).map_err(|_| Error::Internal("output: no ELF header".into()))?.0)
+}
+
+/// A value as a little-endian ELF field.
+trait IntoLe<T> {
+    fn into_le(self) -> T;
+}
+impl IntoLe<object::U32<LE>> for u32 {
+    fn into_le(self) -> object::U32<LE> {
+        object::U32::new(LE, self)
     }
-    i32::try_from(v as i64 - from as i64).unwrap_or(0)
+}
+impl IntoLe<object::U64<LE>> for u64 {
+    fn into_le(self) -> object::U64<LE> {
+        object::U64::new(LE, self)
+    }
 }
 
 fn pad_to(v: &mut Vec<u8>, align: usize) {
     let n = v.len().div_ceil(align) * align;
     v.resize(n, 0);
-}
-
-/// The index of a program header we may turn into the new PT_LOAD: a PT_NOTE duplicating
-/// PT_GNU_PROPERTY, or a PT_NULL. None: the table must move (see `emit`).
-fn spare_phdr_slot(elf: &InputElf) -> Option<usize> {
-    let prop = elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_PROPERTY);
-    if let Some(prop) = prop {
-        if let Some(n) =
-            elf.segments.iter().find(|s| s.p_type == elf::PT_NOTE && s.offset == prop.offset && s.filesz == prop.filesz)
-        {
-            return Some(n.index);
-        }
-    }
-    elf.segments.iter().find(|s| s.p_type == elf::PT_NULL).map(|n| n.index)
-}
-
-/// Patch a site by its tactic: a window jumps to the trampoline; a trap is one `int3`
-/// recorded in `traps` as (site, trampoline).
-fn patch(
-    elf: &InputElf,
-    out: &mut [u8],
-    tactic: Tactic,
-    address: u64,
-    len: u64,
-    trampoline: u64,
-    traps: &mut Vec<(u64, u64)>,
-) -> Result<()> {
-    if tactic != Tactic::Trap {
-        return patch_window(elf, out, address, len, trampoline);
-    }
-    let off = elf
-        .vaddr_to_offset(address)
-        .ok_or_else(|| Error::Internal(format!("trap site 0x{address:x} is not in the file")))? as usize;
-    *out.get_mut(off).ok_or_else(|| Error::Internal(format!("trap site 0x{address:x} leaves the file")))? = 0xcc;
-    traps.push((address, trampoline));
-    Ok(())
-}
-
-/// `jmp rel32` to the trampoline at `window`, the rest of the window `int3`.
-fn patch_window(elf: &InputElf, out: &mut [u8], window: u64, len: u64, target: u64) -> Result<()> {
-    let off = elf
-        .vaddr_to_offset(window)
-        .ok_or_else(|| Error::Internal(format!("window 0x{window:x} is not in the file")))? as usize;
-    let end = off + len as usize;
-    if end > out.len() || elf.vaddr_to_offset(window + len - 1).is_none() {
-        return Err(Error::Internal(format!("window 0x{window:x}+{len} leaves the file")));
-    }
-    let rel = target as i64 - (window + JMP_LEN) as i64;
-    let rel = i32::try_from(rel).map_err(|_| Error::NoRoom(format!("0x{window:x}: trampoline out of rel32 reach")))?;
-    out[off] = 0xe9;
-    out[off + 1..off + 5].copy_from_slice(&rel.to_le_bytes());
-    out[off + 5..end].fill(0xcc);
-    Ok(())
-}
-
-/// The new program-header table: the data segment grown, the code segment in `slot` (or
-/// added, when the table moves to `moved` = (file offset, vaddr)), and the code segment
-/// placed right after the last PT_LOAD so PT_LOADs stay sorted by address.
-fn phdr_table(
-    elf: &InputElf,
-    data: &Segment,
-    rw_end: u64,
-    slot: Option<usize>,
-    code: Segment,
-    moved: Option<(u64, u64)>,
-) -> Vec<u8> {
-    let mut segs: Vec<Segment> = elf.segments.clone();
-    for s in segs.iter_mut() {
-        if s.index == data.index {
-            s.memsz = rw_end - s.vaddr;
-        }
-        if let (Some((off, vaddr)), elf::PT_PHDR) = (moved, s.p_type) {
-            let len = (elf.segments.len() as u64 + 1) * 56;
-            (s.offset, s.vaddr, s.filesz, s.memsz) = (off, vaddr, len, len);
-        }
-    }
-    if let Some(slot) = slot {
-        segs.remove(slot);
-    }
-    let last_load = segs.iter().rposition(|s| s.is_load()).map_or(0, |i| i + 1);
-    segs.insert(last_load, code);
-    let mut out = Vec::with_capacity(segs.len() * 56);
-    for s in &segs {
-        out.extend_from_slice(&s.p_type.to_le_bytes());
-        out.extend_from_slice(&s.flags.to_le_bytes());
-        out.extend_from_slice(&s.offset.to_le_bytes());
-        out.extend_from_slice(&s.vaddr.to_le_bytes());
-        out.extend_from_slice(&s.vaddr.to_le_bytes()); // p_paddr
-        out.extend_from_slice(&s.filesz.to_le_bytes());
-        out.extend_from_slice(&s.memsz.to_le_bytes());
-        out.extend_from_slice(&s.align.to_le_bytes());
-    }
-    out
 }
 
 /// Re-read an output and check what the emitter promises (STYLE 12): no segment both
@@ -500,13 +385,13 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         };
         let o = (address - v + off) as usize;
         if tactic == Tactic::Trap {
-            if out[o] != 0xcc {
+            if out[o] != INT3 {
                 return bad(format!("trap site 0x{address:x} is not an int3"));
             }
         } else {
             let rel = i32::from_le_bytes(out[o + 1..o + 5].try_into().unwrap_or_default()) as i64;
             let target = (address as i64 + JMP_LEN as i64 + rel) as u64;
-            if out[o] != 0xe9 || !(seg.0..seg.1).contains(&target) {
+            if out[o] != JMP_REL32 || !(seg.0..seg.1).contains(&target) {
                 return bad(format!("window 0x{address:x} does not jump into the new code segment"));
             }
         }
@@ -518,3 +403,6 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

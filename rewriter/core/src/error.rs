@@ -35,4 +35,49 @@ pub enum Error {
     Internal(String),
 }
 
+/// The kind of an [`Error`], without its message: what callers match on (a `Copy` value that
+/// stays the same when a message is reworded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    NotElf,
+    Truncated,
+    Foreign,
+    UnsupportedKind,
+    AlreadyRewritten,
+    Malformed,
+    NoRoom,
+    Spec,
+    Internal,
+}
+
+impl Error {
+    /// What kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotElf => ErrorKind::NotElf,
+            Error::Truncated(_) => ErrorKind::Truncated,
+            Error::Foreign(_) => ErrorKind::Foreign,
+            Error::UnsupportedKind(_) => ErrorKind::UnsupportedKind,
+            Error::AlreadyRewritten => ErrorKind::AlreadyRewritten,
+            Error::Malformed(_) => ErrorKind::Malformed,
+            Error::NoRoom(_) => ErrorKind::NoRoom,
+            Error::Spec(_) => ErrorKind::Spec,
+            Error::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_the_variant_and_messages_stay() {
+        assert_eq!(Error::NotElf.kind(), ErrorKind::NotElf);
+        assert_eq!(Error::NoRoom("x".into()).kind(), ErrorKind::NoRoom);
+        assert_eq!(Error::Spec("bad".into()).to_string(), "spec: bad");
+        assert_eq!(Error::Truncated("t".into()).to_string(), "truncated ELF: t");
+    }
+}

@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use object::elf;
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
-use object::Endianness;
+use object::{Endianness, LittleEndian};
 
 /// The kind of executable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -267,9 +267,12 @@ fn is_static_pie(data: &[u8], segments: &[Segment]) -> bool {
         return false;
     };
     let b = &data[dynamic.offset as usize..(dynamic.offset + dynamic.filesz) as usize];
-    for e in b.chunks_exact(16) {
-        let tag = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
-        let val = u64::from_le_bytes(e[8..].try_into().unwrap_or_default());
+    let n = b.len() / std::mem::size_of::<elf::Dyn64<LittleEndian>>();
+    let Ok((entries, _)) = object::pod::slice_from_bytes::<elf::Dyn64<LittleEndian>>(b, n) else {
+        return false;
+    };
+    for e in entries {
+        let (tag, val) = (e.d_tag.get(LittleEndian), e.d_val.get(LittleEndian));
         if tag == u64::from(elf::DT_FLAGS_1) {
             return val & u64::from(elf::DF_1_PIE) != 0;
         }

@@ -2,13 +2,19 @@
 //! every thread.
 //!
 //! The rewrite core takes bytes and a spec and returns bytes and a report; it does no file
-//! I/O (DESIGN.md, "Data flows one way"). The passes, in order:
+//! I/O (DESIGN.md, "Data flows one way"). The passes, in order, each once, each handing a
+//! typed value to the next ([`rewrite`] is this list):
 //!
-//! 1. [`input`]    validate the ELF and give a bounds-checked view of it
-//! 2. [`analysis`] functions (symbols, `.eh_frame`), cold parts, branch targets
-//! 3. [`plan`]     instrumentation points and the tactic chosen for each
-//! 4. [`codegen`]  trampolines, the entry stub and the slow-path stub
-//! 5. [`emit`]     the runtime image, new segments, patched windows: the output ELF
+//! 1. [`input`]    validate the ELF and give a bounds-checked view of it → [`InputElf`]
+//! 2. [`analysis`] functions (symbols, `.eh_frame`), cold parts, branch targets → [`Analysis`]
+//! 3. [`plan`]     instrumentation points and the tactic chosen for each → [`Plan`]
+//! 4. [`place`]    layout: an address for every block of the new memory (data, runtime image,
+//!    each stub, routine, trampoline and thunk, `.eh_frame`) → [`place::Placement`]
+//! 5. [`codegen`]  every piece of code at its final address, nothing patched later →
+//!    [`unwind::Piece`]s
+//! 6. [`unwind`]   the combined `.eh_frame` and a new `.eh_frame_hdr` → [`unwind::EhOut`]
+//! 7. [`emit`]     writing: the input copied, sites patched, the new segment appended,
+//!    program and section headers → the output bytes and an [`emit::Layout`]
 //!
 //! The readers of profile files (the `stint-profile` crate) share the file layout with the
 //! runtime through the `stint-layout` crate.
@@ -20,13 +26,14 @@ pub mod codegen;
 pub mod emit;
 pub mod error;
 pub mod input;
+pub mod place;
 pub mod plan;
 pub mod rewrite_report;
 pub mod rtimage;
 pub mod spec;
 pub mod unwind;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use rewrite_report::RewriteReport;
 
 use analysis::Analysis;
@@ -68,24 +75,11 @@ pub fn inspect(data: &[u8], opts: &Options) -> Result<RewriteReport> {
 /// Rewrite a program: the whole pipeline (`stint rewrite`).
 pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> {
     let p = plan_program(data, opts.spec, opts.traps)?;
-    let meta = rewrite_report::meta_json(&p, opts.program);
-    let on = opts.spec.on_at_start_bits();
-    let gates: Vec<u8> = p.plan.points.iter().map(|pt| pt.bits & (on | stint_layout::GATE_HOOK)).collect();
-    let tid_offset = if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 };
-    // What each point can measure and its name, for the control file (STINT_CONTROL).
-    let info: Vec<u8> = p
-        .plan
-        .points
-        .iter()
-        .map(|pt| pt.bits | if pt.wrap.is_some() { stint_layout::POINT_INFO_WRAP } else { 0 })
-        .collect();
-    let mut names = Vec::new();
-    for pt in &p.plan.points {
-        names.extend(pt.name(&p.analysis).bytes().filter(|&b| b != 0));
-        names.push(0);
-    }
-    let inp = emit::EmitInput { meta_json: &meta, program: opts.program, gates, info, names, tid_offset };
-    let (out, layout) = emit::emit(&p.elf, &p.plan, &inp)?;
+    let contents = place::SegmentData::new(&p, opts.program, opts.spec);
+    let placed = place::place(&p.elf, &p.plan, &contents)?;
+    let code = codegen::generate(&p.plan, &placed.pieces, &placed.targets)?;
+    let eh = unwind::build(&p.elf, &code, placed.runtime_eh_frame(), placed.eh_frame)?;
+    let (out, layout) = emit::emit(&p.elf, &contents, &placed, &code, eh.as_ref())?;
     if cfg!(debug_assertions) {
         emit::validate_output(&out, &p.plan, &layout)?;
     }

@@ -3,8 +3,8 @@
 //! libgcc's unwinder (C++ exceptions, `pthread_cancel`'s forced unwinding) finds FDEs through
 //! `PT_GNU_EH_FRAME` and the binary-search table of the `.eh_frame_hdr` it points to; gdb reads
 //! the section named `.eh_frame`. The output gets one new `.eh_frame` in the new code segment,
-//! followed by a new `.eh_frame_hdr` whose table covers every FDE in it, and [`patch_headers`]
-//! points `PT_GNU_EH_FRAME` and the `.eh_frame` / `.eh_frame_hdr` section headers at them.
+//! followed by a new `.eh_frame_hdr` whose table covers every FDE in it, and the writing pass
+//! (`emit`) points `PT_GNU_EH_FRAME` and the `.eh_frame` / `.eh_frame_hdr` section headers at them.
 //! The new `.eh_frame` holds, in this order:
 //!
 //! 1. A copy of the input's `.eh_frame` (up to its terminator) with every pc-relative pointer
@@ -167,66 +167,6 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
     Ok(Some(EhOut { eh_frame_at: at, eh_frame: eh, hdr_at, eh_frame_hdr }))
 }
 
-/// In the finished output: point `PT_GNU_EH_FRAME` at the new `.eh_frame_hdr`, the `.eh_frame`
-/// and `.eh_frame_hdr` section headers at the new copies, and end the `.stint` section where
-/// they begin when they are its last bytes (so no two sections overlap). `seg_vaddr` /
-/// `seg_off`: address and file offset of the segment that holds them.
-pub fn patch_headers(out: &mut [u8], eh: &EhOut, seg_vaddr: u64, seg_off: u64) -> Result<()> {
-    let bad = |m: &str| Error::Internal(format!("unwind: output headers: {m}"));
-    let file = |v: u64| v - seg_vaddr + seg_off;
-    let (phoff, phnum) = (u64_at(out, 32)? as usize, u16_at(out, 56)? as usize);
-    let mut found = false;
-    for i in 0..phnum {
-        let h = phoff + i * 56;
-        if u32_at(out, h)? != elf::PT_GNU_EH_FRAME {
-            continue;
-        }
-        let len = eh.eh_frame_hdr.len() as u64;
-        put_u64(out, h + 8, file(eh.hdr_at))?; // p_offset
-        put_u64(out, h + 16, eh.hdr_at)?; // p_vaddr
-        put_u64(out, h + 24, eh.hdr_at)?; // p_paddr
-        put_u64(out, h + 32, len)?; // p_filesz
-        put_u64(out, h + 40, len)?; // p_memsz
-        put_u64(out, h + 48, 4)?; // p_align
-        found = true;
-    }
-    if !found {
-        return Err(bad("no PT_GNU_EH_FRAME"));
-    }
-    let (shoff, shentsize, shnum, shstrndx) =
-        (u64_at(out, 40)? as usize, u16_at(out, 58)?, u16_at(out, 60)? as usize, u16_at(out, 62)? as usize);
-    if shoff == 0 || shnum == 0 || shentsize != 64 || shstrndx >= shnum {
-        return Ok(()); // no section headers to keep in step
-    }
-    let str_hdr = shoff + shstrndx * 64;
-    let (str_off, str_size) = (u64_at(out, str_hdr + 24)? as usize, u64_at(out, str_hdr + 32)? as usize);
-    let names = out.get(str_off..str_off + str_size).ok_or_else(|| bad(".shstrtab past the end"))?.to_vec();
-    let name_at = |n: usize| -> &[u8] {
-        let s = names.get(n..).unwrap_or(&[]);
-        &s[..s.iter().position(|&c| c == 0).unwrap_or(s.len())]
-    };
-    for i in 0..shnum {
-        let h = shoff + i * 64;
-        let name = name_at(u32_at(out, h)? as usize);
-        let (addr, size) = (u64_at(out, h + 16)?, u64_at(out, h + 32)?);
-        let place = match name {
-            b".eh_frame" => Some((eh.eh_frame_at, eh.eh_frame.len() as u64)),
-            b".eh_frame_hdr" => Some((eh.hdr_at, eh.eh_frame_hdr.len() as u64)),
-            b".stint" if addr <= eh.eh_frame_at && addr + size == eh.end() => Some((addr, eh.eh_frame_at - addr)),
-            _ => None,
-        };
-        if let Some((a, len)) = place {
-            put_u64(out, h + 16, a)?; // sh_addr
-            put_u64(out, h + 24, file(a))?; // sh_offset
-            put_u64(out, h + 32, len)?; // sh_size
-        }
-    }
-    Ok(())
-}
-
-fn u16_at(b: &[u8], o: usize) -> Result<u16> {
-    Ok(u16::from_le_bytes(field(b, o)?))
-}
 fn u32_at(b: &[u8], o: usize) -> Result<u32> {
     Ok(u32::from_le_bytes(field(b, o)?))
 }
@@ -237,12 +177,6 @@ fn field<const N: usize>(b: &[u8], o: usize) -> Result<[u8; N]> {
     b.get(o..o + N)
         .and_then(|s| s.try_into().ok())
         .ok_or_else(|| Error::Internal(format!("unwind: read of {N} bytes at 0x{o:x} past the end")))
-}
-fn put_u64(b: &mut [u8], o: usize, v: u64) -> Result<()> {
-    b.get_mut(o..o + 8)
-        .ok_or_else(|| Error::Internal(format!("unwind: write at 0x{o:x} past the end")))?
-        .copy_from_slice(&v.to_le_bytes());
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,380 @@
+//! Layout pass: an address for every block the rewriter adds (DESIGN D12), before any code is
+//! generated, so the passes after it only fill in bytes at known places.
+//!
+//! Writable memory is the highest PT_LOAD's bss, grown (it must be a data segment): no new
+//! writable segment and no file bytes.
+//!
+//! ```text
+//! end of the last RW segment's memsz
+//!   RtState                   64-aligned, RT_STATE_SIZE
+//!   control pages             page-aligned (the runtime maps the profile's control region
+//!                             over them), ctl_len(n_points): gates first
+//! guard page
+//! new code segment            R E, page-aligned, after the input in memory and in the file
+//!   SEGMENT_MAGIC             marks the output as rewritten (`input` refuses it)
+//!   [program headers]         64-aligned; only when no program-header slot is spare
+//!   RtConfig                  64-aligned
+//!   meta JSON, initial gates, point infos, point names, program name
+//!   runtime image             page-aligned (rt-lib, position-independent)
+//!   entry stub                64-aligned; every piece of code below is followed by padding to 16
+//!   slow stub, timer stub, timer enter, timer exit, trap stub
+//!   per point                 its trampoline, or (8-aligned) its WrapSite and wrapper thunk
+//!   per exit                  its trampoline
+//!   trap table                8-aligned: (site, trampoline) pairs relative to RtConfig, sorted
+//!   .eh_frame, .eh_frame_hdr  8-aligned, last: the unwind pass decides their length
+//! ```
+//!
+//! Code sizes come from a sizing run of [`codegen::piece`] at each piece's final address:
+//! every piece refers only to blocks placed before it, to the program and to the writable
+//! memory, so the code generation pass produces exactly the sizes laid out here.
+//!
+//! Without a spare program-header slot (older toolchains emit no PT_GNU_PROPERTY), the table
+//! moves into the new segment, and the segment gets the first PT_LOAD's vaddr − offset, so
+//! AT_PHDR is right both on kernels that compute it from the first PT_LOAD and on those that
+//! look for the PT_LOAD holding e_phoff (the file grows by the bss size in zeros for that).
+
+use crate::codegen::{self, PieceAt, PieceKind, Targets};
+use crate::error::{Error, Result};
+use crate::input::{InputElf, Segment};
+use crate::plan::{Plan, Tactic};
+use crate::spec::Spec;
+use crate::{rewrite_report, rtimage, Planned};
+use object::elf;
+use stint_layout::{
+    align_up, ctl_len, RtConfig, WrapSite, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS, N_METRICS, PAGE,
+    RT_STATE_SIZE, SEGMENT_MAGIC,
+};
+
+/// Program-header table entry size (ELF64).
+pub const PHDR_SIZE: u64 = 56;
+
+/// The data blocks of the new segment: what the runtime reads besides the code.
+pub struct SegmentData<'a> {
+    /// Self-description JSON for the profile file.
+    pub meta_json: String,
+    /// Program name for the default profile path.
+    pub program: &'a str,
+    /// Initial gate byte per point.
+    pub gates: Vec<u8>,
+    /// Per point: the `metric_bit`s it can measure | `POINT_INFO_WRAP`.
+    pub info: Vec<u8>,
+    /// Point names, each NUL-terminated, in point order (for the control file).
+    pub names: Vec<u8>,
+    /// fs-relative offset of libc's tid word (0: none).
+    pub tid_offset: u32,
+}
+
+impl<'a> SegmentData<'a> {
+    pub fn new(p: &Planned, program: &'a str, spec: &Spec) -> Self {
+        let on = spec.on_at_start_bits();
+        let points = &p.plan.points;
+        let gates = points.iter().map(|pt| pt.bits & (on | stint_layout::GATE_HOOK)).collect();
+        let info = points
+            .iter()
+            .map(|pt| pt.bits | if pt.wrap.is_some() { stint_layout::POINT_INFO_WRAP } else { 0 })
+            .collect();
+        let mut names = Vec::new();
+        for pt in points {
+            names.extend(pt.name(&p.analysis).bytes().filter(|&b| b != 0));
+            names.push(0);
+        }
+        SegmentData {
+            meta_json: rewrite_report::meta_json(p, program),
+            program,
+            gates,
+            info,
+            names,
+            tid_offset: if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 },
+        }
+    }
+}
+
+/// A site of the program the writer patches, and where it leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Site {
+    pub address: u64,
+    pub len: u64,
+    /// A window gets `jmp rel32` to `target`; a trap gets `int3` and a trap-table entry.
+    pub tactic: Tactic,
+    /// The trampoline or thunk.
+    pub target: u64,
+}
+
+/// Where everything the rewriter adds goes (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// The highest PT_LOAD, whose bss grows to `rw_end`.
+    pub data_segment: Segment,
+    pub state: u64,
+    pub control: u64,
+    pub control_len: u64,
+    pub rw_end: u64,
+    /// The program-header slot the new PT_LOAD takes; `None`: the table moves into it.
+    pub phdr_slot: Option<usize>,
+    /// Entries of the output's program-header table.
+    pub n_phdrs: usize,
+    /// Address of the moved program-header table (when `phdr_slot` is `None`).
+    pub moved_phdrs: Option<u64>,
+    /// The new code segment: address and file offset.
+    pub seg_vaddr: u64,
+    pub seg_offset: u64,
+    pub config: u64,
+    pub meta: u64,
+    pub gates: u64,
+    pub info: u64,
+    pub names: u64,
+    pub name: u64,
+    pub image: u64,
+    /// What generated code refers to (stubs, routines, config, control, image).
+    pub targets: Targets,
+    pub entry_stub: u64,
+    pub trap_stub: u64,
+    /// Where the per-point pieces begin.
+    pub trampolines: u64,
+    /// Every piece of code, in address order.
+    pub pieces: Vec<PieceAt>,
+    /// The `WrapSite` descriptors of wrapped imports, each at its address.
+    pub wrap_sites: Vec<(u64, WrapSite)>,
+    /// Every patched site, points first, then exits.
+    pub sites: Vec<Site>,
+    pub trap_table: u64,
+    /// Where the unwind pass puts `.eh_frame` (then `.eh_frame_hdr`); the segment ends there
+    /// when the program has no PT_GNU_EH_FRAME.
+    pub eh_frame: u64,
+}
+
+impl Placement {
+    /// The trap table: (site, trampoline) of every trap, sorted by site for the handler's
+    /// binary search.
+    pub fn traps(&self) -> Vec<(u64, u64)> {
+        let mut t: Vec<(u64, u64)> =
+            self.sites.iter().filter(|s| s.tactic == Tactic::Trap).map(|s| (s.address, s.target)).collect();
+        t.sort_unstable();
+        t
+    }
+
+    /// The `RtConfig` describing this layout to the runtime.
+    pub fn config(&self, data: &SegmentData) -> RtConfig {
+        let rel = |a: u64| a as i64 - self.config as i64;
+        RtConfig {
+            magic: CONFIG_MAGIC,
+            version: CONFIG_VERSION,
+            n_points: self.targets.n_points,
+            n_metrics: N_METRICS,
+            n_counter_slots: N_COUNTER_SLOTS,
+            tid_offset: data.tid_offset,
+            _pad: 0,
+            ctl_rel: rel(self.control),
+            ctl_len: self.control_len,
+            meta_rel: rel(self.meta),
+            meta_len: data.meta_json.len() as u64,
+            gates_rel: rel(self.gates),
+            name_rel: rel(self.name),
+            name_len: data.program.len() as u64,
+            state_rel: rel(self.state),
+            traps_rel: rel(self.trap_table),
+            n_traps: self.traps().len() as u64,
+            trap_handler_rel: rel(self.trap_stub),
+            link_addr: self.config,
+            info_rel: rel(self.info),
+            names_rel: rel(self.names),
+            names_len: data.names.len() as u64,
+        }
+    }
+
+    /// rt-lib's own `.eh_frame`: where it lies in the output, and its bytes.
+    pub fn runtime_eh_frame(&self) -> (u64, &'static [u8]) {
+        let (off, len) = (rtimage::EH_FRAME_OFFSET as usize, rtimage::EH_FRAME_LEN as usize);
+        (self.image + rtimage::EH_FRAME_OFFSET, &rtimage::IMAGE[off..off + len])
+    }
+}
+
+/// Blocks laid out one after the other from the start of the new segment.
+struct Cursor {
+    base: u64,
+    len: u64,
+}
+
+impl Cursor {
+    fn align(&mut self, a: u64) {
+        self.len = align_up(self.len, a);
+    }
+
+    /// Reserve `n` bytes; their address.
+    fn take(&mut self, n: u64) -> u64 {
+        let at = self.base + self.len;
+        self.len += n;
+        at
+    }
+
+    /// Reserve a piece of code (sized by encoding it here), then pad to 16.
+    fn code(&mut self, plan: &Plan, kind: PieceKind, t: &Targets, pieces: &mut Vec<PieceAt>) -> Result<u64> {
+        let at = self.base + self.len;
+        let len = codegen::piece(plan, kind, at, t)?.len();
+        pieces.push(PieceAt { kind, at, len });
+        self.len += len as u64;
+        self.align(16);
+        Ok(at)
+    }
+}
+
+/// The layout pass.
+pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placement> {
+    let n_points = plan.points.len() as u32;
+    // Writable memory: grow the last RW segment's bss.
+    let last = elf.loads().max_by_key(|s| s.vaddr + s.memsz).ok_or_else(|| Error::Malformed("no PT_LOAD".into()))?;
+    if last.flags & elf::PF_W == 0 || last.flags & elf::PF_X != 0 {
+        return Err(Error::NoRoom(format!(
+            "the highest PT_LOAD (at 0x{:x}) is not a data segment; cannot add the runtime's data",
+            last.vaddr
+        )));
+    }
+    let state = align_up(last.vaddr + last.memsz, 64);
+    let control = align_up(state + RT_STATE_SIZE, PAGE);
+    let control_len = ctl_len(n_points);
+    let rw_end = control + control_len;
+
+    // The code segment: after everything, in memory and in the file.
+    let phdr_slot = spare_phdr_slot(elf);
+    let mut seg_offset = align_up(elf.data.len() as u64, PAGE);
+    let mut seg_vaddr = align_up(rw_end, PAGE) + PAGE; // a guard page between data and code
+    let first = elf.loads().next().ok_or_else(|| Error::Malformed("no PT_LOAD".into()))?;
+    if phdr_slot.is_none() {
+        // The moved table must sit where every kernel computes AT_PHDR: old kernels take
+        // the first PT_LOAD's (vaddr - offset) + e_phoff, new ones use the PT_LOAD that
+        // holds e_phoff. Give the new segment the first PT_LOAD's vaddr - offset.
+        let delta = first.vaddr.wrapping_sub(first.offset);
+        seg_offset = seg_offset.max(seg_vaddr.wrapping_sub(delta));
+        seg_vaddr = seg_offset.wrapping_add(delta);
+    }
+
+    let mut c = Cursor { base: seg_vaddr, len: 0 };
+    c.take(SEGMENT_MAGIC.len() as u64);
+    c.align(64);
+    let n_phdrs = elf.segments.len() + phdr_slot.is_none() as usize;
+    let moved_phdrs = phdr_slot.is_none().then(|| {
+        let at = c.take(n_phdrs as u64 * PHDR_SIZE);
+        c.align(64);
+        at
+    });
+    let config = c.take(std::mem::size_of::<RtConfig>() as u64);
+    let meta = c.take(data.meta_json.len() as u64);
+    let gates = c.take(data.gates.len() as u64);
+    let info = c.take(data.info.len() as u64);
+    let names = c.take(data.names.len() as u64);
+    let name = c.take(data.program.len() as u64);
+    c.align(PAGE);
+    let image = c.take(rtimage::IMAGE.len() as u64);
+    c.align(64);
+
+    // Code, each piece sized at its final address.
+    let mut t = Targets {
+        program_entry: elf.entry,
+        config,
+        image,
+        control,
+        n_points,
+        tid_offset: data.tid_offset,
+        ..Targets::default()
+    };
+    let mut pieces = Vec::new();
+    let entry_stub = c.code(plan, PieceKind::EntryStub, &t, &mut pieces)?;
+    t.slow_stub = c.code(plan, PieceKind::SlowStub, &t, &mut pieces)?;
+    t.timer_stub = c.code(plan, PieceKind::TimerStub, &t, &mut pieces)?;
+    t.timer_enter = c.code(plan, PieceKind::TimerEnter, &t, &mut pieces)?;
+    t.timer_exit = c.code(plan, PieceKind::TimerExit, &t, &mut pieces)?;
+    let trap_stub = c.code(plan, PieceKind::TrapStub, &t, &mut pieces)?;
+    let trampolines = c.base + c.len;
+
+    let mut sites = Vec::with_capacity(plan.points.len() + plan.exits.len());
+    let mut wrap_sites = Vec::new();
+    for (i, p) in plan.points.iter().enumerate() {
+        let kind = match &p.wrap {
+            Some(w) => {
+                // The WrapSite descriptor, then the thunk the PLT stub's jmp now leads to.
+                c.align(8);
+                let site_at = c.take(std::mem::size_of::<WrapSite>() as u64);
+                wrap_sites.push((
+                    site_at,
+                    WrapSite {
+                        config_rel: config as i64 - site_at as i64,
+                        real_rel: w.got_slot as i64 - site_at as i64,
+                        indirect: 1,
+                        func: w.func,
+                        point: p.id,
+                        lazy_rel: lazy_rel(elf, w.got_slot, site_at),
+                    },
+                ));
+                PieceKind::WrapThunk { point: i, site: site_at }
+            }
+            None => PieceKind::Trampoline(i),
+        };
+        let target = c.code(plan, kind, &t, &mut pieces)?;
+        sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
+    }
+    for (i, x) in plan.exits.iter().enumerate() {
+        let target = c.code(plan, PieceKind::ExitTrampoline(i), &t, &mut pieces)?;
+        sites.push(Site { address: x.address, len: x.window_len, tactic: x.tactic, target });
+    }
+    let n_traps = sites.iter().filter(|s| s.tactic == Tactic::Trap).count() as u64;
+    c.align(8);
+    let trap_table = c.take(n_traps * 16);
+    c.align(8);
+    let eh_frame = c.base + c.len;
+
+    Ok(Placement {
+        data_segment: *last,
+        state,
+        control,
+        control_len,
+        rw_end,
+        phdr_slot,
+        n_phdrs,
+        moved_phdrs,
+        seg_vaddr,
+        seg_offset,
+        config,
+        meta,
+        gates,
+        info,
+        names,
+        name,
+        image,
+        targets: t,
+        entry_stub,
+        trap_stub,
+        trampolines,
+        pieces,
+        wrap_sites,
+        sites,
+        trap_table,
+        eh_frame,
+    })
+}
+
+/// The index of a program header we may turn into the new PT_LOAD: a PT_NOTE duplicating
+/// PT_GNU_PROPERTY (the kernel and ld.so read the property through PT_GNU_PROPERTY), or a
+/// PT_NULL. `None`: the table must move.
+fn spare_phdr_slot(elf: &InputElf) -> Option<usize> {
+    let prop = elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_PROPERTY);
+    if let Some(prop) = prop {
+        if let Some(n) =
+            elf.segments.iter().find(|s| s.p_type == elf::PT_NOTE && s.offset == prop.offset && s.filesz == prop.filesz)
+        {
+            return Some(n.index);
+        }
+    }
+    elf.segments.iter().find(|s| s.p_type == elf::PT_NULL).map(|n| n.index)
+}
+
+/// The file's value of a GOT slot (the lazy-binding entry in the PLT), relative to `from`;
+/// 0 if the slot holds nothing that could be one (bound at load time, or out of reach).
+fn lazy_rel(elf: &InputElf, slot: u64, from: u64) -> i32 {
+    let Some(v) = elf.bytes_at(slot, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())) else {
+        return 0;
+    };
+    if v == 0 || elf.exec_section_at(v).is_none() {
+        return 0;
+    }
+    i32::try_from(v as i64 - from as i64).unwrap_or(0)
+}
