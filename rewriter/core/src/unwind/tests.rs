@@ -1,6 +1,6 @@
 use super::*;
 use crate::codegen::{self, TimerEnv, TrampolineEnv};
-use gimli::{CieOrFde, EhFrameHdr, Pointer};
+use gimli::{CieOrFde, EhFrame, UnwindSection};
 use iced_x86::{BlockEncoder, BlockEncoderOptions, InstructionBlock, MemoryOperand};
 use std::path::Path;
 
@@ -167,25 +167,61 @@ fn lost_stack_pointer_stops_unwinding() {
     let st = states(AT, &code, State::call()).unwrap();
     assert_eq!(st[1].1.as_ref().unwrap().cfa, Cfa::Unknown);
     let prog = cfi_program(AT, &code, State::call(), &mut InstructionInfoFactory::new()).unwrap();
-    assert!(prog.ends_with(&[0x07, 16]), "DW_CFA_undefined rip: {prog:02x?}");
+    assert_eq!(prog.last().map(|x| &x.1), Some(&Cfi::Undefined(gimli::Register(RA))), "{prog:?}");
 }
 
+/// Our CIE and one FDE for `code` at `start`, written as the `.eh_frame` at `eh_at`, and that
+/// FDE read back.
+fn one_fde(eh_at: u64, start: u64, len: u32, program: Vec<(u32, Cfi)>) -> Vec<u8> {
+    let mut table = FrameTable::default();
+    let cie = table.add_cie(generated_cie());
+    let mut fde = FrameDescriptionEntry::new(Address::Constant(start.wrapping_sub(eh_at)), len);
+    for (offset, i) in program {
+        fde.add_instruction(offset, i);
+    }
+    table.add_fde(cie, fde);
+    write_eh_frame(&table, eh_at).unwrap()
+}
+
+/// Rules the data alignment factor cannot express are written as expressions, and every
+/// rule reads back as what it says.
 #[test]
-fn encodings() {
-    let mut v = Vec::new();
-    uleb(&mut v, 624);
-    sleb(&mut v, -8);
-    sleb(&mut v, 64);
-    assert_eq!(v, [0xf0, 0x04, 0x78, 0xc0, 0x00]);
-    assert_eq!(offset_rule(3, -24), [0x83, 3]);
-    assert_eq!(offset_rule(16, -8), [0x90, 1]);
-    assert_eq!(offset_rule(3, 8), [0x11, 3, 0x7f]);
-    assert_eq!(offset_rule(3, -12), [0x10, 3, 4, 0x9c, 0x11, 0x74, 0x22]);
-    let mut a = Vec::new();
-    advance(&mut a, 5);
-    advance(&mut a, 100);
-    advance(&mut a, 1000);
-    assert_eq!(a, [0x45, 0x02, 100, 0x03, 0xe8, 0x03]);
+fn rules_read_back_through_gimli() {
+    assert_eq!(offset_rule(3, -24), Cfi::Offset(gimli::Register(3), -24));
+    assert_eq!(val_offset_rule(3, 16), Cfi::ValOffset(gimli::Register(3), 16));
+    let program = vec![
+        (0, offset_rule(3, -12)),
+        (0, val_offset_rule(12, 4)),
+        (0, offset_rule(13, 8)),
+        (5, Cfi::CfaOffset(624)),
+        (105, Cfi::Restore(gimli::Register(3))),
+        (1105, Cfi::Undefined(gimli::Register(RA))),
+    ];
+    let eh_at = AT + 0x10000;
+    let eh = one_fde(eh_at, AT, 2000, program);
+    let frame = EhFrameIn::new(eh_at, &eh, "test");
+    let fdes = frame.fdes().unwrap();
+    assert_eq!((fdes.len(), fdes[0].initial_address(), fdes[0].len()), (1, AT, 2000));
+    let mut ctx = UnwindContext::new();
+    let row = fdes[0].unwind_info_for_address(&frame.section, &frame.bases, &mut ctx, AT).unwrap();
+    let rule = |r: u16| row.register(gimli::Register(r));
+    let bytes = |rule: RegisterRule<usize>| match rule {
+        RegisterRule::Expression(e) | RegisterRule::ValExpression(e) => frame.expression(&e).unwrap().to_vec(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(bytes(rule(3)), [0x9c, 0x11, 0x74, 0x22], "CFA - 12");
+    assert!(matches!(rule(12), RegisterRule::ValExpression(_)));
+    assert_eq!(bytes(rule(12)), [0x9c, 0x11, 0x04, 0x22], "CFA + 4");
+    assert_eq!(rule(13), RegisterRule::Offset(8));
+    assert_eq!(rule(RA), RegisterRule::Offset(-8));
+    let at = |a: u64, ctx: &mut UnwindContext<usize>| {
+        let row = fdes[0].unwind_info_for_address(&frame.section, &frame.bases, ctx, a).unwrap();
+        (row.cfa().clone(), row.register(gimli::Register(3)), row.register(gimli::Register(RA)))
+    };
+    let (cfa, _, _) = at(AT + 5, &mut ctx);
+    assert_eq!(cfa, CfaRule::RegisterAndOffset { register: gimli::Register(RSP), offset: 624 });
+    assert_eq!(at(AT + 105, &mut ctx).1, RegisterRule::Undefined, "restored to the CIE's (no) rule");
+    assert_eq!(at(AT + 1105, &mut ctx).2, RegisterRule::Undefined);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -266,8 +302,9 @@ fn generated_code_of_real_programs_is_balanced() {
         let elf = InputElf::parse(&data).unwrap();
         let (in_addr, in_data) =
             input_eh_frame(&elf, elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_EH_FRAME).unwrap()).unwrap();
-        let moved = relocate(in_data, in_addr, in_addr, true, path).unwrap();
-        let mut rows = InputRows::new(&elf, in_addr, in_data, &moved.fdes);
+        let input = EhFrameIn::of_program(&elf, in_addr, in_data);
+        let fdes = input.fdes().unwrap();
+        let mut rows = InputRows::new(&input, &fdes);
         let pieces = pieces_of(&data, 0x4000_0000);
         let (mut jumps_checked, mut at_states) = (0, 0);
         for (p, back) in &pieces {
@@ -440,20 +477,17 @@ fn generated_rows_evaluate_to_the_tracked_states() {
             ret(),
         ],
     );
-    let mut eh = Vec::new();
-    let cie = push_cie(&mut eh);
     let prog = cfi_program(AT, &code, State::call(), &mut InstructionInfoFactory::new()).unwrap();
     let eh_at = AT + 0x10000;
-    let off = push_fde(&mut eh, cie, eh_at, AT, code.len() as u64, &prog).unwrap();
-    let mut frame = EhFrame::new(&eh[..], LittleEndian);
-    frame.set_address_size(8);
-    let bases = BaseAddresses::default().set_eh_frame(eh_at);
-    let fde = frame.fde_from_offset(&bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).unwrap();
+    let eh = one_fde(eh_at, AT, code.len() as u32, prog);
+    let frame = EhFrameIn::new(eh_at, &eh, "test");
+    let fde = frame.fdes().unwrap().remove(0);
+    let (frame, bases) = (&frame.section, &frame.bases);
     let st = states(AT, &code, State::call()).unwrap();
     let mut ctx = UnwindContext::new();
     for (i, s) in &st {
         let s = s.as_ref().unwrap();
-        let row = fde.unwind_info_for_address(&frame, &bases, &mut ctx, i.ip()).unwrap();
+        let row = fde.unwind_info_for_address(frame, bases, &mut ctx, i.ip()).unwrap();
         let cfa = match row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => Cfa::Reg(register.0, *offset),
             CfaRule::Expression(_) => panic!("expression"),
