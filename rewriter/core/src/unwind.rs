@@ -421,10 +421,12 @@ impl<'e, 'a> Converter<'e, 'a> {
             return Ok(*id);
         }
         let own = self.entry_range(offset, cie.entry_len(), cie.encoding().format);
-        let caf = u8::try_from(cie.code_alignment_factor());
-        let daf = i8::try_from(cie.data_alignment_factor());
-        let (Ok(caf), Ok(daf)) = (caf, daf) else {
-            return Err(self.err(offset, "alignment factors out of range"));
+        // The writer divides by both factors.
+        let caf = u8::try_from(cie.code_alignment_factor()).ok().filter(|&f| f != 0);
+        let daf = i8::try_from(cie.data_alignment_factor()).ok().filter(|&f| f != 0);
+        let (Some(caf), Some(daf)) = (caf, daf) else {
+            let (c, d) = (cie.code_alignment_factor(), cie.data_alignment_factor());
+            return Err(self.err(offset, format!("alignment factors {c} and {d} (want 1..=255, non-zero i8)")));
         };
         let mut out = CommonInformationEntry::new(ENCODING, caf, daf, cie.return_address_register());
         out.fde_address_encoding = cie.fde_address_encoding().unwrap_or(constants::DW_EH_PE_absptr);
