@@ -504,3 +504,97 @@ fn generated_rows_evaluate_to_the_tracked_states() {
         assert_eq!(regs, s.regs, "registers at 0x{:x}", i.ip());
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Converting entries: null pointers, DW_CFA_set_loc, absolute pointers
+// ---------------------------------------------------------------------------------------
+
+/// A hand-assembled `.eh_frame` at `base` (as a toolchain could emit it): a "zPLR" CIE with
+/// a null personality pointer, then one FDE per `(code address, LSDA address or 0)`, each
+/// with `DW_CFA_set_loc code+0x10; DW_CFA_def_cfa_offset 16`. `enc` encodes every pointer.
+fn eh_fixture(base: u64, enc: u8, fdes: &[(u64, u64)]) -> Vec<u8> {
+    let mut eh = Vec::new();
+    let ptr = |eh: &mut Vec<u8>, target: u64| {
+        let v = if target == 0 {
+            0
+        } else if enc & 0x70 == 0x10 {
+            target.wrapping_sub(base + eh.len() as u64)
+        } else {
+            target
+        };
+        eh.extend_from_slice(&(v as u32).to_le_bytes());
+    };
+    let finish = |eh: &mut Vec<u8>, start: usize| {
+        while !(eh.len() - start).is_multiple_of(4) {
+            eh.push(0); // DW_CFA_nop
+        }
+        let len = (eh.len() - start - 4) as u32;
+        eh[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    };
+    eh.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 1]); // length, CIE id, version
+    eh.extend_from_slice(b"zPLR\0");
+    eh.extend_from_slice(&[1, 0x78, 16, 7, enc]); // alignment -8, return column, aug length
+    ptr(&mut eh, 0); // personality: none
+    eh.extend_from_slice(&[enc, enc, 0x0c, 7, 8, 0x90, 1]); // L, R; def_cfa rsp+8; ra at cfa-8
+    finish(&mut eh, 0);
+    for &(code, lsda) in fdes {
+        let start = eh.len();
+        eh.extend_from_slice(&[0; 4]);
+        eh.extend_from_slice(&((eh.len()) as u32).to_le_bytes()); // CIE pointer
+        ptr(&mut eh, code);
+        eh.extend_from_slice(&[0x20, 0, 0, 0, 4]); // range, aug length
+        ptr(&mut eh, lsda);
+        eh.push(0x01); // DW_CFA_set_loc
+        ptr(&mut eh, code + 0x10);
+        eh.extend_from_slice(&[0x0e, 16]); // DW_CFA_def_cfa_offset 16
+        finish(&mut eh, start);
+    }
+    eh.extend_from_slice(&[0; 4]);
+    eh
+}
+
+/// The entries of `data` (at `base`) converted into a new `.eh_frame` at `at` and read back.
+fn convert_fixture(base: u64, data: &[u8], at: u64, pie: bool) -> Result<Vec<u8>> {
+    let old = EhFrameIn::new(base, data, "fixture");
+    let mut table = FrameTable::default();
+    Converter::new(&old, at, pie).convert(&old.fdes()?, &mut table)?;
+    write_eh_frame(&table, at)
+}
+
+/// Null personality and LSDA pointers stay "none", a non-null LSDA and the code range move to
+/// the new place, `DW_CFA_set_loc` becomes an advance.
+#[test]
+fn null_pointers_and_set_loc_survive_the_conversion() {
+    let (base, at) = (0x5000, 0x9_0000);
+    let data = eh_fixture(base, 0x1b, &[(0x1000, 0), (0x2000, 0x3000)]);
+    let eh = convert_fixture(base, &data, at, true).unwrap();
+    let new = EhFrameIn::new(at, &eh, "converted");
+    let fdes = new.fdes().unwrap();
+    let got: Vec<_> = fdes.iter().map(|f| (f.initial_address(), f.len(), f.lsda(), f.cie().personality())).collect();
+    assert_eq!(got, [(0x1000, 0x20, None, None), (0x2000, 0x20, Some(Pointer::Direct(0x3000)), None)]);
+    let mut ctx = UnwindContext::new();
+    for f in &fdes {
+        for (pc, cfa) in [(0, 8), (0xf, 8), (0x10, 16), (0x1f, 16)] {
+            let a = f.initial_address() + pc;
+            let row = f.unwind_info_for_address(&new.section, &new.bases, &mut ctx, a).unwrap();
+            assert_eq!(
+                *row.cfa(),
+                CfaRule::RegisterAndOffset { register: gimli::Register(RSP), offset: cfa },
+                "0x{a:x}"
+            );
+        }
+    }
+}
+
+/// Absolute pointers keep their value in a non-PIE and are refused in a PIE.
+#[test]
+fn absolute_pointers_only_outside_pies() {
+    let (base, at) = (0x5000, 0x9_0000);
+    let data = eh_fixture(base, 0x03, &[(0x1000, 0x3000)]);
+    let eh = convert_fixture(base, &data, at, false).unwrap();
+    let new = EhFrameIn::new(at, &eh, "converted");
+    let f = &new.fdes().unwrap()[0];
+    assert_eq!((f.initial_address(), f.lsda()), (0x1000, Some(Pointer::Direct(0x3000))));
+    let e = convert_fixture(base, &data, at, true).unwrap_err();
+    assert!(e.to_string().contains("absolute pointer (encoding 0x03) in a position-independent program"), "{e}");
+}
