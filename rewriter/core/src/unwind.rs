@@ -84,8 +84,8 @@ use gimli::write::{
     FrameTable,
 };
 use gimli::{
-    constants, BaseAddresses, CfaRule, DwEhPe, EhFrameHdr, Encoding, Format, LittleEndian, Pointer, RegisterRule,
-    UnwindContext,
+    constants, BaseAddresses, CfaRule, DwEhPe, EhFrameHdr, EhFrameOffset, Encoding, Format, LittleEndian, Pointer,
+    RegisterRule, UnwindContext, UnwindSection,
 };
 use iced_x86::{
     Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
@@ -168,13 +168,18 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
     }
     let (in_addr, in_data) = input_eh_frame(elf, hdr_seg)?;
     let input = EhFrameIn::of_program(elf, in_addr, in_data);
-    let input_fdes = input.fdes()?;
     let mut table = FrameTable::default();
-    Converter::new(&input, at, elf.kind == ElfKind::Pie).convert(&input_fdes, &mut table)?;
+    let mut index = Vec::new();
+    let input_fdes = input.fdes().inspect(|f| {
+        if let Ok(f) = f {
+            index.push((f.initial_address(), f.initial_address().saturating_add(f.len()), f.offset()));
+        }
+    });
+    Converter::new(&input, at, elf.kind == ElfKind::Pie).convert(input_fdes, &mut table)?;
     let rt = EhFrameIn::new(rt_eh.0, rt_eh.1, "rt-lib .eh_frame");
-    Converter::new(&rt, at, true).convert(&rt.fdes()?, &mut table)?;
+    Converter::new(&rt, at, true).convert(rt.fdes(), &mut table)?;
 
-    let mut rows = InputRows::new(&input, &input_fdes);
+    let mut rows = InputRows::new(&input, index);
     let cie = table.add_cie(generated_cie());
     let mut info = InstructionInfoFactory::new();
     for p in pieces.iter().filter(|p| !p.code.is_empty()) {
@@ -193,10 +198,12 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
     }
     let eh_frame = write_eh_frame(&table, at)?;
 
-    let written = EhFrameIn::new(at, &eh_frame, "new .eh_frame")
+    let written = EhFrameIn::new(at, &eh_frame, "new .eh_frame");
+    let index = written
         .fdes()
+        .map(|f| f.map(|f| (f.initial_address(), at + f.offset() as u64)))
+        .collect::<Result<Vec<_>>>()
         .map_err(|e| Error::Internal(format!("unwind: the new .eh_frame at 0x{at:x} does not read back: {e}")))?;
-    let index = written.iter().map(|f| (f.initial_address(), at + f.offset() as u64)).collect();
     let hdr_at = (at + eh_frame.len() as u64).next_multiple_of(4);
     let eh_frame_hdr = build_hdr(at, hdr_at, index)?;
     Ok(Some(EhOut { eh_frame_at: at, eh_frame, hdr_at, eh_frame_hdr }))
@@ -355,9 +362,9 @@ impl<'e, 'a> Converter<'e, 'a> {
     }
 
     /// Add every FDE of `fdes` (read from this section), with the CIEs they use.
-    fn convert(&mut self, fdes: &[ReadFde<'a>], table: &mut FrameTable) -> Result<()> {
+    fn convert(&mut self, fdes: impl Iterator<Item = Result<ReadFde<'a>>>, table: &mut FrameTable) -> Result<()> {
         for fde in fdes {
-            self.fde(fde, table)?;
+            self.fde(&fde?, table)?;
         }
         Ok(())
     }
@@ -529,30 +536,25 @@ fn build_hdr(eh_at: u64, hdr_at: u64, mut table: Vec<(u64, u64)>) -> Result<Vec<
 /// Evaluates the input's `.eh_frame` rows at addresses.
 struct InputRows<'e, 'a> {
     eh: &'e EhFrameIn<'a>,
-    fdes: &'e [ReadFde<'a>],
     ctx: UnwindContext<usize>,
-    /// (initial location, end, index in `fdes`), sorted.
+    /// (initial location, end, offset of the FDE), sorted.
     index: Vec<(u64, u64, usize)>,
 }
 
 impl<'e, 'a> InputRows<'e, 'a> {
-    fn new(eh: &'e EhFrameIn<'a>, fdes: &'e [ReadFde<'a>]) -> Self {
-        let mut index: Vec<_> = fdes
-            .iter()
-            .enumerate()
-            .map(|(k, f)| (f.initial_address(), f.initial_address().saturating_add(f.len()), k))
-            .collect();
+    fn new(eh: &'e EhFrameIn<'a>, mut index: Vec<(u64, u64, usize)>) -> Self {
         index.sort_unstable();
-        InputRows { eh, fdes, ctx: UnwindContext::new(), index }
+        InputRows { eh, ctx: UnwindContext::new(), index }
     }
 
     /// The state at `addr`, or None when no FDE covers it or its CFI cannot be evaluated.
     fn state_at(&mut self, addr: u64) -> Option<State> {
         let i = self.index.partition_point(|f| f.0 <= addr);
         // FDEs do not nest; a few steps back cover zero-length and overlapping oddities.
-        let &(_, _, k) = self.index[..i].iter().rev().take(4).find(|f| addr < f.1)?;
+        let &(_, _, off) = self.index[..i].iter().rev().take(4).find(|f| addr < f.1)?;
         let eh = self.eh;
-        let row = self.fdes[k].unwind_info_for_address(&eh.section, &eh.bases, &mut self.ctx, addr).ok()?;
+        let fde = eh.section.fde_from_offset(&eh.bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).ok()?;
+        let row = fde.unwind_info_for_address(&eh.section, &eh.bases, &mut self.ctx, addr).ok()?;
         let expr = |e: &gimli::UnwindExpression<usize>| eh.expression(e).map(<[u8]>::to_vec);
         let cfa = match row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => Cfa::Reg(register.0, *offset),

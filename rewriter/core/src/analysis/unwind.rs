@@ -79,25 +79,30 @@ impl<'a> EhFrameIn<'a> {
         Some(Self::of_program(elf, sec.addr, elf.section_data(sec)))
     }
 
-    /// Every FDE, in section order (CIEs are reached through them).
-    pub(crate) fn fdes(&self) -> Result<Vec<ReadFde<'a>>> {
-        let mut out = Vec::new();
+    /// Every FDE, in section order (CIEs are reached through them); reading stops at the
+    /// first error.
+    pub(crate) fn fdes(&self) -> impl Iterator<Item = Result<ReadFde<'a>>> + '_ {
         let mut entries = self.section.entries(&self.bases);
         let mut last_ok = 0usize;
-        loop {
+        let mut failed = false;
+        std::iter::from_fn(move || loop {
+            if failed {
+                return None;
+            }
             let partial = match entries.next() {
-                Ok(None) => break,
+                Ok(None) => return None,
                 Ok(Some(CieOrFde::Cie(cie))) => {
                     last_ok = cie.offset();
                     continue;
                 }
                 Ok(Some(CieOrFde::Fde(p))) => p,
                 Err(e) => {
-                    return Err(Error::Malformed(format!(
+                    failed = true;
+                    return Some(Err(Error::Malformed(format!(
                         "{}: entry after offset 0x{last_ok:x} (address 0x{:x}): {e}",
                         self.what,
                         self.addr.wrapping_add(last_ok as u64)
-                    )))
+                    ))));
                 }
             };
             let off = partial.offset();
@@ -108,10 +113,10 @@ impl<'a> EhFrameIn<'a> {
                     self.what,
                     self.addr.wrapping_add(off as u64)
                 ))
-            })?;
-            out.push(fde);
-        }
-        Ok(out)
+            });
+            failed = fde.is_err();
+            return Some(fde);
+        })
     }
 
     /// The bytes of a DWARF expression in a CFA program.
@@ -127,7 +132,8 @@ pub(crate) fn read_fdes(elf: &InputElf) -> Result<Vec<Fde>> {
     };
     let mut ctx = UnwindContext::new();
     let mut out = Vec::new();
-    for fde in eh.fdes()? {
+    for fde in eh.fdes() {
+        let fde = fde?;
         let address = fde.initial_address();
         let len = fde.len();
         let mid_frame = match fde.unwind_info_for_address(&eh.section, &eh.bases, &mut ctx, address) {

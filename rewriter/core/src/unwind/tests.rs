@@ -1,6 +1,6 @@
 use super::*;
 use crate::codegen::{self, TimerEnv, TrampolineEnv};
-use gimli::{CieOrFde, EhFrame, UnwindSection};
+use gimli::{CieOrFde, EhFrame};
 use iced_x86::{BlockEncoder, BlockEncoderOptions, InstructionBlock, MemoryOperand};
 use std::path::Path;
 
@@ -200,7 +200,7 @@ fn rules_read_back_through_gimli() {
     let eh_at = AT + 0x10000;
     let eh = one_fde(eh_at, AT, 2000, program);
     let frame = EhFrameIn::new(eh_at, &eh, "test");
-    let fdes = frame.fdes().unwrap();
+    let fdes: Vec<_> = frame.fdes().map(Result::unwrap).collect();
     assert_eq!((fdes.len(), fdes[0].initial_address(), fdes[0].len()), (1, AT, 2000));
     let mut ctx = UnwindContext::new();
     let row = fdes[0].unwind_info_for_address(&frame.section, &frame.bases, &mut ctx, AT).unwrap();
@@ -303,8 +303,8 @@ fn generated_code_of_real_programs_is_balanced() {
         let (in_addr, in_data) =
             input_eh_frame(&elf, elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_EH_FRAME).unwrap()).unwrap();
         let input = EhFrameIn::of_program(&elf, in_addr, in_data);
-        let fdes = input.fdes().unwrap();
-        let mut rows = InputRows::new(&input, &fdes);
+        let index = input.fdes().map(Result::unwrap).map(|f| (f.initial_address(), f.end_address(), f.offset()));
+        let mut rows = InputRows::new(&input, index.collect());
         let pieces = pieces_of(&data, 0x4000_0000);
         let (mut jumps_checked, mut at_states) = (0, 0);
         for (p, back) in &pieces {
@@ -481,7 +481,7 @@ fn generated_rows_evaluate_to_the_tracked_states() {
     let eh_at = AT + 0x10000;
     let eh = one_fde(eh_at, AT, code.len() as u32, prog);
     let frame = EhFrameIn::new(eh_at, &eh, "test");
-    let fde = frame.fdes().unwrap().remove(0);
+    let fde = frame.fdes().next().unwrap().unwrap();
     let (frame, bases) = (&frame.section, &frame.bases);
     let st = states(AT, &code, State::call()).unwrap();
     let mut ctx = UnwindContext::new();
@@ -557,7 +557,7 @@ fn eh_fixture(base: u64, enc: u8, fdes: &[(u64, u64)]) -> Vec<u8> {
 fn convert_fixture(base: u64, data: &[u8], at: u64, pie: bool) -> Result<Vec<u8>> {
     let old = EhFrameIn::new(base, data, "fixture");
     let mut table = FrameTable::default();
-    Converter::new(&old, at, pie).convert(&old.fdes()?, &mut table)?;
+    Converter::new(&old, at, pie).convert(old.fdes(), &mut table)?;
     write_eh_frame(&table, at)
 }
 
@@ -569,7 +569,7 @@ fn null_pointers_and_set_loc_survive_the_conversion() {
     let data = eh_fixture(base, 0x1b, &[(0x1000, 0), (0x2000, 0x3000)]);
     let eh = convert_fixture(base, &data, at, true).unwrap();
     let new = EhFrameIn::new(at, &eh, "converted");
-    let fdes = new.fdes().unwrap();
+    let fdes: Vec<_> = new.fdes().map(Result::unwrap).collect();
     let got: Vec<_> = fdes.iter().map(|f| (f.initial_address(), f.len(), f.lsda(), f.cie().personality())).collect();
     assert_eq!(got, [(0x1000, 0x20, None, None), (0x2000, 0x20, Some(Pointer::Direct(0x3000)), None)]);
     let mut ctx = UnwindContext::new();
@@ -593,7 +593,7 @@ fn absolute_pointers_only_outside_pies() {
     let data = eh_fixture(base, 0x03, &[(0x1000, 0x3000)]);
     let eh = convert_fixture(base, &data, at, false).unwrap();
     let new = EhFrameIn::new(at, &eh, "converted");
-    let f = &new.fdes().unwrap()[0];
+    let f = &new.fdes().next().unwrap().unwrap();
     assert_eq!((f.initial_address(), f.lsda()), (0x1000, Some(Pointer::Direct(0x3000))));
     let e = convert_fixture(base, &data, at, true).unwrap_err();
     assert!(e.to_string().contains("absolute pointer (encoding 0x03) in a position-independent program"), "{e}");
