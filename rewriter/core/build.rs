@@ -22,6 +22,7 @@
 //! The output is `rt.bin` (the image, loaded at offset 0 of where the rewriter places it)
 //! and `rt_image.rs` (entry offsets, and `EH_FRAME_OFFSET` / `EH_FRAME_LEN`: where the
 //! image's `.eh_frame` lies in it), both in OUT_DIR.
+use gimli::UnwindSection;
 use iced_x86::{Code, Decoder, DecoderOptions};
 use object::{Object, ObjectSection, ObjectSymbol};
 use std::path::{Path, PathBuf};
@@ -170,7 +171,7 @@ fn check_eh_frame(data: &[u8], addr: u64) {
     let mut eh = gimli::EhFrame::new(data, gimli::LittleEndian);
     eh.set_address_size(8);
     let bases = gimli::BaseAddresses::default().set_eh_frame(addr);
-    let mut entries = gimli::UnwindSection::entries(&eh, &bases);
+    let mut entries = eh.entries(&bases);
     loop {
         let entry = entries.next().unwrap_or_else(|e| panic!("rt-lib .eh_frame: {e}"));
         let cie = match entry {
@@ -179,7 +180,7 @@ fn check_eh_frame(data: &[u8], addr: u64) {
             Some(gimli::CieOrFde::Fde(partial)) => {
                 let off = partial.offset();
                 partial
-                    .parse(|s, b, o| gimli::UnwindSection::cie_from_offset(s, b, o))
+                    .parse(|s, b, o| s.cie_from_offset(b, o))
                     .unwrap_or_else(|e| panic!("rt-lib .eh_frame: FDE at offset 0x{off:x}: {e}"));
                 continue;
             }
