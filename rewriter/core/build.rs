@@ -15,12 +15,14 @@
 //! 5. Unwind information (D5): rt-lib is compiled with `-Cforce-unwind-tables=yes` and its
 //!    `.eh_frame` is kept, after `.rodata`, in the image's one segment (no `.eh_frame_hdr`:
 //!    the rewriter builds one table for the whole output, see `src/unwind.rs`). Every CIE
-//!    must encode its pointers pc-relative (checked here; the two-base check would also see
-//!    absolute ones), and with panic=abort there is no personality routine and no LSDA.
+//!    must encode its pointers pc-relative (checked here, reading the section with gimli as
+//!    the rewriter does; the two-base check would also see absolute ones), and with
+//!    panic=abort there is no personality routine and no LSDA.
 //!
 //! The output is `rt.bin` (the image, loaded at offset 0 of where the rewriter places it)
 //! and `rt_image.rs` (entry offsets, and `EH_FRAME_OFFSET` / `EH_FRAME_LEN`: where the
 //! image's `.eh_frame` lies in it), both in OUT_DIR.
+use gimli::UnwindSection;
 use iced_x86::{Code, Decoder, DecoderOptions};
 use object::{Object, ObjectSection, ObjectSymbol};
 use std::path::{Path, PathBuf};
@@ -142,7 +144,7 @@ fn extract(elf: &Path, base: u64) -> (Vec<u8>, Vec<(String, u64)>) {
             text_range = (off, off + bytes.len());
         }
         if name == ".eh_frame" {
-            check_eh_frame(bytes);
+            check_eh_frame(bytes, s.address());
             eh_frame = (off, bytes.len());
         }
     }
@@ -162,63 +164,39 @@ fn extract(elf: &Path, base: u64) -> (Vec<u8>, Vec<(String, u64)>) {
     (image, syms)
 }
 
-/// Check that rt-lib's `.eh_frame` can be copied anywhere: every CIE is a `z` CIE whose FDE
-/// pointers are pc-relative, without personality routine or LSDA (panic=abort).
-fn check_eh_frame(data: &[u8]) {
-    let mut pos = 0;
-    while pos + 4 <= data.len() {
-        let len = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap()) as usize;
-        if len == 0 {
-            break; // terminator
-        }
-        if len == 0xffff_ffff || pos + 4 + len > data.len() || len < 4 {
-            panic!("rt-lib .eh_frame: bad entry length at offset 0x{pos:x}");
-        }
-        let body = &data[pos + 4..pos + 4 + len];
-        if u32::from_le_bytes(body[..4].try_into().unwrap()) == 0 {
-            // A CIE: version, augmentation string, code and data alignment, return register.
-            let aug_end = body[5..].iter().position(|&c| c == 0).map(|i| 5 + i).expect("CIE augmentation string");
-            let aug = &body[5..aug_end];
-            let mut p = aug_end + 1;
-            let skip_leb = |p: &mut usize| {
-                while body[*p] & 0x80 != 0 {
-                    *p += 1;
-                }
-                *p += 1;
-            };
-            skip_leb(&mut p); // code alignment
-            skip_leb(&mut p); // data alignment
-            if body[4] == 1 {
-                p += 1;
-            } else {
-                skip_leb(&mut p);
+/// Check, with gimli, that rt-lib's `.eh_frame` (at `addr`) can be moved anywhere: every
+/// entry reads, every CIE encodes its FDE pointers pc-relative and direct, and there is no
+/// personality routine and no LSDA (panic=abort).
+fn check_eh_frame(data: &[u8], addr: u64) {
+    let mut eh = gimli::EhFrame::new(data, gimli::LittleEndian);
+    eh.set_address_size(8);
+    let bases = gimli::BaseAddresses::default().set_eh_frame(addr);
+    let mut entries = eh.entries(&bases);
+    loop {
+        let entry = entries.next().unwrap_or_else(|e| panic!("rt-lib .eh_frame: {e}"));
+        let cie = match entry {
+            None => break,
+            Some(gimli::CieOrFde::Cie(cie)) => cie,
+            Some(gimli::CieOrFde::Fde(partial)) => {
+                let off = partial.offset();
+                partial
+                    .parse(|s, b, o| s.cie_from_offset(b, o))
+                    .unwrap_or_else(|e| panic!("rt-lib .eh_frame: FDE at offset 0x{off:x}: {e}"));
+                continue;
             }
-            if aug.first() != Some(&b'z') {
-                panic!("rt-lib .eh_frame: CIE at 0x{pos:x} has augmentation {aug:?}, want \"z...\"");
-            }
-            skip_leb(&mut p); // augmentation data length
-            for &c in &aug[1..] {
-                match c {
-                    b'R' => {
-                        let enc = body[p];
-                        p += 1;
-                        // pc-relative, direct, fixed size (src/unwind.rs moves such pointers)
-                        if enc & 0x70 != 0x10 || enc & 0x80 != 0 || matches!(enc & 0x0f, 0x01 | 0x09) {
-                            panic!(
-                                "rt-lib .eh_frame: CIE at 0x{pos:x} encodes FDE pointers as 0x{enc:02x}, not pc-relative: \
-                                 the image would not be position-independent"
-                            );
-                        }
-                    }
-                    b'S' => {}
-                    _ => panic!(
-                        "rt-lib .eh_frame: CIE at 0x{pos:x} has augmentation {:?} (personality or LSDA with panic=abort?)",
-                        String::from_utf8_lossy(aug)
-                    ),
-                }
-            }
+        };
+        let off = cie.offset();
+        // pc-relative, direct (src/unwind.rs writes such pointers for their new place)
+        match cie.fde_address_encoding() {
+            Some(enc) if enc.application() == gimli::DW_EH_PE_pcrel && !enc.is_indirect() => {}
+            enc => panic!(
+                "rt-lib .eh_frame: CIE at offset 0x{off:x} encodes FDE pointers as {enc:?}, not pc-relative: \
+                 the image would not be position-independent"
+            ),
         }
-        pos += 4 + len;
+        if cie.personality().is_some() || cie.lsda_encoding().is_some() {
+            panic!("rt-lib .eh_frame: CIE at offset 0x{off:x} has a personality routine or LSDA (with panic=abort?)");
+        }
     }
 }
 

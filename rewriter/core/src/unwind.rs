@@ -5,28 +5,49 @@
 //! the section named `.eh_frame`. The output gets one new `.eh_frame` in the new code segment,
 //! followed by a new `.eh_frame_hdr` whose table covers every FDE in it, and the writing pass
 //! (`emit`) points `PT_GNU_EH_FRAME` and the `.eh_frame` / `.eh_frame_hdr` section headers at them.
-//! The new `.eh_frame` holds, in this order:
+//! All call frame information is read with gimli (through
+//! [`EhFrameIn`](crate::analysis::unwind::EhFrameIn), the reader analysis uses too) and
+//! written with gimli's `write::FrameTable`; only the `.eh_frame_hdr`, for which gimli has no
+//! writer, is laid out here ([`build_hdr`]). The new `.eh_frame` holds, in this order:
 //!
-//! 1. A copy of the input's `.eh_frame` (up to its terminator) with every pc-relative pointer
-//!    adjusted for the move: FDE initial locations, LSDA pointers in FDE augmentation data,
-//!    personality pointers in CIE augmentation data. An `indirect` pointer keeps pointing at
-//!    the same slot (the slot holds an absolute address, which does not move). The CIE pointer
-//!    of an FDE is relative within the section and does not change; a pointer whose value is 0
-//!    means "none" to libgcc and stays 0. Absolute pointers stay as they are in a non-PIE and
-//!    are refused in a PIE (the dynamic relocations that fix them apply to the old copy only),
-//!    as are encodings other than absolute and pc-relative. `DW_CFA_set_loc` inside CFA
-//!    programs (emitted by no current toolchain) is not adjusted.
-//! 2. A copy of rt-lib's `.eh_frame` (in the runtime image; `build.rs` checks that it uses
-//!    pc-relative pointers only), adjusted the same way.
+//! 1. The input's entries (its `.eh_frame` up to the terminator), converted for the new place.
+//! 2. rt-lib's entries (the image's `.eh_frame`; `build.rs` checks that its pointers are
+//!    pc-relative), converted the same way.
 //! 3. One CIE for generated code and one FDE per generated [`Piece`] (stubs, timer routines,
 //!    trampolines, thunks), whose CFI is computed from the machine code (below).
 //! 4. A zero terminator, then (4-aligned) the `.eh_frame_hdr`: version 1, `eh_frame_ptr`
 //!    pc-relative sdata4, `fde_count` udata4, a table of (initial location, FDE address) pairs
 //!    relative to the header (datarel sdata4), sorted by initial location.
 //!
-//! The input's own `.eh_frame` and `.eh_frame_hdr` bytes stay where they were, unused. An input
-//! without `PT_GNU_EH_FRAME` is left as it is ([`build`] returns `None`): without a header
-//! there is no program header slot to point at the new table.
+//! # Converted, not copied
+//!
+//! Moving an entry changes every pc-relative pointer in it (FDE initial locations, LSDA
+//! pointers in FDE augmentation data, personality pointers in CIE augmentation data), and
+//! finding those fields means parsing every entry anyway. So each entry is read with gimli
+//! (which resolves every pointer to the address it means) and written again by gimli's
+//! writer for the new place, with the CIE's own pointer encodings, alignment factors and
+//! CFA program (instruction by instruction, expressions byte for byte), so personality
+//! routines and LSDAs of C++ code stay exact:
+//!
+//! - a pc-relative pointer is written relative to its new place; an `indirect` one keeps
+//!   pointing at the same slot (the slot holds an absolute address, which does not move);
+//! - an absolute pointer keeps its value in a non-PIE and is refused in a PIE (the dynamic
+//!   relocations that fix it apply to the old copy only); text-, data- and function-relative
+//!   and aligned pointers are refused;
+//! - a null pointer (raw 0; for a pc-relative one gimli reads the address of the field
+//!   itself, inside its own entry) means "none" to libgcc: a CIE's null personality is
+//!   dropped, an FDE with a null LSDA gets its CIE without `L`, and an FDE whose initial
+//!   location is null (it describes no code) is left out;
+//! - `DW_CFA_set_loc` (emitted by no current toolchain) becomes an advance from the FDE's
+//!   start, so it moves with the code's description;
+//! - identical CIEs are written once, every entry in 32-bit DWARF format as CIE version 1
+//!   (version 3 differs only in how the return address column is encoded, a ULEB128 that
+//!   gimli writes for both), padded with `DW_CFA_nop` to 8 bytes.
+//!
+//! The offsets of the written FDEs, for the header's table, are read back from the written
+//! section with gimli. The input's own `.eh_frame` and `.eh_frame_hdr` bytes stay where they
+//! were, unused. An input without `PT_GNU_EH_FRAME` is left as it is ([`build`] returns
+//! `None`): without a header there is no program header slot to point at the new table.
 //!
 //! # CFI of generated code
 //!
@@ -49,20 +70,30 @@
 //!   that can no longer be computed becomes "return address undefined" (the unwinder stops
 //!   there instead of following garbage).
 //!
-//! A row is emitted at every instruction whose state differs from the previous row. Every
+//! A row is emitted at every instruction whose state differs from the previous row, as the
+//! `write::CallFrameInstruction`s that turn the previous row into it ([`diff`]). Every
 //! instruction reached by two paths must be reached in one state (the generated code keeps
 //! the stack balanced on every path): a disagreement is an error in debug builds; release
 //! builds keep the state of the first path.
 
+use crate::analysis::unwind::{Bytes, EhFrameIn, ReadFde};
 use crate::error::{Error, Result};
 use crate::input::{ElfKind, InputElf, Segment};
-use gimli::{BaseAddresses, CfaRule, EhFrame, EhFrameOffset, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
+use gimli::write::{
+    Address, CallFrameInstruction as Cfi, CieId, CommonInformationEntry, EndianVec, Expression, FrameDescriptionEntry,
+    FrameTable,
+};
+use gimli::{
+    constants, BaseAddresses, CfaRule, DwEhPe, EhFrameHdr, EhFrameOffset, Encoding, Format, LittleEndian, Pointer,
+    RegisterRule, UnwindContext, UnwindSection,
+};
 use iced_x86::{
     Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
     Register,
 };
 use object::elf;
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 
 /// The CFA state a piece of generated code starts in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,10 +148,12 @@ const RSP: u16 = 7;
 /// The return address column.
 const RA: u16 = 16;
 
-const DW_EH_PE_OMIT: u8 = 0xff;
-const DW_EH_PE_PCREL: u8 = 0x10;
 /// pcrel | sdata4: the encoding of every pointer we write.
-const PCREL_SDATA4: u8 = 0x1b;
+const PCREL_SDATA4: DwEhPe = DwEhPe(constants::DW_EH_PE_pcrel.0 | constants::DW_EH_PE_sdata4.0);
+/// How every entry of the new `.eh_frame` is written.
+const ENCODING: Encoding = Encoding { format: Format::Dwarf32, version: 1, address_size: 8 };
+/// Data alignment factor of our CIE.
+const DATA_ALIGN: i64 = -8;
 
 /// Build the combined `.eh_frame` (placed at `at`, which must be 4-aligned) and its
 /// `.eh_frame_hdr`: the input's FDEs, rt-lib's (`rt_eh`: the address where the image's
@@ -134,21 +167,20 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
         return Err(Error::Internal(format!("unwind: .eh_frame at 0x{at:x} is not 4-aligned")));
     }
     let (in_addr, in_data) = input_eh_frame(elf, hdr_seg)?;
-    let pie = elf.kind == ElfKind::Pie;
-    let mut eh: Vec<u8> = Vec::new();
-    let mut table: Vec<(u64, u64)> = Vec::new();
+    let input = EhFrameIn::of_program(elf, in_addr, in_data);
+    let mut table = FrameTable::default();
+    let mut index = Vec::new();
+    let input_fdes = input.fdes().inspect(|f| {
+        if let Ok(f) = f {
+            index.push((f.initial_address(), f.initial_address().saturating_add(f.len()), f.offset()));
+        }
+    });
+    Converter::new(&input, at, elf.kind == ElfKind::Pie).convert(input_fdes, &mut table)?;
+    let rt = EhFrameIn::new(rt_eh.0, rt_eh.1, "rt-lib .eh_frame");
+    Converter::new(&rt, at, true).convert(rt.fdes(), &mut table)?;
 
-    let input = relocate(in_data, in_addr, at, pie, ".eh_frame")?;
-    table.extend(input.fdes.iter().map(|f| (f.begin, at + f.offset as u64)));
-    eh.extend_from_slice(&input.bytes);
-
-    let rt_at = at + eh.len() as u64;
-    let rt = relocate(rt_eh.1, rt_eh.0, rt_at, true, "rt-lib .eh_frame")?;
-    table.extend(rt.fdes.iter().map(|f| (f.begin, rt_at + f.offset as u64)));
-    eh.extend_from_slice(&rt.bytes);
-
-    let mut rows = InputRows::new(elf, in_addr, in_data, &input.fdes);
-    let cie = push_cie(&mut eh);
+    let mut rows = InputRows::new(&input, index);
+    let cie = table.add_cie(generated_cie());
     let mut info = InstructionInfoFactory::new();
     for p in pieces.iter().filter(|p| !p.code.is_empty()) {
         let initial = match p.initial {
@@ -156,51 +188,45 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
             Initial::Entry => State::entry(),
             Initial::At(a) => rows.state_at(a).unwrap_or_else(State::call),
         };
-        let program = cfi_program(p.start, &p.code, initial, &mut info)?;
-        let off = push_fde(&mut eh, cie, at, p.start, p.code.len() as u64, &program)?;
-        table.push((p.start, at + off as u64));
+        let len = u32::try_from(p.code.len())
+            .map_err(|_| Error::Internal(format!("unwind: piece at 0x{:x} too long", p.start)))?;
+        let mut fde = FrameDescriptionEntry::new(Address::Constant(p.start.wrapping_sub(at)), len);
+        for (offset, instruction) in cfi_program(p.start, &p.code, initial, &mut info)? {
+            fde.add_instruction(offset, instruction);
+        }
+        table.add_fde(cie, fde);
     }
-    eh.extend_from_slice(&[0; 4]); // terminator
+    let eh_frame = write_eh_frame(&table, at)?;
 
-    let hdr_at = (at + eh.len() as u64).next_multiple_of(4);
-    let eh_frame_hdr = build_hdr(at, hdr_at, table)?;
-    Ok(Some(EhOut { eh_frame_at: at, eh_frame: eh, hdr_at, eh_frame_hdr }))
-}
-
-fn u32_at(b: &[u8], o: usize) -> Result<u32> {
-    Ok(u32::from_le_bytes(field(b, o)?))
-}
-fn u64_at(b: &[u8], o: usize) -> Result<u64> {
-    Ok(u64::from_le_bytes(field(b, o)?))
-}
-fn field<const N: usize>(b: &[u8], o: usize) -> Result<[u8; N]> {
-    b.get(o..o + N)
-        .and_then(|s| s.try_into().ok())
-        .ok_or_else(|| Error::Internal(format!("unwind: read of {N} bytes at 0x{o:x} past the end")))
+    let written = EhFrameIn::new(at, &eh_frame, "new .eh_frame");
+    let index = written
+        .fdes()
+        .map(|f| f.map(|f| (f.initial_address(), at + f.offset() as u64)))
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| Error::Internal(format!("unwind: the new .eh_frame at 0x{at:x} does not read back: {e}")))?;
+    let hdr_at = (at + eh_frame.len() as u64).next_multiple_of(4);
+    let eh_frame_hdr = build_hdr(at, hdr_at, index)?;
+    Ok(Some(EhOut { eh_frame_at: at, eh_frame, hdr_at, eh_frame_hdr }))
 }
 
 // ---------------------------------------------------------------------------------------
-// The input's .eh_frame and moving copies of .eh_frame data
+// The input's .eh_frame, and converting entries for the new .eh_frame
 // ---------------------------------------------------------------------------------------
 
 /// The input's `.eh_frame`: its address and bytes. Found by its section header, or (section
 /// headers stripped) through the `eh_frame_ptr` of the `.eh_frame_hdr`; then the bytes run to
-/// the end of the segment holding it, and [`relocate`] stops at the terminator.
+/// the end of the segment holding it, and gimli's reader stops at the terminator.
 fn input_eh_frame<'a>(elf: &InputElf<'a>, hdr_seg: &Segment) -> Result<(u64, &'a [u8])> {
     if let Some(s) = elf.section(".eh_frame").filter(|s| s.is_alloc() && s.has_bits()) {
         return Ok((s.addr, elf.section_data(s)));
     }
     let bad = |m: String| Error::Malformed(format!(".eh_frame_hdr at 0x{:x}: {m}", hdr_seg.vaddr));
-    let hdr = elf.bytes_at(hdr_seg.vaddr, 8).ok_or_else(|| bad("not in the file".into()))?;
-    if hdr[0] != 1 {
-        return Err(bad(format!("version {}, want 1", hdr[0])));
-    }
-    let raw = i32::from_le_bytes(hdr[4..8].try_into().unwrap_or_default());
-    let ptr = match hdr[1] {
-        0x1b => (hdr_seg.vaddr + 4).wrapping_add(raw as i64 as u64),
-        0x03 => raw as u32 as u64,
-        0x0b => raw as i64 as u64,
-        e => return Err(bad(format!("eh_frame_ptr encoding 0x{e:02x}"))),
+    let hdr = elf.bytes_at(hdr_seg.vaddr, hdr_seg.filesz).ok_or_else(|| bad("not in the file".into()))?;
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_seg.vaddr);
+    let parsed = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).map_err(|e| bad(e.to_string()))?;
+    let ptr = match parsed.eh_frame_ptr() {
+        Pointer::Direct(p) => p,
+        Pointer::Indirect(p) => return Err(bad(format!("indirect eh_frame_ptr (slot 0x{p:x})"))),
     };
     let seg = elf
         .loads()
@@ -210,286 +236,199 @@ fn input_eh_frame<'a>(elf: &InputElf<'a>, hdr_seg: &Segment) -> Result<(u64, &'a
     Ok((ptr, data))
 }
 
-/// An FDE of a moved copy.
-#[derive(Clone, Copy, Debug)]
-struct FdeAt {
-    /// Offset of the FDE (its length field) in the copy, and in the original.
-    offset: usize,
-    /// Initial location and length of the range it covers.
-    begin: u64,
-    len: u64,
+/// Writes the entries of one `.eh_frame` (read where it lies) into the frame table of the
+/// new `.eh_frame` at `at` (see "Converted, not copied" in the module documentation).
+struct Converter<'e, 'a> {
+    eh: &'e EhFrameIn<'a>,
+    /// Address of the new `.eh_frame`: the writer's offset 0, so a pc-relative pointer to `t`
+    /// is given to it as `t - at`.
+    at: u64,
+    /// Refuse absolute pointers.
+    pie: bool,
+    /// Converted CIEs: by offset in the old section and whether the FDE's LSDA is null.
+    cies: HashMap<(usize, bool), CieId>,
 }
 
-/// A copy of `.eh_frame` entries made for a new address.
-struct Moved {
-    bytes: Vec<u8>,
-    fdes: Vec<FdeAt>,
-}
+type ReadCie<'a> = gimli::CommonInformationEntry<Bytes<'a>>;
 
-/// What an FDE needs from its CIE.
-#[derive(Clone, Copy, Debug)]
-struct CieInfo {
-    /// Encoding of the initial location and (its format) the range length.
-    fde_enc: u8,
-    /// Encoding of the LSDA pointer, `DW_EH_PE_OMIT` for none.
-    lsda_enc: u8,
-    /// Augmentation data is present ("z").
-    z: bool,
-    /// The personality pointer: its offset in the section and encoding.
-    personality: Option<(usize, u8)>,
-}
-
-/// One `.eh_frame` entry's framing.
-struct EntryHdr {
-    /// Offset of the CIE id / CIE pointer field, its size (4, or 8 in 64-bit DWARF).
-    id_pos: usize,
-    id_size: usize,
-    /// Offset of the next entry.
-    next: usize,
-    /// CIE id (0 for a CIE) or CIE pointer.
-    id: u64,
-}
-
-fn entry_hdr(data: &[u8], pos: usize, what: &str) -> Result<Option<EntryHdr>> {
-    let bad = || Error::Malformed(format!("{what}: entry at offset 0x{pos:x} runs past the end"));
-    if pos + 4 > data.len() {
-        return Ok(None);
+impl<'e, 'a> Converter<'e, 'a> {
+    fn new(eh: &'e EhFrameIn<'a>, at: u64, pie: bool) -> Self {
+        Converter { eh, at, pie, cies: HashMap::new() }
     }
-    let len32 = u32_at(data, pos).map_err(|_| bad())?;
-    if len32 == 0 {
-        return Ok(None); // terminator
-    }
-    let (id_pos, len, id_size) = if len32 == 0xffff_ffff {
-        (pos + 12, u64_at(data, pos + 4).map_err(|_| bad())?, 8)
-    } else {
-        (pos + 4, u64::from(len32), 4)
-    };
-    let next = usize::try_from(len).ok().and_then(|l| id_pos.checked_add(l)).filter(|&n| n <= data.len());
-    let next = next.ok_or_else(bad)?;
-    if next < id_pos + id_size {
-        return Err(bad());
-    }
-    let id = if id_size == 4 { u64::from(u32_at(data, id_pos)?) } else { u64_at(data, id_pos)? };
-    Ok(Some(EntryHdr { id_pos, id_size, next, id }))
-}
 
-/// Reads DWARF fields from section bytes, with errors naming the section.
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
-    end: usize,
-    what: &'a str,
-}
-
-impl Reader<'_> {
-    fn err(&self, m: &str) -> Error {
-        Error::Malformed(format!("{}: at offset 0x{:x}: {m}", self.what, self.pos))
+    fn err(&self, offset: usize, m: impl std::fmt::Display) -> Error {
+        let addr = self.eh.addr.wrapping_add(offset as u64);
+        Error::Malformed(format!("{}: entry at 0x{addr:x} (offset 0x{offset:x}): {m}", self.eh.what))
     }
-    fn u8(&mut self) -> Result<u8> {
-        if self.pos >= self.end {
-            return Err(self.err("entry ends early"));
+
+    /// The addresses an entry at `offset` with `entry_len` occupies.
+    fn entry_range(&self, offset: usize, entry_len: usize, format: Format) -> Range<u64> {
+        let start = self.eh.addr.wrapping_add(offset as u64);
+        start..start.wrapping_add((format.initial_length_size() as usize + entry_len) as u64)
+    }
+
+    /// Pointer `p` of encoding `enc` in the entry at `offset` (occupying `own`), as the writer
+    /// takes it; None for a null pointer.
+    fn pointer(&self, offset: usize, own: &Range<u64>, enc: DwEhPe, p: Pointer) -> Result<Option<Address>> {
+        let target = p.pointer();
+        match enc.application() {
+            constants::DW_EH_PE_absptr if target == 0 => Ok(None),
+            constants::DW_EH_PE_absptr if self.pie => Err(self
+                .err(offset, format!("absolute pointer (encoding 0x{:02x}) in a position-independent program", enc.0))),
+            constants::DW_EH_PE_absptr => Ok(Some(Address::Constant(target))),
+            constants::DW_EH_PE_pcrel if own.contains(&target) => Ok(None),
+            constants::DW_EH_PE_pcrel => Ok(Some(Address::Constant(target.wrapping_sub(self.at)))),
+            a => Err(self
+                .err(offset, format!("pointer application 0x{:02x} (encoding 0x{:02x}) is not supported", a.0, enc.0))),
         }
-        self.pos += 1;
-        Ok(self.data[self.pos - 1])
     }
-    fn leb(&mut self, signed: bool) -> Result<u64> {
-        let bytes = self.data.get(self.pos..self.end).unwrap_or(&[]);
-        let (v, n) = crate::analysis::unwind::read_leb128(bytes, signed).ok_or_else(|| self.err("bad LEB128"))?;
-        self.pos += n;
-        Ok(v)
-    }
-    fn uleb(&mut self) -> Result<u64> {
-        self.leb(false)
-    }
-    fn sleb(&mut self) -> Result<i64> {
-        Ok(self.leb(true)? as i64)
-    }
-    fn cstr(&mut self) -> Result<&[u8]> {
-        if self.pos >= self.end {
-            return Err(self.err("entry ends early"));
+
+    /// Add every FDE of `fdes` (read from this section), with the CIEs they use.
+    fn convert(&mut self, fdes: impl Iterator<Item = Result<ReadFde<'a>>>, table: &mut FrameTable) -> Result<()> {
+        for fde in fdes {
+            self.fde(&fde?, table)?;
         }
-        let s = self.data[self.pos..self.end]
-            .iter()
-            .position(|&c| c == 0)
-            .ok_or_else(|| self.err("unterminated string"))?;
-        let r = &self.data[self.pos..self.pos + s];
-        self.pos += s + 1;
-        Ok(r)
+        Ok(())
     }
-    /// Size of the encoded pointer at the cursor (LEB128 formats are read to know it).
-    fn ptr_size(&mut self, enc: u8) -> Result<usize> {
-        Ok(match enc & 0x0f {
-            0x00 | 0x04 | 0x0c => 8,
-            0x02 | 0x0a => 2,
-            0x03 | 0x0b => 4,
-            0x01 | 0x09 => {
-                let start = self.pos;
-                self.uleb()?;
-                let n = self.pos - start;
-                self.pos = start;
-                n
+
+    fn fde(&mut self, fde: &ReadFde<'a>, table: &mut FrameTable) -> Result<()> {
+        let offset = fde.offset();
+        let cie = fde.cie();
+        let own = self.entry_range(offset, fde.entry_len(), cie.encoding().format);
+        let enc = cie.fde_address_encoding().unwrap_or(constants::DW_EH_PE_absptr);
+        if enc.is_indirect() {
+            return Err(self.err(offset, "indirect initial location"));
+        }
+        let Some(address) = self.pointer(offset, &own, enc, Pointer::Direct(fde.initial_address()))? else {
+            return Ok(()); // describes no code
+        };
+        let lsda = match (fde.lsda(), cie.lsda_encoding()) {
+            (Some(p), Some(enc)) => self.pointer(offset, &own, enc, p)?,
+            _ => None,
+        };
+        let cie_id = self.cie(cie, lsda.is_none(), table)?;
+        let len =
+            u32::try_from(fde.len()).map_err(|_| self.err(offset, format!("range of 0x{:x} bytes", fde.len())))?;
+        let mut out = FrameDescriptionEntry::new(address, len);
+        out.lsda = lsda;
+        let caf = u32::try_from(cie.code_alignment_factor()).unwrap_or(u32::MAX);
+        let mut pc = 0u32;
+        let mut program = fde.instructions(&self.eh.section, &self.eh.bases);
+        loop {
+            let instruction = match program.next() {
+                Ok(Some(i)) => i,
+                Ok(None) => break,
+                Err(e) => return Err(self.err(offset, e)),
+            };
+            match instruction {
+                gimli::CallFrameInstruction::AdvanceLoc { delta } => {
+                    pc = delta
+                        .checked_mul(caf)
+                        .and_then(|d| pc.checked_add(d))
+                        .ok_or_else(|| self.err(offset, "advance past 4 GiB"))?;
+                }
+                gimli::CallFrameInstruction::SetLoc { address } => {
+                    pc = address
+                        .checked_sub(fde.initial_address())
+                        .and_then(|d| u32::try_from(d).ok())
+                        .filter(|&d| d >= pc)
+                        .ok_or_else(|| self.err(offset, format!("DW_CFA_set_loc to 0x{address:x}")))?;
+                }
+                gimli::CallFrameInstruction::Nop => {}
+                i => out.add_instruction(pc, self.instruction(offset, cie, i)?),
             }
-            _ => return Err(self.err(&format!("unknown pointer encoding 0x{enc:02x}"))),
+        }
+        table.add_fde(cie_id, out);
+        Ok(())
+    }
+
+    /// The CIE `cie` in the new table (without `L` when `no_lsda`: the FDE's LSDA is null).
+    fn cie(&mut self, cie: &ReadCie<'a>, no_lsda: bool, table: &mut FrameTable) -> Result<CieId> {
+        let offset = cie.offset();
+        let key = (offset, no_lsda && cie.lsda_encoding().is_some());
+        if let Some(id) = self.cies.get(&key) {
+            return Ok(*id);
+        }
+        let own = self.entry_range(offset, cie.entry_len(), cie.encoding().format);
+        // The writer divides by both factors.
+        let caf = u8::try_from(cie.code_alignment_factor()).ok().filter(|&f| f != 0);
+        let daf = i8::try_from(cie.data_alignment_factor()).ok().filter(|&f| f != 0);
+        let (Some(caf), Some(daf)) = (caf, daf) else {
+            let (c, d) = (cie.code_alignment_factor(), cie.data_alignment_factor());
+            return Err(self.err(offset, format!("alignment factors {c} and {d} (want 1..=255, non-zero i8)")));
+        };
+        let mut out = CommonInformationEntry::new(ENCODING, caf, daf, cie.return_address_register());
+        out.fde_address_encoding = cie.fde_address_encoding().unwrap_or(constants::DW_EH_PE_absptr);
+        out.lsda_encoding = if key.1 { None } else { cie.lsda_encoding() };
+        out.signal_trampoline = cie.is_signal_trampoline();
+        if let Some((enc, p)) = cie.personality_with_encoding() {
+            out.personality = self.pointer(offset, &own, enc, p)?.map(|a| (enc, a));
+        }
+        let mut program = cie.instructions(&self.eh.section, &self.eh.bases);
+        loop {
+            match program.next() {
+                Ok(Some(gimli::CallFrameInstruction::Nop)) => {}
+                Ok(Some(i)) => out.add_instruction(self.instruction(offset, cie, i)?),
+                Ok(None) => break,
+                Err(e) => return Err(self.err(offset, e)),
+            }
+        }
+        let id = table.add_cie(out);
+        self.cies.insert(key, id);
+        Ok(id)
+    }
+
+    /// A CFA instruction of the entry at `offset` (not an advance), for the writer: offsets
+    /// unfactored (the writer factors them again by the same CIE's factors), expressions as
+    /// their bytes.
+    fn instruction(&self, offset: usize, cie: &ReadCie<'a>, i: gimli::CallFrameInstruction<usize>) -> Result<Cfi> {
+        use gimli::CallFrameInstruction as R;
+        let daf = cie.data_alignment_factor();
+        let int = |v: i64| i32::try_from(v).map_err(|_| self.err(offset, format!("CFA offset {v} out of range")));
+        let factored = |f: i64| int(f.wrapping_mul(daf));
+        let expr = |e: &gimli::UnwindExpression<usize>| {
+            let bytes = self.eh.expression(e).ok_or_else(|| self.err(offset, "expression past the end"))?;
+            Ok::<_, Error>(Expression::raw(bytes.to_vec()))
+        };
+        Ok(match i {
+            R::DefCfa { register, offset: o } => Cfi::Cfa(register, int(o as i64)?),
+            R::DefCfaSf { register, factored_offset } => Cfi::Cfa(register, factored(factored_offset)?),
+            R::DefCfaRegister { register } => Cfi::CfaRegister(register),
+            R::DefCfaOffset { offset: o } => Cfi::CfaOffset(int(o as i64)?),
+            R::DefCfaOffsetSf { factored_offset } => Cfi::CfaOffset(factored(factored_offset)?),
+            R::DefCfaExpression { expression } => Cfi::CfaExpression(expr(&expression)?),
+            R::Undefined { register } => Cfi::Undefined(register),
+            R::SameValue { register } => Cfi::SameValue(register),
+            R::Offset { register, factored_offset } => Cfi::Offset(register, factored(factored_offset as i64)?),
+            R::OffsetExtendedSf { register, factored_offset } => Cfi::Offset(register, factored(factored_offset)?),
+            R::ValOffset { register, factored_offset } => Cfi::ValOffset(register, factored(factored_offset as i64)?),
+            R::ValOffsetSf { register, factored_offset } => Cfi::ValOffset(register, factored(factored_offset)?),
+            R::Register { dest_register, src_register } => Cfi::Register(dest_register, src_register),
+            R::Expression { register, expression } => Cfi::Expression(register, expr(&expression)?),
+            R::ValExpression { register, expression } => Cfi::ValExpression(register, expr(&expression)?),
+            R::Restore { register } => Cfi::Restore(register),
+            R::RememberState => Cfi::RememberState,
+            R::RestoreState => Cfi::RestoreState,
+            R::ArgsSize { size } => Cfi::ArgsSize(
+                u32::try_from(size).map_err(|_| self.err(offset, format!("DW_CFA_GNU_args_size {size}")))?,
+            ),
+            other => return Err(self.err(offset, format!("CFA instruction {other:?} is not supported"))),
         })
     }
 }
 
-/// Parse the CIE at `pos`.
-fn parse_cie(data: &[u8], pos: usize, what: &str) -> Result<CieInfo> {
-    let h = entry_hdr(data, pos, what)?.ok_or_else(|| Error::Malformed(format!("{what}: no CIE at 0x{pos:x}")))?;
-    if h.id != 0 {
-        return Err(Error::Malformed(format!("{what}: entry at 0x{pos:x} is not a CIE")));
-    }
-    let mut r = Reader { data, pos: h.id_pos + h.id_size, end: h.next, what };
-    let version = r.u8()?;
-    if !matches!(version, 1 | 3) {
-        return Err(r.err(&format!("CIE version {version}")));
-    }
-    let aug = r.cstr()?.to_vec();
-    r.uleb()?; // code alignment
-    r.sleb()?; // data alignment
-    if version == 1 {
-        r.u8()?;
-    } else {
-        r.uleb()?;
-    }
-    let mut info = CieInfo { fde_enc: 0, lsda_enc: DW_EH_PE_OMIT, z: false, personality: None };
-    if aug.is_empty() {
-        return Ok(info);
-    }
-    if aug[0] != b'z' {
-        return Err(r.err(&format!("CIE augmentation {:?}", String::from_utf8_lossy(&aug))));
-    }
-    info.z = true;
-    r.uleb()?;
-    for &c in &aug[1..] {
-        match c {
-            b'R' => info.fde_enc = r.u8()?,
-            b'L' => info.lsda_enc = r.u8()?,
-            b'P' => {
-                let enc = r.u8()?;
-                info.personality = Some((r.pos, enc));
-                r.pos += r.ptr_size(enc)?;
-            }
-            b'S' | b'B' | b'G' => {}
-            _ => return Err(r.err(&format!("CIE augmentation {:?}", String::from_utf8_lossy(&aug)))),
+/// Write `table` as the `.eh_frame` at `at`, with its terminator (gimli writes none).
+fn write_eh_frame(table: &FrameTable, at: u64) -> Result<Vec<u8>> {
+    let mut w = gimli::write::EhFrame(EndianVec::new(LittleEndian));
+    table.write_eh_frame(&mut w).map_err(|e| match e {
+        gimli::write::Error::ValueTooLarge => {
+            Error::NoRoom(format!("unwind: .eh_frame at 0x{at:x}: a pointer does not reach its target from there"))
         }
-    }
-    Ok(info)
-}
-
-/// Adjust the pointer field at `pos` (encoding `enc`) of a copy moved by `delta` bytes.
-/// Returns the address it points at (before any indirection), or None for a null pointer.
-fn move_pointer(
-    data: &[u8],
-    out: &mut [u8],
-    pos: usize,
-    enc: u8,
-    (old_base, delta): (u64, i64),
-    pie: bool,
-    what: &str,
-) -> Result<Option<u64>> {
-    let bad = |m: String| Error::Malformed(format!("{what}: pointer at offset 0x{pos:x}: {m}"));
-    let (size, signed) = match enc & 0x0f {
-        0x00 | 0x04 | 0x0c => (8, false),
-        0x02 => (2, false),
-        0x0a => (2, true),
-        0x03 => (4, false),
-        0x0b => (4, true),
-        0x01 | 0x09 => (0, false),
-        e => return Err(bad(format!("unknown pointer format 0x{e:x}"))),
-    };
-    if size == 0 {
-        return Err(bad(format!("LEB128 pointer encoding 0x{enc:02x} cannot be moved")));
-    }
-    let raw = data.get(pos..pos + size).ok_or_else(|| bad("past the end".into()))?;
-    let mut v = 0u64;
-    for (i, &b) in raw.iter().enumerate() {
-        v |= u64::from(b) << (8 * i);
-    }
-    if signed && size < 8 && v >> (8 * size - 1) & 1 == 1 {
-        v |= u64::MAX << (8 * size);
-    }
-    if v == 0 {
-        return Ok(None);
-    }
-    match enc & 0x70 {
-        0x00 if pie => Err(bad(format!("absolute pointer (encoding 0x{enc:02x}) in a position-independent program"))),
-        0x00 => Ok(Some(v)),
-        DW_EH_PE_PCREL => {
-            let target = (old_base + pos as u64).wrapping_add(v);
-            let nv = (v as i64).wrapping_sub(delta);
-            let fits = match (size, signed) {
-                (8, _) => true,
-                (n, true) => nv >= -(1i64 << (8 * n - 1)) && nv < 1i64 << (8 * n - 1),
-                (n, false) => nv >= 0 && nv < 1i64 << (8 * n),
-            };
-            if !fits {
-                return Err(bad(format!("pc-relative pointer to 0x{target:x} does not reach from the new place")));
-            }
-            out[pos..pos + size].copy_from_slice(&nv.to_le_bytes()[..size]);
-            Ok(Some(target))
-        }
-        a => Err(bad(format!("pointer application 0x{a:02x} (encoding 0x{enc:02x}) is not supported"))),
-    }
-}
-
-/// Copy the entries of `data` (an `.eh_frame` at `old`, up to its terminator) for address
-/// `new`, adjusting every pc-relative pointer (see the module documentation).
-fn relocate(data: &[u8], old: u64, new: u64, pie: bool, what: &str) -> Result<Moved> {
-    let mut end = 0;
-    while let Some(h) = entry_hdr(data, end, what)? {
-        end = h.next;
-    }
-    let mut out = data[..end].to_vec();
-    let moved = (old, new.wrapping_sub(old) as i64);
-    let mut cies: HashMap<usize, CieInfo> = HashMap::new();
-    let mut fdes = Vec::new();
-    let mut pos = 0;
-    while let Some(h) = entry_hdr(data, pos, what)? {
-        if h.id == 0 {
-            let cie = parse_cie(data, pos, what)?;
-            if let Some((p, enc)) = cie.personality {
-                move_pointer(data, &mut out, p, enc, moved, pie, what)?;
-            }
-            cies.insert(pos, cie);
-        } else {
-            let cie_pos = (h.id_pos as u64).checked_sub(h.id).map(|p| p as usize).filter(|&p| p < end);
-            let cie_pos = cie_pos
-                .ok_or_else(|| Error::Malformed(format!("{what}: FDE at 0x{pos:x} points before the section")))?;
-            let cie = match cies.get(&cie_pos) {
-                Some(c) => *c,
-                None => {
-                    let c = parse_cie(data, cie_pos, what)?;
-                    cies.insert(cie_pos, c);
-                    c
-                }
-            };
-            if cie.fde_enc & 0x80 != 0 {
-                return Err(Error::Malformed(format!("{what}: FDE at 0x{pos:x}: indirect initial location")));
-            }
-            let mut r = Reader { data, pos: h.id_pos + h.id_size, end: h.next, what };
-            let at = r.pos;
-            let begin = move_pointer(data, &mut out, at, cie.fde_enc, moved, pie, what)?;
-            r.pos += r.ptr_size(cie.fde_enc)?;
-            let range_size = r.ptr_size(cie.fde_enc & 0x0f)?;
-            let mut len = 0u64;
-            for i in 0..range_size.min(8) {
-                len |= u64::from(r.u8()?) << (8 * i);
-            }
-            if cie.z {
-                r.uleb()?;
-                if cie.lsda_enc != DW_EH_PE_OMIT {
-                    move_pointer(data, &mut out, r.pos, cie.lsda_enc, moved, pie, what)?;
-                }
-            }
-            if let Some(begin) = begin {
-                fdes.push(FdeAt { offset: pos, begin, len });
-            }
-        }
-        pos = h.next;
-    }
-    Ok(Moved { bytes: out, fdes })
+        e => Error::Internal(format!("unwind: .eh_frame at 0x{at:x}: {e}")),
+    })?;
+    let mut eh = w.0.into_vec();
+    eh.extend_from_slice(&[0; 4]);
+    Ok(eh)
 }
 
 /// The `.eh_frame_hdr` at `hdr_at` for an `.eh_frame` at `eh_at`, with a table sorted by
@@ -501,7 +440,8 @@ fn build_hdr(eh_at: u64, hdr_at: u64, mut table: Vec<(u64, u64)>) -> Result<Vec<
             .map_err(|_| Error::NoRoom(format!(".eh_frame_hdr at 0x{hdr_at:x}: {what} 0x{a:x} is out of reach")))
     };
     let count = u32::try_from(table.len()).map_err(|_| Error::NoRoom(".eh_frame_hdr: too many FDEs".into()))?;
-    let mut h = vec![1, PCREL_SDATA4, 0x03, 0x3b];
+    let datarel_sdata4 = constants::DW_EH_PE_datarel.0 | constants::DW_EH_PE_sdata4.0;
+    let mut h = vec![1, PCREL_SDATA4.0, constants::DW_EH_PE_udata4.0, datarel_sdata4];
     h.extend_from_slice(&(rel(eh_at, ".eh_frame")?.wrapping_sub(4)).to_le_bytes());
     h.extend_from_slice(&count.to_le_bytes());
     for (pc, fde) in table {
@@ -516,32 +456,17 @@ fn build_hdr(eh_at: u64, hdr_at: u64, mut table: Vec<(u64, u64)>) -> Result<Vec<
 // ---------------------------------------------------------------------------------------
 
 /// Evaluates the input's `.eh_frame` rows at addresses.
-struct InputRows<'a> {
-    eh: EhFrame<gimli::EndianSlice<'a, LittleEndian>>,
-    data: &'a [u8],
-    bases: BaseAddresses,
+struct InputRows<'e, 'a> {
+    eh: &'e EhFrameIn<'a>,
     ctx: UnwindContext<usize>,
     /// (initial location, end, offset of the FDE), sorted.
     index: Vec<(u64, u64, usize)>,
 }
 
-impl<'a> InputRows<'a> {
-    fn new(elf: &InputElf, addr: u64, data: &'a [u8], fdes: &[FdeAt]) -> Self {
-        let mut eh = EhFrame::new(data, LittleEndian);
-        eh.set_address_size(8);
-        let mut bases = BaseAddresses::default().set_eh_frame(addr);
-        if let Some(t) = elf.section(".text") {
-            bases = bases.set_text(t.addr);
-        }
-        if let Some(g) = elf.section(".got") {
-            bases = bases.set_got(g.addr);
-        }
-        if let Some(h) = elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_EH_FRAME) {
-            bases = bases.set_eh_frame_hdr(h.vaddr);
-        }
-        let mut index: Vec<_> = fdes.iter().map(|f| (f.begin, f.begin.saturating_add(f.len), f.offset)).collect();
+impl<'e, 'a> InputRows<'e, 'a> {
+    fn new(eh: &'e EhFrameIn<'a>, mut index: Vec<(u64, u64, usize)>) -> Self {
         index.sort_unstable();
-        InputRows { eh, data, bases, ctx: UnwindContext::new(), index }
+        InputRows { eh, ctx: UnwindContext::new(), index }
     }
 
     /// The state at `addr`, or None when no FDE covers it or its CFI cannot be evaluated.
@@ -549,32 +474,28 @@ impl<'a> InputRows<'a> {
         let i = self.index.partition_point(|f| f.0 <= addr);
         // FDEs do not nest; a few steps back cover zero-length and overlapping oddities.
         let &(_, _, off) = self.index[..i].iter().rev().take(4).find(|f| addr < f.1)?;
-        let fde = self.eh.fde_from_offset(&self.bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).ok()?;
-        let row = fde.unwind_info_for_address(&self.eh, &self.bases, &mut self.ctx, addr).ok()?;
-        let expr =
-            |e: &gimli::UnwindExpression<usize>| self.data.get(e.offset..e.offset + e.length).map(<[u8]>::to_vec);
+        let eh = self.eh;
+        let fde = eh.section.fde_from_offset(&eh.bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).ok()?;
+        let row = fde.unwind_info_for_address(&eh.section, &eh.bases, &mut self.ctx, addr).ok()?;
+        let expr = |e: &gimli::UnwindExpression<usize>| eh.expression(e).map(<[u8]>::to_vec);
         let cfa = match row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => Cfa::Reg(register.0, *offset),
             CfaRule::Expression(e) => Cfa::Expr(expr(e)?),
         };
         let mut regs = Regs::default();
         for (reg, rule) in row.registers() {
-            let r = reg.0;
+            let reg = *reg;
             let rule = match rule {
                 RegisterRule::SameValue => continue,
                 RegisterRule::Offset(n) => Rule::Offset(*n),
-                RegisterRule::Undefined => Rule::Raw(op_reg(0x07, r)),
-                RegisterRule::ValOffset(n) => Rule::Raw(val_offset(r, *n)),
-                RegisterRule::Register(r2) => {
-                    let mut v = op_reg(0x09, r);
-                    uleb(&mut v, u64::from(r2.0));
-                    Rule::Raw(v)
-                }
-                RegisterRule::Expression(e) => Rule::Raw(with_expr(op_reg(0x10, r), &expr(e)?)),
-                RegisterRule::ValExpression(e) => Rule::Raw(with_expr(op_reg(0x16, r), &expr(e)?)),
+                RegisterRule::Undefined => Rule::Other(Cfi::Undefined(reg)),
+                RegisterRule::ValOffset(n) => Rule::Other(val_offset_rule(reg.0, *n)),
+                RegisterRule::Register(r2) => Rule::Other(Cfi::Register(reg, *r2)),
+                RegisterRule::Expression(e) => Rule::Other(Cfi::Expression(reg, Expression::raw(expr(e)?))),
+                RegisterRule::ValExpression(e) => Rule::Other(Cfi::ValExpression(reg, Expression::raw(expr(e)?))),
                 _ => return None, // architectural / constant: nothing we can restate
             };
-            regs.insert(r, rule);
+            regs.insert(reg.0, rule);
         }
         let (sp, fp) = match cfa {
             Cfa::Reg(RSP, k) => (Some(k), None),
@@ -605,8 +526,8 @@ enum Cfa {
 enum Rule {
     /// Saved at CFA + n.
     Offset(i64),
-    /// Another rule, as the complete CFA instruction that sets it.
-    Raw(Vec<u8>),
+    /// Another rule, as the CFA instruction that sets it.
+    Other(Cfi),
 }
 
 /// Register rules (absent: same value). Offsets of the general registers and the return
@@ -716,13 +637,15 @@ impl State {
     }
 
     fn entry() -> Self {
-        State { regs: Regs::of(&[(RA, Rule::Raw(op_reg(0x07, RA)))]), ..Self::call() }
+        State { regs: Regs::of(&[(RA, Rule::Other(Cfi::Undefined(gimli::Register(RA))))]), ..Self::call() }
     }
 
     /// The row this state stands for.
     fn row(&self) -> Row {
         match self.cfa {
-            Cfa::Unknown => Row { cfa: Cfa::Reg(RSP, 8), regs: Regs::of(&[(RA, Rule::Raw(op_reg(0x07, RA)))]) },
+            Cfa::Unknown => {
+                Row { cfa: Cfa::Reg(RSP, 8), regs: Regs::of(&[(RA, Rule::Other(Cfi::Undefined(gimli::Register(RA))))]) }
+            }
             _ => Row { cfa: self.cfa.clone(), regs: self.regs.clone() },
         }
     }
@@ -916,21 +839,20 @@ fn expr_uses(e: &[u8], r: u16) -> bool {
     r < 32 && e.iter().any(|&b| b == 0x50 + r as u8 || b == 0x70 + r as u8 || b == 0x90 || b == 0x92)
 }
 
-/// The CFA program of a piece: rows from its first byte on, starting from the CIE's state
-/// ([`State::call`]).
-fn cfi_program(start: u64, code: &[u8], initial: State, info: &mut InstructionInfoFactory) -> Result<Vec<u8>> {
+/// The CFA program of a piece: the instructions at each offset from its first byte that
+/// turn the CIE's row ([`State::call`]) into the rows of the piece.
+fn cfi_program(start: u64, code: &[u8], initial: State, info: &mut InstructionInfoFactory) -> Result<Vec<(u32, Cfi)>> {
     let ins: Vec<Instruction> = Decoder::with_ip(64, code, start, DecoderOptions::NONE).into_iter().collect();
     let states = trace(start, &ins, initial, cfg!(debug_assertions), info)?;
     let mut out = Vec::new();
     let mut row = State::call().row();
-    let mut loc = start;
     for (i, s) in ins.iter().zip(&states) {
         let Some(s) = s else { continue };
         if !s.is_row(&row) {
             let new = s.row();
-            advance(&mut out, i.ip() - loc);
-            loc = i.ip();
-            diff(&row, &new, &mut out);
+            let offset = u32::try_from(i.ip() - start)
+                .map_err(|_| Error::Internal(format!("unwind: piece at 0x{start:x} too long")))?;
+            out.extend(diff(&row, &new).into_iter().map(|x| (offset, x)));
             row = new;
         }
     }
@@ -999,195 +921,83 @@ fn trace(
 }
 
 // ---------------------------------------------------------------------------------------
-// Encoding CFA instructions, the CIE and FDEs
+// The CFA instructions, CIE and FDEs of generated code
 // ---------------------------------------------------------------------------------------
-
-fn uleb(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn sleb(out: &mut Vec<u8>, mut v: i64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if (v == 0 && b & 0x40 == 0) || (v == -1 && b & 0x40 != 0) {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-/// `op` followed by a register operand.
-fn op_reg(op: u8, r: u16) -> Vec<u8> {
-    let mut v = vec![op];
-    uleb(&mut v, u64::from(r));
-    v
-}
-
-/// `instr` followed by a length-prefixed expression.
-fn with_expr(mut instr: Vec<u8>, e: &[u8]) -> Vec<u8> {
-    uleb(&mut instr, e.len() as u64);
-    instr.extend_from_slice(e);
-    instr
-}
-
-/// Data alignment factor of our CIE.
-const DATA_ALIGN: i64 = -8;
 
 /// `DW_OP_call_frame_cfa; DW_OP_consts n; DW_OP_plus`: CFA + n, for offsets the data
 /// alignment cannot express.
-fn cfa_plus(n: i64) -> Vec<u8> {
-    let mut e = vec![0x9c, 0x11];
-    sleb(&mut e, n);
-    e.push(0x22);
+fn cfa_plus(n: i64) -> Expression {
+    let mut e = Expression::new();
+    e.op(constants::DW_OP_call_frame_cfa);
+    e.op_consts(n);
+    e.op(constants::DW_OP_plus);
     e
 }
 
+/// `n` as a CFA instruction offset, if our CIE's data alignment can express it.
+fn factorable(n: i64) -> Option<i32> {
+    i32::try_from(n).ok().filter(|_| n % DATA_ALIGN == 0)
+}
+
 /// The rule "saved at CFA + n".
-fn offset_rule(r: u16, n: i64) -> Vec<u8> {
-    if n % DATA_ALIGN != 0 {
-        return with_expr(op_reg(0x10, r), &cfa_plus(n));
-    }
-    let f = n / DATA_ALIGN;
-    match (r, f >= 0) {
-        (0..=63, true) => {
-            let mut v = vec![0x80 | r as u8]; // DW_CFA_offset
-            uleb(&mut v, f as u64);
-            v
-        }
-        (_, true) => {
-            let mut v = op_reg(0x05, r); // DW_CFA_offset_extended
-            uleb(&mut v, f as u64);
-            v
-        }
-        (_, false) => {
-            let mut v = op_reg(0x11, r); // DW_CFA_offset_extended_sf
-            sleb(&mut v, f);
-            v
-        }
+fn offset_rule(r: u16, n: i64) -> Cfi {
+    match factorable(n) {
+        Some(n) => Cfi::Offset(gimli::Register(r), n),
+        None => Cfi::Expression(gimli::Register(r), cfa_plus(n)),
     }
 }
 
 /// The rule "the caller's value is CFA + n".
-fn val_offset(r: u16, n: i64) -> Vec<u8> {
-    if n % DATA_ALIGN != 0 {
-        return with_expr(op_reg(0x16, r), &cfa_plus(n));
-    }
-    let mut v = op_reg(0x15, r); // DW_CFA_val_offset_sf
-    sleb(&mut v, n / DATA_ALIGN);
-    v
-}
-
-fn advance(out: &mut Vec<u8>, delta: u64) {
-    match delta {
-        0 => {}
-        1..=0x3f => out.push(0x40 | delta as u8),
-        0x40..=0xff => out.extend_from_slice(&[0x02, delta as u8]),
-        0x100..=0xffff => {
-            out.push(0x03);
-            out.extend_from_slice(&(delta as u16).to_le_bytes());
-        }
-        _ => {
-            out.push(0x04);
-            out.extend_from_slice(&(delta as u32).to_le_bytes());
-        }
+fn val_offset_rule(r: u16, n: i64) -> Cfi {
+    match factorable(n) {
+        Some(n) => Cfi::ValOffset(gimli::Register(r), n),
+        None => Cfi::ValExpression(gimli::Register(r), cfa_plus(n)),
     }
 }
 
 /// CFA instructions that turn row `from` into row `to`.
-fn diff(from: &Row, to: &Row, out: &mut Vec<u8>) {
+fn diff(from: &Row, to: &Row) -> Vec<Cfi> {
+    let mut out = Vec::new();
+    let reg = gimli::Register;
+    let unsigned = |k: i64| i32::try_from(k).ok().filter(|&k| k >= 0);
     match (&from.cfa, &to.cfa) {
         (a, b) if a == b => {}
-        (Cfa::Reg(r0, _), Cfa::Reg(r1, k)) if r0 == r1 && *k >= 0 => {
-            out.push(0x0e); // DW_CFA_def_cfa_offset
-            uleb(out, *k as u64);
+        (Cfa::Reg(r0, _), Cfa::Reg(r1, k)) if r0 == r1 && unsigned(*k).is_some() => {
+            out.push(Cfi::CfaOffset(*k as i32));
         }
-        (Cfa::Reg(_, k0), Cfa::Reg(r1, k1)) if k0 == k1 => out.extend(op_reg(0x0d, *r1)), // DW_CFA_def_cfa_register
-        (_, Cfa::Reg(r, k)) if *k >= 0 => {
-            out.extend(op_reg(0x0c, *r)); // DW_CFA_def_cfa
-            uleb(out, *k as u64);
-        }
+        (Cfa::Reg(_, k0), Cfa::Reg(r1, k1)) if k0 == k1 => out.push(Cfi::CfaRegister(reg(*r1))),
+        (_, Cfa::Reg(r, k)) if unsigned(*k).is_some() => out.push(Cfi::Cfa(reg(*r), *k as i32)),
         (_, Cfa::Reg(r, k)) => {
-            // DW_CFA_def_cfa_expression: DW_OP_bregx r k
-            let mut e = op_reg(0x92, *r);
-            sleb(&mut e, *k);
-            out.extend(with_expr(vec![0x0f], &e));
+            let mut e = Expression::new();
+            e.op_breg(reg(*r), *k);
+            out.push(Cfi::CfaExpression(e));
         }
-        (_, Cfa::Expr(e)) => out.extend(with_expr(vec![0x0f], e)),
+        (_, Cfa::Expr(e)) => out.push(Cfi::CfaExpression(Expression::raw(e.clone()))),
         (_, Cfa::Unknown) => unreachable!("rows never hold an unknown CFA"),
     }
     for (r, rule) in to.regs.iter() {
         if from.regs.get(r).as_ref() != Some(&rule) {
-            match rule {
-                Rule::Offset(n) => out.extend(offset_rule(r, n)),
-                Rule::Raw(v) => out.extend_from_slice(&v),
-            }
+            out.push(match rule {
+                Rule::Offset(n) => offset_rule(r, n),
+                Rule::Other(i) => i,
+            });
         }
     }
     for (r, _) in from.regs.iter().filter(|(r, _)| to.regs.get(*r).is_none()) {
-        if r == RA {
-            out.extend(op_reg(0x08, RA)); // DW_CFA_same_value
-        } else if r < 64 {
-            out.push(0xc0 | r as u8); // DW_CFA_restore: no rule in our CIE
-        } else {
-            out.extend(op_reg(0x06, r)); // DW_CFA_restore_extended
-        }
+        // Our CIE has a rule for the return address only: restore anything else to it.
+        out.push(if r == RA { Cfi::SameValue(reg(RA)) } else { Cfi::Restore(reg(r)) });
     }
-}
-
-/// Pad an entry that started at `start` with `DW_CFA_nop` to a multiple of 8 bytes, and fill
-/// in its length.
-fn finish_entry(eh: &mut Vec<u8>, start: usize) {
-    while !(eh.len() - start).is_multiple_of(8) {
-        eh.push(0);
-    }
-    let len = (eh.len() - start - 4) as u32;
-    eh[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out
 }
 
 /// The CIE of generated code: "zR", code alignment 1, data alignment -8, return address
-/// column 16, FDE pointers pcrel|sdata4; CFA = rsp+8, return address at CFA-8. Returns its offset.
-fn push_cie(eh: &mut Vec<u8>) -> usize {
-    let start = eh.len();
-    eh.extend_from_slice(&[0; 4]); // length
-    eh.extend_from_slice(&[0; 4]); // CIE id
-    eh.push(1); // version
-    eh.extend_from_slice(b"zR\0");
-    uleb(eh, 1);
-    sleb(eh, DATA_ALIGN);
-    eh.push(RA as u8);
-    uleb(eh, 1); // augmentation data length
-    eh.push(PCREL_SDATA4);
-    eh.extend_from_slice(&[0x0c, RSP as u8, 8]); // DW_CFA_def_cfa rsp, 8
-    eh.extend(offset_rule(RA, -8));
-    finish_entry(eh, start);
-    start
-}
-
-/// An FDE for [start, start+len) with CFA program `program`. Returns its offset.
-fn push_fde(eh: &mut Vec<u8>, cie: usize, eh_at: u64, start: u64, len: u64, program: &[u8]) -> Result<usize> {
-    let at = eh.len();
-    eh.extend_from_slice(&[0; 4]); // length
-    eh.extend_from_slice(&((at + 4 - cie) as u32).to_le_bytes()); // CIE pointer
-    let field = eh_at + eh.len() as u64;
-    let rel = i32::try_from(start.wrapping_sub(field) as i64)
-        .map_err(|_| Error::NoRoom(format!("unwind: code at 0x{start:x} is out of reach of its FDE")))?;
-    eh.extend_from_slice(&rel.to_le_bytes());
-    let len = u32::try_from(len).map_err(|_| Error::Internal(format!("unwind: piece at 0x{start:x} too long")))?;
-    eh.extend_from_slice(&len.to_le_bytes());
-    uleb(eh, 0); // augmentation data length
-    eh.extend_from_slice(program);
-    finish_entry(eh, at);
-    Ok(at)
+/// column 16, FDE pointers pcrel|sdata4; CFA = rsp+8, return address at CFA-8.
+fn generated_cie() -> CommonInformationEntry {
+    let mut cie = CommonInformationEntry::new(ENCODING, 1, DATA_ALIGN as i8, gimli::Register(RA));
+    cie.fde_address_encoding = PCREL_SDATA4;
+    cie.add_instruction(Cfi::Cfa(gimli::Register(RSP), 8));
+    cie.add_instruction(offset_rule(RA, -8));
+    cie
 }
 
 #[cfg(test)]

@@ -1,9 +1,19 @@
-//! `.eh_frame` FDEs (function ranges, the frame state at their first byte) and the landing
-//! pads of their LSDAs.
+//! The one reader of call frame information, and what analysis takes from it: `.eh_frame` FDEs
+//! (function ranges, the frame state at their first byte) and the landing pads of their LSDAs.
+//!
+//! [`EhFrameIn`] wraps gimli's `.eh_frame` reader with the section's address and the base
+//! addresses its pointers may be relative to. Analysis lists the input's FDEs with it
+//! ([`read_fdes`]); `crate::unwind` converts the input's and rt-lib's entries into the output's
+//! `.eh_frame` and evaluates the input's rows with it, and re-reads the section it wrote. The
+//! LSDA (`.gcc_except_table`) is not call frame information and gimli has no reader for it:
+//! [`landing_pads`] reads its call-site table itself.
 
 use crate::error::{Error, Result};
 use crate::input::InputElf;
-use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, RegisterRule, UnwindContext, UnwindSection,
+};
+use object::elf;
 
 /// One FDE.
 #[derive(Clone, Debug)]
@@ -21,57 +31,112 @@ const RSP: u16 = 7;
 /// DWARF numbers of rbx, rbp, r12–r15.
 const CALLEE_SAVED: [u16; 6] = [3, 6, 12, 13, 14, 15];
 
+/// gimli's reader type over section bytes.
+pub(crate) type Bytes<'a> = EndianSlice<'a, LittleEndian>;
+/// A parsed FDE (with its CIE).
+pub(crate) type ReadFde<'a> = gimli::FrameDescriptionEntry<Bytes<'a>>;
+
+/// An `.eh_frame` read with gimli: its address, bytes and the bases of its pointers.
+pub(crate) struct EhFrameIn<'a> {
+    /// Virtual address of the section.
+    pub addr: u64,
+    pub data: &'a [u8],
+    pub section: EhFrame<Bytes<'a>>,
+    pub bases: BaseAddresses,
+    /// The section's name in messages (`.eh_frame`, `rt-lib .eh_frame`).
+    pub what: &'static str,
+}
+
+impl<'a> EhFrameIn<'a> {
+    /// The `.eh_frame` at `addr` whose pointers are pc-relative or absolute (no text, data or
+    /// GOT bases: rt-lib's, or one we wrote).
+    pub(crate) fn new(addr: u64, data: &'a [u8], what: &'static str) -> Self {
+        let mut section = EhFrame::new(data, LittleEndian);
+        section.set_address_size(8);
+        EhFrameIn { addr, data, section, bases: BaseAddresses::default().set_eh_frame(addr), what }
+    }
+
+    /// The program's `.eh_frame` at `addr`, with the program's `.text`, `.got` and
+    /// `.eh_frame_hdr` as bases.
+    pub(crate) fn of_program(elf: &InputElf, addr: u64, data: &'a [u8]) -> Self {
+        let mut eh = Self::new(addr, data, ".eh_frame");
+        if let Some(t) = elf.section(".text") {
+            eh.bases = eh.bases.set_text(t.addr);
+        }
+        let hdr = elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_EH_FRAME).map(|s| s.vaddr);
+        if let Some(h) = hdr.or_else(|| elf.section(".eh_frame_hdr").map(|s| s.addr)) {
+            eh.bases = eh.bases.set_eh_frame_hdr(h);
+        }
+        if let Some(g) = elf.section(".got") {
+            eh.bases = eh.bases.set_got(g.addr);
+        }
+        eh
+    }
+
+    /// The program's `.eh_frame` section, if it has one.
+    pub(crate) fn section(elf: &InputElf<'a>) -> Option<Self> {
+        let sec = elf.section(".eh_frame").filter(|s| s.is_alloc() && s.has_bits())?;
+        Some(Self::of_program(elf, sec.addr, elf.section_data(sec)))
+    }
+
+    /// Every FDE, in section order (CIEs are reached through them); reading stops at the
+    /// first error.
+    pub(crate) fn fdes(&self) -> impl Iterator<Item = Result<ReadFde<'a>>> + '_ {
+        let mut entries = self.section.entries(&self.bases);
+        let mut last_ok = 0usize;
+        let mut failed = false;
+        std::iter::from_fn(move || loop {
+            if failed {
+                return None;
+            }
+            let partial = match entries.next() {
+                Ok(None) => return None,
+                Ok(Some(CieOrFde::Cie(cie))) => {
+                    last_ok = cie.offset();
+                    continue;
+                }
+                Ok(Some(CieOrFde::Fde(p))) => p,
+                Err(e) => {
+                    failed = true;
+                    return Some(Err(Error::Malformed(format!(
+                        "{}: entry after offset 0x{last_ok:x} (address 0x{:x}): {e}",
+                        self.what,
+                        self.addr.wrapping_add(last_ok as u64)
+                    ))));
+                }
+            };
+            let off = partial.offset();
+            last_ok = off;
+            let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o)).map_err(|e| {
+                Error::Malformed(format!(
+                    "{}: FDE at 0x{:x} (offset 0x{off:x}): {e}",
+                    self.what,
+                    self.addr.wrapping_add(off as u64)
+                ))
+            });
+            failed = fde.is_err();
+            return Some(fde);
+        })
+    }
+
+    /// The bytes of a DWARF expression in a CFA program.
+    pub(crate) fn expression(&self, e: &gimli::UnwindExpression<usize>) -> Option<&'a [u8]> {
+        self.data.get(e.offset..e.offset.checked_add(e.length)?)
+    }
+}
+
 /// All FDEs of `.eh_frame` (none if there is no such section).
 pub(crate) fn read_fdes(elf: &InputElf) -> Result<Vec<Fde>> {
-    let Some(sec) = elf.section(".eh_frame").filter(|s| s.is_alloc() && s.has_bits()) else {
+    let Some(eh) = EhFrameIn::section(elf) else {
         return Ok(Vec::new());
     };
-    let data = elf.section_data(sec);
-    let mut eh = EhFrame::new(data, LittleEndian);
-    eh.set_address_size(8);
-    let mut bases = BaseAddresses::default().set_eh_frame(sec.addr);
-    if let Some(t) = elf.section(".text") {
-        bases = bases.set_text(t.addr);
-    }
-    if let Some(h) = elf.section(".eh_frame_hdr") {
-        bases = bases.set_eh_frame_hdr(h.addr);
-    }
-    if let Some(g) = elf.section(".got") {
-        bases = bases.set_got(g.addr);
-    }
     let mut ctx = UnwindContext::new();
     let mut out = Vec::new();
-    let mut entries = eh.entries(&bases);
-    let mut last_ok = 0usize;
-    loop {
-        let entry = match entries.next() {
-            Ok(Some(e)) => e,
-            Ok(None) => break,
-            Err(e) => {
-                return Err(Error::Malformed(format!(
-                    ".eh_frame: entry after offset 0x{last_ok:x} (address 0x{:x}): {e}",
-                    sec.addr.wrapping_add(last_ok as u64)
-                )))
-            }
-        };
-        let partial = match entry {
-            CieOrFde::Cie(cie) => {
-                last_ok = cie.offset();
-                continue;
-            }
-            CieOrFde::Fde(p) => p,
-        };
-        let off = partial.offset();
-        last_ok = off;
-        let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o)).map_err(|e| {
-            Error::Malformed(format!(
-                ".eh_frame: FDE at 0x{:x} (offset 0x{off:x}): {e}",
-                sec.addr.wrapping_add(off as u64)
-            ))
-        })?;
+    for fde in eh.fdes() {
+        let fde = fde?;
         let address = fde.initial_address();
         let len = fde.len();
-        let mid_frame = match fde.unwind_info_for_address(&eh, &bases, &mut ctx, address) {
+        let mid_frame = match fde.unwind_info_for_address(&eh.section, &eh.bases, &mut ctx, address) {
             Ok(row) => {
                 let cfa_ok = matches!(row.cfa(), CfaRule::RegisterAndOffset { register, offset }
                     if register.0 == RSP && *offset == 8);
@@ -163,11 +228,9 @@ impl Cursor<'_> {
     }
 }
 
-/// The landing pads of the GCC-format LSDA at `lsda` for the function starting at `func`, or
-/// None if it cannot be parsed (the caller treats the function as unresolved).
 /// The LEB128 number at the start of `bytes` (gimli's decoder; signed ones sign-extended to
 /// 64 bits) and its length in bytes.
-pub(crate) fn read_leb128(bytes: &[u8], signed: bool) -> Option<(u64, usize)> {
+fn read_leb128(bytes: &[u8], signed: bool) -> Option<(u64, usize)> {
     let mut r = gimli::EndianSlice::new(bytes, LittleEndian);
     let v = if signed {
         gimli::leb128::read::signed(&mut r).ok()? as u64
@@ -177,6 +240,8 @@ pub(crate) fn read_leb128(bytes: &[u8], signed: bool) -> Option<(u64, usize)> {
     Some((v, bytes.len() - r.len()))
 }
 
+/// The landing pads of the GCC-format LSDA at `lsda` for the function starting at `func`, or
+/// None if it cannot be parsed (the caller treats the function as unresolved).
 pub(crate) fn landing_pads(elf: &InputElf, lsda: u64, func: u64) -> Option<Vec<u64>> {
     let sec = elf.sections.iter().find(|s| s.is_alloc() && s.has_bits() && lsda >= s.addr && lsda - s.addr < s.size)?;
     let data = elf.section_data(sec).get((lsda - sec.addr) as usize..)?;

@@ -1,6 +1,6 @@
 use super::*;
 use crate::codegen::{self, TimerEnv, TrampolineEnv};
-use gimli::{CieOrFde, EhFrameHdr, Pointer};
+use gimli::{CieOrFde, EhFrame};
 use iced_x86::{BlockEncoder, BlockEncoderOptions, InstructionBlock, MemoryOperand};
 use std::path::Path;
 
@@ -167,25 +167,61 @@ fn lost_stack_pointer_stops_unwinding() {
     let st = states(AT, &code, State::call()).unwrap();
     assert_eq!(st[1].1.as_ref().unwrap().cfa, Cfa::Unknown);
     let prog = cfi_program(AT, &code, State::call(), &mut InstructionInfoFactory::new()).unwrap();
-    assert!(prog.ends_with(&[0x07, 16]), "DW_CFA_undefined rip: {prog:02x?}");
+    assert_eq!(prog.last().map(|x| &x.1), Some(&Cfi::Undefined(gimli::Register(RA))), "{prog:?}");
 }
 
+/// Our CIE and one FDE for `code` at `start`, written as the `.eh_frame` at `eh_at`, and that
+/// FDE read back.
+fn one_fde(eh_at: u64, start: u64, len: u32, program: Vec<(u32, Cfi)>) -> Vec<u8> {
+    let mut table = FrameTable::default();
+    let cie = table.add_cie(generated_cie());
+    let mut fde = FrameDescriptionEntry::new(Address::Constant(start.wrapping_sub(eh_at)), len);
+    for (offset, i) in program {
+        fde.add_instruction(offset, i);
+    }
+    table.add_fde(cie, fde);
+    write_eh_frame(&table, eh_at).unwrap()
+}
+
+/// Rules the data alignment factor cannot express are written as expressions, and every
+/// rule reads back as what it says.
 #[test]
-fn encodings() {
-    let mut v = Vec::new();
-    uleb(&mut v, 624);
-    sleb(&mut v, -8);
-    sleb(&mut v, 64);
-    assert_eq!(v, [0xf0, 0x04, 0x78, 0xc0, 0x00]);
-    assert_eq!(offset_rule(3, -24), [0x83, 3]);
-    assert_eq!(offset_rule(16, -8), [0x90, 1]);
-    assert_eq!(offset_rule(3, 8), [0x11, 3, 0x7f]);
-    assert_eq!(offset_rule(3, -12), [0x10, 3, 4, 0x9c, 0x11, 0x74, 0x22]);
-    let mut a = Vec::new();
-    advance(&mut a, 5);
-    advance(&mut a, 100);
-    advance(&mut a, 1000);
-    assert_eq!(a, [0x45, 0x02, 100, 0x03, 0xe8, 0x03]);
+fn rules_read_back_through_gimli() {
+    assert_eq!(offset_rule(3, -24), Cfi::Offset(gimli::Register(3), -24));
+    assert_eq!(val_offset_rule(3, 16), Cfi::ValOffset(gimli::Register(3), 16));
+    let program = vec![
+        (0, offset_rule(3, -12)),
+        (0, val_offset_rule(12, 4)),
+        (0, offset_rule(13, 8)),
+        (5, Cfi::CfaOffset(624)),
+        (105, Cfi::Restore(gimli::Register(3))),
+        (1105, Cfi::Undefined(gimli::Register(RA))),
+    ];
+    let eh_at = AT + 0x10000;
+    let eh = one_fde(eh_at, AT, 2000, program);
+    let frame = EhFrameIn::new(eh_at, &eh, "test");
+    let fdes: Vec<_> = frame.fdes().map(Result::unwrap).collect();
+    assert_eq!((fdes.len(), fdes[0].initial_address(), fdes[0].len()), (1, AT, 2000));
+    let mut ctx = UnwindContext::new();
+    let row = fdes[0].unwind_info_for_address(&frame.section, &frame.bases, &mut ctx, AT).unwrap();
+    let rule = |r: u16| row.register(gimli::Register(r));
+    let bytes = |rule: RegisterRule<usize>| match rule {
+        RegisterRule::Expression(e) | RegisterRule::ValExpression(e) => frame.expression(&e).unwrap().to_vec(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(bytes(rule(3)), [0x9c, 0x11, 0x74, 0x22], "CFA - 12");
+    assert!(matches!(rule(12), RegisterRule::ValExpression(_)));
+    assert_eq!(bytes(rule(12)), [0x9c, 0x11, 0x04, 0x22], "CFA + 4");
+    assert_eq!(rule(13), RegisterRule::Offset(8));
+    assert_eq!(rule(RA), RegisterRule::Offset(-8));
+    let at = |a: u64, ctx: &mut UnwindContext<usize>| {
+        let row = fdes[0].unwind_info_for_address(&frame.section, &frame.bases, ctx, a).unwrap();
+        (row.cfa().clone(), row.register(gimli::Register(3)), row.register(gimli::Register(RA)))
+    };
+    let (cfa, _, _) = at(AT + 5, &mut ctx);
+    assert_eq!(cfa, CfaRule::RegisterAndOffset { register: gimli::Register(RSP), offset: 624 });
+    assert_eq!(at(AT + 105, &mut ctx).1, RegisterRule::Undefined, "restored to the CIE's (no) rule");
+    assert_eq!(at(AT + 1105, &mut ctx).2, RegisterRule::Undefined);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -266,8 +302,9 @@ fn generated_code_of_real_programs_is_balanced() {
         let elf = InputElf::parse(&data).unwrap();
         let (in_addr, in_data) =
             input_eh_frame(&elf, elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_EH_FRAME).unwrap()).unwrap();
-        let moved = relocate(in_data, in_addr, in_addr, true, path).unwrap();
-        let mut rows = InputRows::new(&elf, in_addr, in_data, &moved.fdes);
+        let input = EhFrameIn::of_program(&elf, in_addr, in_data);
+        let index = input.fdes().map(Result::unwrap).map(|f| (f.initial_address(), f.end_address(), f.offset()));
+        let mut rows = InputRows::new(&input, index.collect());
         let pieces = pieces_of(&data, 0x4000_0000);
         let (mut jumps_checked, mut at_states) = (0, 0);
         for (p, back) in &pieces {
@@ -440,20 +477,17 @@ fn generated_rows_evaluate_to_the_tracked_states() {
             ret(),
         ],
     );
-    let mut eh = Vec::new();
-    let cie = push_cie(&mut eh);
     let prog = cfi_program(AT, &code, State::call(), &mut InstructionInfoFactory::new()).unwrap();
     let eh_at = AT + 0x10000;
-    let off = push_fde(&mut eh, cie, eh_at, AT, code.len() as u64, &prog).unwrap();
-    let mut frame = EhFrame::new(&eh[..], LittleEndian);
-    frame.set_address_size(8);
-    let bases = BaseAddresses::default().set_eh_frame(eh_at);
-    let fde = frame.fde_from_offset(&bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).unwrap();
+    let eh = one_fde(eh_at, AT, code.len() as u32, prog);
+    let frame = EhFrameIn::new(eh_at, &eh, "test");
+    let fde = frame.fdes().next().unwrap().unwrap();
+    let (frame, bases) = (&frame.section, &frame.bases);
     let st = states(AT, &code, State::call()).unwrap();
     let mut ctx = UnwindContext::new();
     for (i, s) in &st {
         let s = s.as_ref().unwrap();
-        let row = fde.unwind_info_for_address(&frame, &bases, &mut ctx, i.ip()).unwrap();
+        let row = fde.unwind_info_for_address(frame, bases, &mut ctx, i.ip()).unwrap();
         let cfa = match row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => Cfa::Reg(register.0, *offset),
             CfaRule::Expression(_) => panic!("expression"),
@@ -469,4 +503,98 @@ fn generated_rows_evaluate_to_the_tracked_states() {
         let regs = Regs::of(&regs);
         assert_eq!(regs, s.regs, "registers at 0x{:x}", i.ip());
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Converting entries: null pointers, DW_CFA_set_loc, absolute pointers
+// ---------------------------------------------------------------------------------------
+
+/// A hand-assembled `.eh_frame` at `base` (as a toolchain could emit it): a "zPLR" CIE with
+/// a null personality pointer, then one FDE per `(code address, LSDA address or 0)`, each
+/// with `DW_CFA_set_loc code+0x10; DW_CFA_def_cfa_offset 16`. `enc` encodes every pointer.
+fn eh_fixture(base: u64, enc: u8, fdes: &[(u64, u64)]) -> Vec<u8> {
+    let mut eh = Vec::new();
+    let ptr = |eh: &mut Vec<u8>, target: u64| {
+        let v = if target == 0 {
+            0
+        } else if enc & 0x70 == 0x10 {
+            target.wrapping_sub(base + eh.len() as u64)
+        } else {
+            target
+        };
+        eh.extend_from_slice(&(v as u32).to_le_bytes());
+    };
+    let finish = |eh: &mut Vec<u8>, start: usize| {
+        while !(eh.len() - start).is_multiple_of(4) {
+            eh.push(0); // DW_CFA_nop
+        }
+        let len = (eh.len() - start - 4) as u32;
+        eh[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    };
+    eh.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 1]); // length, CIE id, version
+    eh.extend_from_slice(b"zPLR\0");
+    eh.extend_from_slice(&[1, 0x78, 16, 7, enc]); // alignment -8, return column, aug length
+    ptr(&mut eh, 0); // personality: none
+    eh.extend_from_slice(&[enc, enc, 0x0c, 7, 8, 0x90, 1]); // L, R; def_cfa rsp+8; ra at cfa-8
+    finish(&mut eh, 0);
+    for &(code, lsda) in fdes {
+        let start = eh.len();
+        eh.extend_from_slice(&[0; 4]);
+        eh.extend_from_slice(&((eh.len()) as u32).to_le_bytes()); // CIE pointer
+        ptr(&mut eh, code);
+        eh.extend_from_slice(&[0x20, 0, 0, 0, 4]); // range, aug length
+        ptr(&mut eh, lsda);
+        eh.push(0x01); // DW_CFA_set_loc
+        ptr(&mut eh, code + 0x10);
+        eh.extend_from_slice(&[0x0e, 16]); // DW_CFA_def_cfa_offset 16
+        finish(&mut eh, start);
+    }
+    eh.extend_from_slice(&[0; 4]);
+    eh
+}
+
+/// The entries of `data` (at `base`) converted into a new `.eh_frame` at `at` and read back.
+fn convert_fixture(base: u64, data: &[u8], at: u64, pie: bool) -> Result<Vec<u8>> {
+    let old = EhFrameIn::new(base, data, "fixture");
+    let mut table = FrameTable::default();
+    Converter::new(&old, at, pie).convert(old.fdes(), &mut table)?;
+    write_eh_frame(&table, at)
+}
+
+/// Null personality and LSDA pointers stay "none", a non-null LSDA and the code range move to
+/// the new place, `DW_CFA_set_loc` becomes an advance.
+#[test]
+fn null_pointers_and_set_loc_survive_the_conversion() {
+    let (base, at) = (0x5000, 0x9_0000);
+    let data = eh_fixture(base, 0x1b, &[(0x1000, 0), (0x2000, 0x3000)]);
+    let eh = convert_fixture(base, &data, at, true).unwrap();
+    let new = EhFrameIn::new(at, &eh, "converted");
+    let fdes: Vec<_> = new.fdes().map(Result::unwrap).collect();
+    let got: Vec<_> = fdes.iter().map(|f| (f.initial_address(), f.len(), f.lsda(), f.cie().personality())).collect();
+    assert_eq!(got, [(0x1000, 0x20, None, None), (0x2000, 0x20, Some(Pointer::Direct(0x3000)), None)]);
+    let mut ctx = UnwindContext::new();
+    for f in &fdes {
+        for (pc, cfa) in [(0, 8), (0xf, 8), (0x10, 16), (0x1f, 16)] {
+            let a = f.initial_address() + pc;
+            let row = f.unwind_info_for_address(&new.section, &new.bases, &mut ctx, a).unwrap();
+            assert_eq!(
+                *row.cfa(),
+                CfaRule::RegisterAndOffset { register: gimli::Register(RSP), offset: cfa },
+                "0x{a:x}"
+            );
+        }
+    }
+}
+
+/// Absolute pointers keep their value in a non-PIE and are refused in a PIE.
+#[test]
+fn absolute_pointers_only_outside_pies() {
+    let (base, at) = (0x5000, 0x9_0000);
+    let data = eh_fixture(base, 0x03, &[(0x1000, 0x3000)]);
+    let eh = convert_fixture(base, &data, at, false).unwrap();
+    let new = EhFrameIn::new(at, &eh, "converted");
+    let f = &new.fdes().next().unwrap().unwrap();
+    assert_eq!((f.initial_address(), f.lsda()), (0x1000, Some(Pointer::Direct(0x3000))));
+    let e = convert_fixture(base, &data, at, true).unwrap_err();
+    assert!(e.to_string().contains("absolute pointer (encoding 0x03) in a position-independent program"), "{e}");
 }
