@@ -268,7 +268,7 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
     let format = if a.json { Format::Json } else { a.format };
     match (format, a.by) {
         (Format::Json, _) => {
-            serde_json::to_writer_pretty(&mut out, &stint_profile::report::to_json(&p))?;
+            serde_json::to_writer_pretty(&mut out, &stint_profile::json::profile_json(&p))?;
             writeln!(out)?;
         }
         (Format::Table, By::Function) => {

@@ -5,5 +5,6 @@
 //! compiles too; this crate only reads it.
 #![deny(unsafe_code)]
 
+pub mod json;
 pub mod profile;
 pub mod report;
