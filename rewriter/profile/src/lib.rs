@@ -5,6 +5,8 @@
 //! compiles too; this crate only reads it.
 #![deny(unsafe_code)]
 
+pub mod ctl;
+pub mod discover;
 pub mod json;
 pub mod profile;
 pub mod report;

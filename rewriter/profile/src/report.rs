@@ -142,6 +142,17 @@ pub fn to_json(p: &Profile) -> serde_json::Value {
     serde_json::to_value(crate::json::profile_json(p)).unwrap_or_default()
 }
 
+/// ns from the process's start: until `now_realtime_ns` if it runs, else until the last
+/// thing the runtime recorded (a thread's end or last wrapper event).
+pub fn uptime_ns(p: &Profile, now_realtime_ns: u64) -> Option<u64> {
+    if p.alive {
+        return now_realtime_ns.checked_sub(p.start_realtime_ns);
+    }
+    let ends = p.threads.iter().filter_map(|t| end_ns(p, t));
+    let events = p.threads.iter().filter(|t| t.last_tsc != 0).filter_map(|t| p.tsc_to_ns_since_start(t.last_tsc));
+    ends.chain(events).max()
+}
+
 /// How much of the profile the table shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TableOptions {
