@@ -1,9 +1,21 @@
 //! stint-profile: reads the profile files rewritten programs write (DESIGN D9) into a typed
-//! model, and turns that model into reports: tables and the `stint-profile/1` JSON contract.
+//! model, and everything the tools do with that model (D18):
+//!
+//! - [`profile`]: the reader and the model (`Profile`, `ThreadProfile`, …), synthetic files
+//!   for tests;
+//! - [`report`]: the tables of `stint report` and the queries they share with the JSON;
+//! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
+//! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
+//!   with a typed [`ctl::CtlError`];
+//! - [`discover`]: finding the live profiles of running processes through `/proc`.
 //!
 //! The file layout itself is defined once, in `stint-layout`, which the runtime (the writer)
-//! compiles too; this crate only reads it.
+//! compiles too. No CLI or terminal crates here: the `stint` binary prints what these
+//! modules return.
 #![deny(unsafe_code)]
 
+pub mod ctl;
+pub mod discover;
+pub mod json;
 pub mod profile;
 pub mod report;

@@ -1,16 +1,6 @@
-//! Rendering a [`Profile`] for people and for programs: the table `stint report` prints and the
-//! JSON of `stint report --format json`.
-//!
-//! The JSON is a stable contract (`stint-profile/1`): later versions add fields, never remove
-//! or change one.
-//!
-//! ```json
-//! {"schema": "stint-profile/1", "program": "pigz", "pid": 1234, "ppid": 1, "fork_child": false,
-//!  "threads": [{"tid": 1235, "name": null, "start_routine": null, "first_function": "worker",
-//!               "main": false,
-//!               "functions": [{"name": "mid", "address": "0x1189", "calls": 1000}]}],
-//!  "skipped_reentrant": 0, "lost_threads": 0}
-//! ```
+//! Rendering a [`Profile`] for people: the tables `stint report` prints, and the queries
+//! the tables and the JSON contract ([`crate::json`]) share (which functions a thread called,
+//! what an address is named, when a thread started and ended).
 //!
 //! Threads come in column order (registration order). Functions are named as D14 says, by the
 //! names the rewriter put in the meta; a function reached through several points appears once
@@ -27,8 +17,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde_json::{json, Value};
-
 use crate::profile::{ObjectProfile, Profile, ThreadProfile, WaitProfile};
 use stint_layout::{
     exit_kind_name, object_kind_name, state_name, EXIT_UNKNOWN, N_STATES, OBJ_MUTEX, OBJ_RWLOCK, STATE_EXITED,
@@ -36,7 +24,7 @@ use stint_layout::{
 };
 
 /// `schema` of the JSON report.
-pub const SCHEMA: &str = "stint-profile/1";
+pub use crate::json::SCHEMA;
 
 /// Calls of one function on one thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,17 +104,17 @@ pub fn first_used_in(p: &Profile, o: &ObjectProfile) -> Option<String> {
 }
 
 /// `mutex`, `condvar`, … of an `OBJ_*` value (`unknown` for others).
-fn kind_name(kind: u32) -> &'static str {
+pub(crate) fn kind_name(kind: u32) -> &'static str {
     object_kind_name(kind).unwrap_or("unknown")
 }
 
 /// The address of object `index` in hex, if the profile has it.
-fn object_address(p: &Profile, index: u32) -> Option<String> {
+pub(crate) fn object_address(p: &Profile, index: u32) -> Option<String> {
     p.object(index).map(|o| format!("{:#x}", o.address))
 }
 
 /// Name of a `STATE_*` value (`unknown` for others).
-fn state_label(s: u32) -> &'static str {
+pub(crate) fn state_label(s: u32) -> &'static str {
     state_name(s).unwrap_or("unknown")
 }
 
@@ -147,107 +135,22 @@ pub fn end_ns(p: &Profile, t: &ThreadProfile) -> Option<u64> {
     t.end_monotonic_ns.map(|e| e.saturating_sub(p.start_monotonic_ns))
 }
 
-/// The thread-specific fields of the JSON (record, states, waits, transitions).
-fn thread_record_json(p: &Profile, t: &ThreadProfile, out: &mut serde_json::Map<String, Value>) {
-    let states: serde_json::Map<String, Value> =
-        (0..N_STATES).map(|s| (state_label(s).to_owned(), json!(p.ticks_to_ns(t.state_ticks[s as usize])))).collect();
-    let waits: Vec<Value> = waits_by_time(t)
-        .into_iter()
-        .map(|w| {
-            json!({
-                "object": object_address(p, w.object),
-                "kind": kind_name(w.kind),
-                "wait_ns": p.ticks_to_ns(w.wait_ticks),
-                "count": w.count,
-                "contended": w.contended,
-                "hold_ns": p.ticks_to_ns(w.hold_ticks),
-            })
-        })
-        .collect();
-    out.insert("running".into(), json!(t.alive));
-    out.insert("creator_tid".into(), json!(t.creator_tid));
-    out.insert("start_ns".into(), json!(start_ns(p, t)));
-    out.insert("end_ns".into(), json!(end_ns(p, t)));
-    out.insert("exit".into(), json!(exit_kind_name(t.exit_kind)));
-    out.insert("exit_value".into(), json!((t.exit_kind != EXIT_UNKNOWN).then_some(t.exit_value)));
-    out.insert("state".into(), json!(state_label(t.thread_state)));
-    out.insert("states".into(), Value::Object(states));
-    out.insert("waits".into(), Value::Array(waits));
-    out.insert("wrap_skipped".into(), json!(t.wrap_skipped));
-    if !t.transitions.is_empty() {
-        let tr: Vec<Value> = t
-            .transitions
-            .iter()
-            .map(|x| {
-                json!({
-                    "t_ns": p.tsc_to_ns_since_start(x.tsc),
-                    "state": state_label(x.state),
-                    "object": x.object.and_then(|o| object_address(p, o)),
-                })
-            })
-            .collect();
-        out.insert("transitions".into(), Value::Array(tr));
-    }
+/// The `stint-profile/1` document ([`crate::json::profile_json`]) as a `serde_json::Value`,
+/// for readers that index it by key.
+pub fn to_json(p: &Profile) -> serde_json::Value {
+    // The document's types serialise without failing: every map key is a string.
+    serde_json::to_value(crate::json::profile_json(p)).unwrap_or_default()
 }
 
-/// The `stint-profile/1` JSON of a profile.
-pub fn to_json(p: &Profile) -> Value {
-    let threads: Vec<Value> = p
-        .threads
-        .iter()
-        .map(|t| {
-            let functions: Vec<Value> = functions(p, t)
-                .into_iter()
-                .map(|f| {
-                    json!({"name": f.name, "address": f.address, "calls": f.calls, "cpu_ns": f.cpu_ns, "wall_ns": f.wall_ns})
-                })
-                .collect();
-            let mut v = json!({
-                "tid": t.tid,
-                "name": t.name,
-                "start_routine": start_routine(p, t),
-                "first_function": first_function(p, t),
-                "main": t.is_main(p),
-                "clock_source": t.clock_source,
-                "timer_skipped": t.timer_skipped,
-                "unmatched_exits": t.unmatched_exits,
-                "abandoned_frames": t.abandoned_frames,
-                "shadow_overflow": t.shadow_overflow,
-                "resyncs": t.resyncs,
-                "functions": functions,
-            });
-            if let Value::Object(m) = &mut v {
-                thread_record_json(p, t, m);
-            }
-            v
-        })
-        .collect();
-    let objects: Vec<Value> = p
-        .objects
-        .iter()
-        .map(|o| {
-            json!({
-                "address": format!("{:#x}", o.address),
-                "kind": o.kind_name(),
-                "first_used_in": first_used_in(p, o),
-                "first_tid": o.first_tid,
-            })
-        })
-        .collect();
-    json!({
-        "schema": SCHEMA,
-        "program": p.program,
-        "pid": p.pid,
-        "ppid": p.ppid,
-        "fork_child": p.fork_child(),
-        "threads": threads,
-        "skipped_reentrant": p.skipped_reentrant,
-        "lost_threads": p.lost_threads,
-        "tsc_hz": p.tsc_hz,
-        "objects": objects,
-        "objects_lost": p.objects_lost,
-        "warnings": p.warnings,
-    })
+/// ns from the process's start: until `now_realtime_ns` if it runs, else until the last
+/// thing the runtime recorded (a thread's end or last wrapper event).
+pub fn uptime_ns(p: &Profile, now_realtime_ns: u64) -> Option<u64> {
+    if p.alive {
+        return now_realtime_ns.checked_sub(p.start_realtime_ns);
+    }
+    let ends = p.threads.iter().filter_map(|t| end_ns(p, t));
+    let events = p.threads.iter().filter(|t| t.last_tsc != 0).filter_map(|t| p.tsc_to_ns_since_start(t.last_tsc));
+    ends.chain(events).max()
 }
 
 /// How much of the profile the table shows.
@@ -614,6 +517,7 @@ mod tests {
         load, parse, parse_with, patch_column, patch_header, put_object, put_transition, put_wait, synthetic_meta,
         synthetic_meta_points, write_synthetic, Observer, SYNTHETIC_MONOTONIC_NS, SYNTHETIC_START_TSC,
     };
+    use serde_json::{json, Value};
     use stint_layout::{
         SyncObject, Transition, WaitEntry, COLUMN_EMPTY, EXIT_CANCELED, EXIT_RETURNED, FLAG_FORK_CHILD, OBJ_BARRIER,
         OBJ_CONDVAR, OBJ_SEMAPHORE, OBJ_THREAD, RING_CAP, STATE_BLOCKED_CONDVAR, STATE_BLOCKED_JOIN,
@@ -901,7 +805,7 @@ mod tests {
 
     #[test]
     fn json_with_locks() {
-        insta::assert_json_snapshot!(to_json(&locks()));
+        insta::assert_json_snapshot!(crate::json::profile_json(&locks()));
     }
 
     #[test]

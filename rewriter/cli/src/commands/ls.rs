@@ -1,66 +1,14 @@
-//! `stint ls`: the live profile files of this user's processes.
-//!
-//! There is no registry of running rewritten programs, and none is needed: a measuring
-//! process maps its profile file (D9: the whole file, and the control page a second time at
-//! a fixed address), so the kernel already lists it in `/proc/<pid>/maps`. We read the maps
-//! of every process owned by our uid (`--all`: of every process whose maps we may read), take
-//! the mapped regular files, and keep those whose first 8 bytes are
-//! [`stint_layout::FILE_MAGIC`]. Each (pid, path) is listed once however often it is mapped.
-//!
-//! A fork child keeps its parent's mappings until its first event detaches it (it then
-//! creates a profile of its own, flagged `FLAG_FORK_CHILD`): a file whose header names
-//! another pid is the parent's, seen through the child, and is not listed for the child.
-//! (A process in another pid namespace is matched by the innermost pid of its `NSpid`.)
-//!
-//! A `(deleted)` mapping is skipped: its path names nothing any more. A path whose inode is
-//! not the mapped one (the file was replaced) is skipped too.
+//! `stint ls`: the live profile files of this user's processes, found by
+//! [`stint_profile::discover`], printed as a table or as JSON.
 
-use std::collections::{BTreeSet, HashMap};
-use std::io::{Read, Write};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::io::Write;
 
-use serde_json::json;
-use stint_layout::FILE_MAGIC;
+use stint_profile::discover::{scan, Entry, EntryJson};
 
-use crate::commands::top::{fmt_duration, now_realtime_ns, uptime_ns};
-use stint_profile::profile::Profile;
+use crate::args::LsArgs;
+use crate::fmt::{fmt_duration, layout_rows};
 
-/// Arguments of `stint ls`.
-#[derive(clap::Args, Debug)]
-#[command(after_help = "EXAMPLES:\n  \
-    stint ls                      # pid, program, uptime, threads and profile path of each\n  \
-    stint ls --json | jq '.[].path'\n  \
-    stint top $(stint ls --json | jq -r '.[0].path')\n\n\
-    Profiles are found in /proc/<pid>/maps: a measuring process maps its profile file.")]
-pub struct Args {
-    /// Also list profiles of other users' processes (where /proc lets us read their maps).
-    #[arg(long)]
-    pub all: bool,
-    /// Print a JSON array of {pid, ppid, program, path, uptime_s, threads, alive, ...}.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// One live profile: the process that maps it and what the file says.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
-    pub pid: u32,
-    /// The parent as the runtime recorded it at start (for a fork child: the rewritten
-    /// program it was forked from).
-    pub ppid: u32,
-    pub fork_child: bool,
-    pub program: String,
-    pub path: PathBuf,
-    /// Seconds since the process started measuring.
-    pub uptime_s: Option<f64>,
-    /// Threads in the profile, and how many of them still run.
-    pub threads: usize,
-    pub threads_live: usize,
-    pub alive: bool,
-}
-
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: LsArgs) -> anyhow::Result<()> {
     let (entries, warnings) = scan(args.all);
     for w in &warnings {
         eprintln!("stint ls: {w}");
@@ -78,122 +26,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The live profiles, sorted by pid then path, and one line per profile that could not be
-/// read.
-pub fn scan(all: bool) -> (Vec<Entry>, Vec<String>) {
-    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
-    let mut found: BTreeSet<(u32, PathBuf)> = BTreeSet::new();
-    // path -> is a profile (the same libraries are mapped by every process).
-    let mut magic: HashMap<(PathBuf, u64), bool> = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return (Vec::new(), Vec::new()) };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let proc_dir = e.path();
-        if !all {
-            match (me, std::fs::metadata(&proc_dir).map(|m| m.uid())) {
-                (Some(me), Ok(uid)) if uid == me => {}
-                _ => continue,
-            }
-        }
-        let Ok(maps) = std::fs::read_to_string(proc_dir.join("maps")) else { continue };
-        for line in maps.lines() {
-            let Some((inode, path)) = parse_maps_line(line) else { continue };
-            let key = (PathBuf::from(path), inode);
-            let is_profile = *magic.entry(key.clone()).or_insert_with(|| has_profile_magic(&key.0, inode));
-            if is_profile {
-                found.insert((pid, key.0));
-            }
-        }
-    }
-    let mut entries = Vec::new();
-    let mut warnings = Vec::new();
-    for (pid, path) in found {
-        match stint_profile::profile::load(&path) {
-            Ok(p) if owns(pid, &p) => entries.push(entry(pid, path, &p, now_realtime_ns())),
-            Ok(_) => {} // the parent's file, still mapped in a fork child
-            Err(e) => warnings.push(format!("{}: {e}", path.display())),
-        }
-    }
-    (entries, warnings)
-}
-
-/// `(inode, path)` of a line of `/proc/<pid>/maps` that maps a file by absolute path:
-/// `start-end perms offset dev inode path`. Anonymous and special mappings (`[heap]`, no
-/// path, inode 0) and deleted files give `None`.
-pub fn parse_maps_line(line: &str) -> Option<(u64, &str)> {
-    let mut rest = line;
-    let mut fields = [""; 5];
-    for f in &mut fields {
-        rest = rest.trim_start_matches(' ');
-        let end = rest.find(' ')?;
-        *f = &rest[..end];
-        rest = &rest[end..];
-    }
-    let inode: u64 = fields[4].parse().ok()?;
-    // The path is the rest, after the padding; it may contain spaces.
-    let path = rest.trim_start_matches(' ');
-    if inode == 0 || !path.starts_with('/') || path.ends_with(" (deleted)") {
-        return None;
-    }
-    Some((inode, path))
-}
-
-/// Whether `path` is a regular file with inode `inode` that starts with the profile magic.
-fn has_profile_magic(path: &Path, inode: u64) -> bool {
-    // Never open device files (mapping one is legal; opening one may have effects).
-    let Ok(m) = std::fs::metadata(path) else { return false };
-    if !m.is_file() || m.ino() != inode || m.len() < FILE_MAGIC.len() as u64 {
-        return false;
-    }
-    let mut head = [0u8; 8];
-    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == FILE_MAGIC
-}
-
-/// Whether profile `p` is the own profile of process `pid` (not its parent's, still mapped
-/// in a fork child that has not detached yet).
-fn owns(pid: u32, p: &Profile) -> bool {
-    if p.pid == pid {
-        return true;
-    }
-    // In another pid namespace the header has the process's own view of its pid.
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"));
-    nspid.and_then(|l| l.split_whitespace().last()).and_then(|s| s.parse::<u32>().ok()) == Some(p.pid)
-        && nspid.is_some_and(|l| l.split_whitespace().count() > 1)
-}
-
-fn entry(pid: u32, path: PathBuf, p: &Profile, now_ns: u64) -> Entry {
-    Entry {
-        pid,
-        ppid: p.ppid,
-        fork_child: p.fork_child(),
-        program: p.program.clone(),
-        path,
-        uptime_s: uptime_ns(p, now_ns).map(|ns| ns as f64 / 1e9),
-        threads: p.threads.len(),
-        threads_live: p.threads.iter().filter(|t| t.alive).count(),
-        alive: p.alive,
-    }
-}
-
-/// The JSON of `stint ls --json`: an array, by pid.
-pub fn to_json(entries: &[Entry]) -> serde_json::Value {
-    entries
-        .iter()
-        .map(|e| {
-            json!({
-                "pid": e.pid,
-                "ppid": e.ppid,
-                "program": e.program,
-                "path": e.path.to_string_lossy(),
-                "uptime_s": e.uptime_s.map(|s| (s * 1000.0).round() / 1000.0),
-                "threads": e.threads,
-                "threads_live": e.threads_live,
-                "alive": e.alive,
-                "fork_child": e.fork_child,
-            })
-        })
-        .collect()
+/// The document of `stint ls --json`: an array, by pid.
+fn to_json(entries: &[Entry]) -> Vec<EntryJson> {
+    entries.iter().map(EntryJson::from).collect()
 }
 
 /// The table of `stint ls`.
@@ -203,7 +38,7 @@ pub fn to_json(entries: &[Entry]) -> serde_json::Value {
 /// 41230  41100  server           2m05s   9/12     /tmp/server.41230.stint
 /// 41377  41230  server (fork)    0.4 s   1/1      /tmp/server.41377.stint
 /// ```
-pub fn to_table(entries: &[Entry]) -> String {
+fn to_table(entries: &[Entry]) -> String {
     let mut rows = vec![["PID", "PPID", "PROGRAM", "UPTIME", "THREADS", "PATH"].map(String::from).to_vec()];
     for e in entries {
         rows.push(vec![
@@ -215,64 +50,14 @@ pub fn to_table(entries: &[Entry]) -> String {
             e.path.display().to_string(),
         ]);
     }
-    crate::commands::top::layout_rows(&rows, &[false, false, false, true, true, false])
+    layout_rows(&rows, &[false, false, false, true, true, false])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn maps_lines() {
-        let l = "7f3c1a200000-7f3c1a3ff000 rw-s 00000000 fd:01 1310799                    /tmp/x.4242.stint";
-        assert_eq!(parse_maps_line(l), Some((1310799, "/tmp/x.4242.stint")));
-        // Spaces in the path are kept; the padding before it is not.
-        let l = "00400000-00401000 r--s 00002000 08:02 77 /tmp/my dir/p.stint";
-        assert_eq!(parse_maps_line(l), Some((77, "/tmp/my dir/p.stint")));
-        for l in [
-            "7ffd5a3c1000-7ffd5a3e2000 rw-p 00000000 00:00 0                          [stack]",
-            "7f3c1a400000-7f3c1a401000 rw-p 00000000 00:00 0 ",
-            "7f3c1a400000-7f3c1a401000 rw-p 00000000 00:00 0",
-            "7f3c1a200000-7f3c1a3ff000 rw-s 00000000 fd:01 99 /tmp/x.stint (deleted)",
-            "7f3c1a200000-7f3c1a3ff000 rw-s 00000000 fd:01 99 relative/path",
-            "garbage",
-            "",
-            "a b c d notanumber /tmp/x",
-        ] {
-            assert_eq!(parse_maps_line(l), None, "{l:?}");
-        }
-    }
-
-    #[test]
-    fn our_own_mappings_are_files_not_profiles() {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let files: Vec<(u64, &str)> = maps.lines().filter_map(parse_maps_line).collect();
-        // The test binary itself is mapped.
-        let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        assert!(files.iter().any(|(_, p)| Path::new(p) == exe), "{exe:?} not in {files:?}");
-        assert!(files.iter().all(|(i, p)| !has_profile_magic(Path::new(p), *i)));
-    }
-
-    #[test]
-    fn magic_check_needs_the_right_inode_and_bytes() {
-        let dir = std::env::temp_dir().join(format!("stint-ls-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let good = dir.join("p.stint");
-        let meta = stint_profile::profile::synthetic_meta("p", &[("main", "0x1000")]);
-        std::fs::write(&good, stint_profile::profile::write_synthetic(&meta, &[(4242, vec![(0, 1)])])).unwrap();
-        let ino = std::fs::metadata(&good).unwrap().ino();
-        assert!(has_profile_magic(&good, ino));
-        assert!(!has_profile_magic(&good, ino + 1));
-        let short = dir.join("short");
-        std::fs::write(&short, b"STINT").unwrap();
-        assert!(!has_profile_magic(&short, std::fs::metadata(&short).unwrap().ino()));
-        let other = dir.join("other");
-        std::fs::write(&other, b"\x7fELF\x02\x01\x01\x00rest").unwrap();
-        assert!(!has_profile_magic(&other, std::fs::metadata(&other).unwrap().ino()));
-        assert!(!has_profile_magic(&dir, std::fs::metadata(&dir).unwrap().ino()));
-        assert!(!has_profile_magic(Path::new("/dev/null"), std::fs::metadata("/dev/null").unwrap().ino()));
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    use serde_json::json;
+    use std::path::PathBuf;
 
     #[test]
     fn table_and_json() {
@@ -294,21 +79,18 @@ mod tests {
              41230  100   server          2m05s     9/12  /tmp/server.41230.stint\n\
              41377  100   server (fork)   2m05s     9/12  /tmp/server.41377.stint\n"
         );
-        let j = to_json(&entries);
+        let j = serde_json::to_value(to_json(&entries)).unwrap();
         assert_eq!(
             j[1],
             json!({"pid": 41377, "ppid": 100, "program": "server", "path": "/tmp/server.41377.stint",
                    "uptime_s": 125.25, "threads": 12, "threads_live": 9, "alive": true, "fork_child": true})
         );
-        assert_eq!(to_json(&[]), json!([]));
-    }
-
-    #[test]
-    fn a_file_of_another_pid_is_not_ours() {
-        let meta = stint_profile::profile::synthetic_meta("p", &[("main", "0x1000")]);
-        let b = stint_profile::profile::write_synthetic(&meta, &[(u32::MAX - 1, vec![(0, 1)])]);
-        let p = stint_profile::profile::parse_with(&b, &stint_profile::profile::Observer::ENDED).unwrap();
-        assert!(owns(u32::MAX - 1, &p));
-        assert!(!owns(std::process::id(), &p));
+        // The field order is the contract's.
+        let keys: Vec<&String> = j[1].as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["pid", "ppid", "program", "path", "uptime_s", "threads", "threads_live", "alive", "fork_child"]
+        );
+        assert_eq!(serde_json::to_value(to_json(&[])).unwrap(), json!([]));
     }
 }

@@ -1,4 +1,9 @@
-//! One module per subcommand that does more than call a library function.
+//! One module per subcommand: each takes its Args struct (`crate::args`), calls the
+//! libraries, and prints. No command imports another; what two share is in `crate::fmt` or
+//! `crate::input`.
 pub mod ctl;
+pub mod inspect;
 pub mod ls;
+pub mod report;
+pub mod rewrite;
 pub mod top;

@@ -30,50 +30,13 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use stint_layout::{metric_bit, state_name, METRIC_NAMES, N_METRICS, N_STATES, STATE_EXITED, STATE_RUN};
 
-use crate::commands::ctl::{self, Change};
-use stint_profile::profile::{self, Profile, ThreadProfile};
-use stint_profile::report;
+use crate::args::TopArgs;
+use crate::fmt::{fmt_duration, fmt_ms, fmt_pct, fmt_rate, layout_rows};
+use stint_profile::ctl::{self, Change};
+use stint_profile::profile::{self, realtime_now_ns, Profile, ThreadProfile};
+use stint_profile::report::{self, column_widths, uptime_ns};
 
-/// Arguments of `stint top`.
-#[derive(clap::Args, Debug)]
-#[command(after_help = "EXAMPLES:\n  \
-    stint top /tmp/server.4242.stint\n  \
-    stint top /tmp/server.4242.stint --interval 0.5 --thread 4250\n  \
-    stint top /tmp/server.4242.stint --once                # one plain-text frame, rates over 1 s\n  \
-    stint top /tmp/server.4242.stint --once --interval 0   # at once: totals, no rates\n  \
-    stint top \"$(stint ls --json | jq -r '.[0].path')\"\n\n\
-    KEYS:\n  \
-    q, Esc   quit\n  \
-    s        sort functions by calls, cpu or wall time in the interval\n  \
-    t        show one thread's functions and lock waits (cycles through the threads, then all)\n  \
-    1..6     switch metric calls, cpu_time, wall_time, lock_wait, lock_hold, state_trace\n           \
-             on or off for every point and thread (as stint ctl does)\n  \
-    p        pause / resume refreshing")]
-pub struct Args {
-    /// A profile file (of a running program, or of one that ended).
-    pub profile: PathBuf,
-    /// Print one frame as plain text to stdout and exit (for scripts): two readings
-    /// --interval apart.
-    #[arg(long)]
-    pub once: bool,
-    /// Seconds between readings; rates are over the last interval. With --once, 0 takes a
-    /// single reading (totals, no rates).
-    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_interval)]
-    pub interval: Duration,
-    /// Show only this thread's functions and lock waits (kernel tid).
-    #[arg(long, value_name = "TID")]
-    pub thread: Option<u32>,
-}
-
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(0.0..=86400.0).contains(&secs) {
-        return Err(format!("{s}: want seconds from 0 to 86400"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: TopArgs) -> anyhow::Result<()> {
     // The file first: its errors name it, whatever stdout is.
     let first = Reading::take(&args.profile)?;
     if args.once {
@@ -89,7 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// `--once`: two readings `--interval` apart (or one), printed as text.
-fn once(args: &Args, first: Reading) -> anyhow::Result<()> {
+fn once(args: &TopArgs, first: Reading) -> anyhow::Result<()> {
     let (prev, cur) = if args.interval.is_zero() {
         (None, first)
     } else {
@@ -131,12 +94,9 @@ impl Reading {
     pub fn take(path: &Path) -> anyhow::Result<Reading> {
         let profile = profile::load(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         let cpu_ns = if profile.alive { task_cpu_ns(profile.pid) } else { HashMap::new() };
-        Ok(Reading { profile, at: Instant::now(), realtime_ns: now_realtime_ns(), cpu_ns })
+        Ok(Reading { profile, at: Instant::now(), realtime_ns: realtime_now_ns(), cpu_ns })
     }
 }
-
-/// CLOCK_REALTIME now, ns since the epoch.
-pub(crate) use stint_profile::profile::realtime_now_ns as now_realtime_ns;
 
 fn task_cpu_ns(pid: u32) -> HashMap<u32, u64> {
     let mut m = HashMap::new();
@@ -175,17 +135,6 @@ pub fn metrics_on(p: &Profile) -> u8 {
 
 fn all_metrics() -> u8 {
     ((1u32 << N_METRICS) - 1) as u8
-}
-
-/// ns from the process's start: until now if it runs, else until the last thing the
-/// runtime recorded (a thread's end or last wrapper event).
-pub(crate) fn uptime_ns(p: &Profile, now_realtime_ns: u64) -> Option<u64> {
-    if p.alive {
-        return now_realtime_ns.checked_sub(p.start_realtime_ns);
-    }
-    let ends = p.threads.iter().filter_map(|t| report::end_ns(p, t));
-    let events = p.threads.iter().filter(|t| t.last_tsc != 0).filter_map(|t| p.tsc_to_ns_since_start(t.last_tsc));
-    ends.chain(events).max()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -455,54 +404,6 @@ pub fn lock_rows(prev: Option<&Reading>, cur: &Reading, view: &View) -> Vec<Lock
     rows
 }
 
-// ---------------------------------------------------------------------------------------
-// Formatting
-// ---------------------------------------------------------------------------------------
-
-/// A rate per second, short: `-`, `0`, `4.2`, `87`, `12.3k`, `4.6M`, `1.2G`.
-pub fn fmt_rate(r: Option<f64>) -> String {
-    let Some(r) = r.filter(|r| r.is_finite() && *r >= 0.0) else { return "-".into() };
-    if r < 0.05 {
-        "0".into()
-    } else if r < 9.95 {
-        format!("{r:.1}")
-    } else if r < 999.5 {
-        format!("{r:.0}")
-    } else if r < 999_950.0 {
-        format!("{:.1}k", r / 1e3)
-    } else if r < 999_950_000.0 {
-        format!("{:.1}M", r / 1e6)
-    } else {
-        format!("{:.1}G", r / 1e9)
-    }
-}
-
-/// A percentage with one decimal, `-` if unknown.
-pub fn fmt_pct(p: Option<f64>) -> String {
-    p.filter(|p| p.is_finite()).map_or("-".into(), |p| format!("{p:.1}"))
-}
-
-/// ns as milliseconds with one decimal, `-` if unknown.
-pub fn fmt_ms(ns: Option<u64>) -> String {
-    ns.map_or("-".into(), |n| format!("{:.1}", n as f64 / 1e6))
-}
-
-/// A duration, short: `0.4 s`, `59.9 s`, `2m05s`, `3h07m`, `2d04h`.
-pub fn fmt_duration(secs: f64) -> String {
-    if !secs.is_finite() || secs < 0.0 {
-        return "-".into();
-    }
-    if secs < 59.95 {
-        return format!("{secs:.1} s");
-    }
-    let s = secs as u64;
-    match s {
-        0..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
-    }
-}
-
 /// Names of the metrics in `bits`, space-separated (`none` for none).
 fn metric_names(bits: u8) -> String {
     let v: Vec<&str> =
@@ -513,14 +414,6 @@ fn metric_names(bits: u8) -> String {
         v.join(" ")
     }
 }
-
-/// Lay out rows of cells in columns two spaces apart, no indent; `right[i]` right-aligns
-/// column `i`; trailing blanks trimmed (the layout of `report`'s tables).
-pub(crate) fn layout_rows(rows: &[Vec<String>], right: &[bool]) -> String {
-    stint_profile::report::columns(rows, right, "")
-}
-
-use stint_profile::report::column_widths;
 
 // ---------------------------------------------------------------------------------------
 // The screen as cells
@@ -793,7 +686,7 @@ struct App {
     stale: Option<String>,
 }
 
-fn live(args: &Args, first: Reading) -> anyhow::Result<()> {
+fn live(args: &TopArgs, first: Reading) -> anyhow::Result<()> {
     let view = View { sort: Sort::Calls, thread: args.thread };
     let screen = Screen::new(None, &first, &view);
     let mut app = App {
@@ -844,7 +737,7 @@ impl App {
                 self.rebuild();
             }
             // Keep showing the last good reading (the file may be gone, or not ours now).
-            Err(e) => self.stale = Some(one_line(&e)),
+            Err(e) => self.stale = Some(crate::one_line(&e)),
         }
     }
 
@@ -891,7 +784,7 @@ impl App {
                 self.reload_control();
                 summary
             }
-            Err(e) => format!("{name} {}: {}", if on { "on" } else { "off" }, one_line(&e)),
+            Err(e) => format!("{name} {}: {e}", if on { "on" } else { "off" }),
         };
     }
 
@@ -1003,11 +896,6 @@ fn draw_section(f: &mut ratatui::Frame, s: &Section, title: String, area: ratatu
     f.render_widget(Table::new(rows, constraints).header(header).block(block).column_spacing(2), area);
 }
 
-/// An error as one line, as `main` prints them.
-fn one_line(e: &anyhow::Error) -> String {
-    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ").replace('\n', " ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1018,52 +906,9 @@ mod tests {
     };
 
     #[test]
-    fn rates() {
-        assert_eq!(fmt_rate(None), "-");
-        assert_eq!(fmt_rate(Some(f64::NAN)), "-");
-        assert_eq!(fmt_rate(Some(-1.0)), "-");
-        assert_eq!(fmt_rate(Some(0.0)), "0");
-        assert_eq!(fmt_rate(Some(0.04)), "0");
-        assert_eq!(fmt_rate(Some(0.05)), "0.1");
-        assert_eq!(fmt_rate(Some(4.2)), "4.2");
-        assert_eq!(fmt_rate(Some(9.96)), "10");
-        assert_eq!(fmt_rate(Some(87.4)), "87");
-        assert_eq!(fmt_rate(Some(999.4)), "999");
-        assert_eq!(fmt_rate(Some(999.6)), "1.0k");
-        assert_eq!(fmt_rate(Some(12_345.0)), "12.3k");
-        assert_eq!(fmt_rate(Some(4_560_000.0)), "4.6M");
-        assert_eq!(fmt_rate(Some(1.2e9)), "1.2G");
-    }
-
-    #[test]
-    fn percentages_times_and_durations() {
-        assert_eq!(fmt_pct(None), "-");
-        assert_eq!(fmt_pct(Some(0.0)), "0.0");
-        assert_eq!(fmt_pct(Some(99.96)), "100.0");
-        assert_eq!(fmt_pct(Some(153.25)), "153.2");
-        assert_eq!(fmt_pct(Some(f64::INFINITY)), "-");
-        assert_eq!(fmt_ms(None), "-");
-        assert_eq!(fmt_ms(Some(1_250_000)), "1.2");
-        assert_eq!(fmt_ms(Some(0)), "0.0");
-        assert_eq!(fmt_duration(0.42), "0.4 s");
-        assert_eq!(fmt_duration(59.9), "59.9 s");
-        assert_eq!(fmt_duration(59.96), "0m59s");
-        assert_eq!(fmt_duration(125.25), "2m05s");
-        assert_eq!(fmt_duration(3600.0 * 3.0 + 7.0 * 60.0), "3h07m");
-        assert_eq!(fmt_duration(86400.0 * 2.0 + 4.0 * 3600.0 + 5.0), "2d04h");
-        assert_eq!(fmt_duration(-1.0), "-");
+    fn metric_names_of_bits() {
         assert_eq!(metric_names(0), "none");
         assert_eq!(metric_names(0b101001), "calls lock_wait state_trace");
-    }
-
-    #[test]
-    fn intervals_parse() {
-        assert_eq!(parse_interval("1"), Ok(Duration::from_secs(1)));
-        assert_eq!(parse_interval("0.3"), Ok(Duration::from_millis(300)));
-        assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
-        for bad in ["-1", "x", "", "inf", "NaN", "1e9"] {
-            assert!(parse_interval(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]
@@ -1329,18 +1174,5 @@ mod tests {
         }
         let r = reading(&b, Instant::now(), &[], &[PID, PID + 1, PID + 2]);
         assert!(!Screen::new(None, &r, &View::default()).threads.head.contains(&"MASK"));
-    }
-
-    #[test]
-    fn help_has_examples() {
-        use clap::CommandFactory;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: Args,
-        }
-        Cli::command().debug_assert();
-        let help = Cli::command().render_long_help().to_string();
-        assert!(help.contains("EXAMPLES:") && help.contains("--once"), "{help}");
     }
 }

@@ -1,0 +1,295 @@
+//! Every argument of `stint`, in one place: the [`Cli`], its [`Command`]s, and one Args
+//! struct per subcommand with EXAMPLES in its `--help` (clap derive). Values clap can check
+//! (enums, numbers, durations) are turned into domain types here, at the boundary; the
+//! command modules in `commands/` take these structs and nothing else from the command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "stint",
+    version,
+    about = "Static instrumentation of threads: rewrite an x86-64 executable so it measures every thread",
+    after_help = "EXAMPLES:\n  \
+      stint rewrite /usr/bin/pigz -o ./pigz.stint\n  \
+      STINT_PROFILE=/tmp/pigz.%p.stint ./pigz.stint -p 2 -c big.txt > big.gz\n  \
+      stint report /tmp/pigz.1234.stint\n  \
+      stint report /tmp/pigz.1234.stint --format json\n  \
+      stint inspect /usr/bin/pigz --json"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    Rewrite(RewriteArgs),
+    Inspect(InspectArgs),
+    Report(ReportArgs),
+    /// Control a running rewritten program: status, enable / disable metrics per function
+    /// and thread, snapshot a baseline.
+    Ctl(CtlArgs),
+    /// Live view of a running program's profile: threads, states, top functions, lock waits.
+    Top(TopArgs),
+    /// List the live profiles of this user's processes.
+    Ls(LsArgs),
+}
+
+/// Write an instrumented copy of an executable.
+#[derive(Parser, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint rewrite ./server -o ./server.stint\n  \
+    stint rewrite ./server -o ./server.stint --spec my-spec.yaml\n\n\
+    The output behaves like the input. When it runs it writes a profile file, named by\n\
+    STINT_PROFILE (%p becomes the pid; default ./<program>.<pid>.stint); set STINT_PROFILE=\n\
+    (empty) to run without measuring.")]
+pub struct RewriteArgs {
+    /// The executable to rewrite.
+    pub input: PathBuf,
+    /// Where to write the rewritten executable.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Metric spec (YAML); the built-in default counts calls of every function.
+    #[arg(long)]
+    pub spec: Option<PathBuf>,
+    /// Also write the rewrite report (JSON) to this file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Print nothing on success.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Use int3 + SIGTRAP where no jump fits (exact but slow; a thread that blocks SIGTRAP is
+    /// killed when it hits one; debuggers stop at every trap).
+    #[arg(long)]
+    pub traps: bool,
+}
+
+/// Show what `rewrite` would instrument, and how.
+#[derive(Parser, Debug)]
+#[command(after_help = "EXAMPLES:\n  stint inspect /usr/bin/pigz\n  stint inspect /usr/bin/pigz --json | jq .summary")]
+pub struct InspectArgs {
+    pub input: PathBuf,
+    /// Print the full report as JSON (functions, points with tactics, summary).
+    #[arg(long)]
+    pub json: bool,
+    /// List every skipped entry with its reason.
+    #[arg(long)]
+    pub skipped: bool,
+    #[arg(long)]
+    pub spec: Option<PathBuf>,
+    /// Use int3 + SIGTRAP where no jump fits (exact but slow; a thread that blocks SIGTRAP is
+    /// killed when it hits one; debuggers stop at every trap).
+    #[arg(long)]
+    pub traps: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// What the table of `stint report` is arranged by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum By {
+    /// Per thread, the functions it called: calls, CPU and wall time.
+    Function,
+    /// One row per thread: name, start routine, creator, lifetime, exit, % of time per state,
+    /// total wait.
+    Thread,
+    /// Per sync object (mutex, condvar, …): the threads that waited on it, with counts,
+    /// contended calls, wait and hold time.
+    Lock,
+}
+
+/// Show the per-thread profile a rewritten program wrote.
+#[derive(Parser, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint report /tmp/pigz.1234.stint\n  \
+    stint report /tmp/pigz.1234.stint --top 20\n  \
+    stint report /tmp/pigz.1234.stint --by lock      # which locks threads waited on, and how long\n  \
+    stint report /tmp/pigz.1234.stint --by thread    # lifetimes, exits, % of time per state\n  \
+    stint report /tmp/pigz.1234.stint --format json  # everything, whatever --by says\n  \
+    stint report /tmp/pigz.1234.stint --since-snapshot  # only what came after `stint ctl ... snapshot`")]
+pub struct ReportArgs {
+    /// A profile file (it may belong to a running process).
+    pub profile: PathBuf,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Same as --format json.
+    #[arg(long)]
+    pub json: bool,
+    /// Arrange the table by function (per thread), by thread, or by lock (sync object).
+    /// JSON output is the same for all three.
+    #[arg(long, value_enum, default_value = "function")]
+    pub by: By,
+    /// Show at most N functions per thread (--by function only).
+    #[arg(long)]
+    pub top: Option<usize>,
+    /// Only what happened after the newest `stint ctl <profile> snapshot`.
+    #[arg(long)]
+    pub since_snapshot: bool,
+}
+
+/// Arguments of `stint ctl`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint ctl /tmp/server.4242.stint status\n  \
+    stint ctl /tmp/server.4242.stint enable cpu_time --function 'parse_*' --thread 4247\n  \
+    stint ctl /tmp/server.4242.stint disable calls\n  \
+    stint ctl /tmp/server.4242.stint enable all\n  \
+    stint ctl /tmp/server.4242.stint snapshot      # then: stint report ... --since-snapshot\n\n\
+    Metrics: calls, cpu_time, wall_time, lock_wait, lock_hold, state_trace, or all.\n\
+    A metric is measured where both its function focus (--function) and its thread focus\n\
+    (--thread) say so; changes reach the program at its next event.")]
+pub struct CtlArgs {
+    /// The profile file of a running program (`stint ls` lists them).
+    pub profile: PathBuf,
+    #[command(subcommand)]
+    pub action: CtlAction,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum CtlAction {
+    /// Show which metrics are on where, the threads and their clocks, snapshots, the
+    /// control file.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Turn metrics on (for the functions and threads given, else everywhere).
+    Enable(FocusArgs),
+    /// Turn metrics off (for the functions or the threads given, else everywhere).
+    Disable(FocusArgs),
+    /// Ask every thread to record a baseline at its next safe point; `stint report
+    /// --since-snapshot` then shows only what happened after it.
+    Snapshot {
+        /// How long to wait for the threads to take it, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        wait_ms: u64,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FocusArgs {
+    /// Metric names (or `all`).
+    #[arg(required = true)]
+    pub metrics: Vec<String>,
+    /// Only functions whose name matches this glob (`*`, `?`); repeatable.
+    #[arg(long = "function", short = 'f')]
+    pub functions: Vec<String>,
+    /// Only this thread (kernel tid, as `status` lists them); repeatable.
+    #[arg(long = "thread", short = 't')]
+    pub threads: Vec<u32>,
+}
+
+/// Arguments of `stint top`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint top /tmp/server.4242.stint\n  \
+    stint top /tmp/server.4242.stint --interval 0.5 --thread 4250\n  \
+    stint top /tmp/server.4242.stint --once                # one plain-text frame, rates over 1 s\n  \
+    stint top /tmp/server.4242.stint --once --interval 0   # at once: totals, no rates\n  \
+    stint top \"$(stint ls --json | jq -r '.[0].path')\"\n\n\
+    KEYS:\n  \
+    q, Esc   quit\n  \
+    s        sort functions by calls, cpu or wall time in the interval\n  \
+    t        show one thread's functions and lock waits (cycles through the threads, then all)\n  \
+    1..6     switch metric calls, cpu_time, wall_time, lock_wait, lock_hold, state_trace\n           \
+             on or off for every point and thread (as stint ctl does)\n  \
+    p        pause / resume refreshing")]
+pub struct TopArgs {
+    /// A profile file (of a running program, or of one that ended).
+    pub profile: PathBuf,
+    /// Print one frame as plain text to stdout and exit (for scripts): two readings
+    /// --interval apart.
+    #[arg(long)]
+    pub once: bool,
+    /// Seconds between readings; rates are over the last interval. With --once, 0 takes a
+    /// single reading (totals, no rates).
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// Show only this thread's functions and lock waits (kernel tid).
+    #[arg(long, value_name = "TID")]
+    pub thread: Option<u32>,
+}
+
+/// `--interval`: seconds, 0 to a day.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.0..=86400.0).contains(&secs) {
+        return Err(format!("{s}: want seconds from 0 to 86400"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Arguments of `stint ls`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint ls                      # pid, program, uptime, threads and profile path of each\n  \
+    stint ls --json | jq '.[].path'\n  \
+    stint top $(stint ls --json | jq -r '.[0].path')\n\n\
+    Profiles are found in /proc/<pid>/maps: a measuring process maps its profile file.")]
+pub struct LsArgs {
+    /// Also list profiles of other users' processes (where /proc lets us read their maps).
+    #[arg(long)]
+    pub all: bool,
+    /// Print a JSON array of {pid, ppid, program, path, uptime_s, threads, alive, ...}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn report_by_and_json() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Report(a)) => Ok((a.by, a.format, a.json)),
+            Ok(other) => panic!("not report: {other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        assert!(matches!(parse(&["stint", "report", "p.stint"]), Ok((By::Function, Format::Table, false))));
+        assert!(matches!(parse(&["stint", "report", "p.stint", "--by", "lock"]), Ok((By::Lock, _, false))));
+        assert!(matches!(
+            parse(&["stint", "report", "p.stint", "--by", "thread", "--json"]),
+            Ok((By::Thread, _, true))
+        ));
+        assert_eq!(
+            parse(&["stint", "report", "p.stint", "--by", "object"]).err(),
+            Some(clap::error::ErrorKind::InvalidValue)
+        );
+    }
+
+    #[test]
+    fn intervals_parse() {
+        assert_eq!(parse_interval("1"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("0.3"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
+        for bad in ["-1", "x", "", "inf", "NaN", "1e9"] {
+            assert!(parse_interval(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_subcommand_has_examples() {
+        for sub in Cli::command().get_subcommands_mut() {
+            let help = sub.render_long_help().to_string();
+            assert!(help.contains("EXAMPLES:"), "{help}");
+        }
+        let top = Cli::command().find_subcommand_mut("top").unwrap().render_long_help().to_string();
+        assert!(top.contains("--once"), "{top}");
+    }
+}

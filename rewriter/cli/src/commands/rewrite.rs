@@ -1,0 +1,61 @@
+//! `stint rewrite`: read the input and the spec, call [`stint_rewrite::rewrite`], write the
+//! output (and the rewrite report) so that a failed run never leaves a half-written file.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::anyhow;
+
+use crate::args::RewriteArgs;
+use crate::input::{load_spec, program_name, read_input};
+
+pub fn run(a: RewriteArgs) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let spec = load_spec(&a.spec)?;
+    let data = read_input(&a.input)?;
+    let program = program_name(&a.input);
+    let opts = stint_rewrite::Options { program: &program, spec: &spec, traps: a.traps };
+    let (out, report) = stint_rewrite::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a.input)?.permissions());
+    write_atomically(&a.output, &out, (mode & 0o777) | 0o100)?;
+    if let Some(rp) = &a.report {
+        let json = serde_json::to_string_pretty(&report)?;
+        write_atomically(rp, json.as_bytes(), 0o644)?;
+    }
+    if !a.quiet {
+        let s = &report.summary;
+        eprintln!(
+            "stint: {}: {} functions, {} of {} entries patched ({:.2}%), {} skipped; wrote {} ({:.1} KiB) in {:.2} s",
+            a.input.display(),
+            s.functions,
+            s.patched,
+            s.entries,
+            s.entry_coverage_pct,
+            s.skipped,
+            a.output.display(),
+            out.len() as f64 / 1024.0,
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Write `bytes` to a temporary file beside `path` and rename it into place, so a failed
+/// run never leaves a half-written output.
+fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}.stint-tmp.{}", program_name(path), std::process::id()));
+    let res = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(anyhow!("{}: cannot write: {e}", path.display()));
+    }
+    Ok(())
+}

@@ -1,0 +1,334 @@
+//! The `stint-profile/1` JSON contract as types: what `stint report --format json` prints,
+//! and what readers of that output (scripts, tests, a later `diff`) deserialise.
+//!
+//! The contract is stable: later versions add fields, never remove or change one. The field
+//! order of these structs is the order of the keys in the output, so they change only by
+//! appending. A value that can be unknown is an `Option` and prints as `null`; the one key
+//! that is left out rather than `null` is a thread's `transitions` (absent when the thread
+//! has no state-transition ring entries). Deserialising accepts documents of older versions:
+//! a missing `Option` field reads as `None`, a missing `transitions` as empty.
+//!
+//! [`profile_json`] builds the document from the typed model ([`Profile`]); naming
+//! (functions by the meta, addresses in the input ELF by the function that contains them)
+//! is the report's ([`crate::report`]).
+//!
+//! ```json
+//! {"schema": "stint-profile/1", "program": "pigz", "pid": 1234, "ppid": 1, "fork_child": false,
+//!  "threads": [{"tid": 1235, "name": null, "start_routine": null, "first_function": "worker",
+//!               "main": false, …,
+//!               "functions": [{"name": "mid", "address": "0x1189", "calls": 1000,
+//!                              "cpu_ns": null, "wall_ns": null}], …}],
+//!  "skipped_reentrant": 0, "lost_threads": 0, "tsc_hz": 0, "objects": [], "objects_lost": 0,
+//!  "warnings": []}
+//! ```
+
+use std::fmt;
+
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use stint_layout::{exit_kind_name, EXIT_UNKNOWN, N_STATES};
+
+use crate::profile::{ObjectProfile, Profile, ThreadProfile};
+use crate::report::{
+    end_ns, first_function, first_used_in, functions, kind_name, object_address, start_ns, start_routine, state_label,
+    waits_by_time,
+};
+
+/// `schema` of the document.
+pub const SCHEMA: &str = "stint-profile/1";
+
+/// The whole document: the process, its threads, its sync objects.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileJson {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// The program's name as the rewriter recorded it.
+    pub program: String,
+    pub pid: u32,
+    /// The parent at the start (for a fork child: the rewritten program it was forked from).
+    pub ppid: u32,
+    /// The process is a fork child of a rewritten program, with a profile of its own.
+    pub fork_child: bool,
+    /// Threads in column (registration) order.
+    pub threads: Vec<ThreadJson>,
+    /// Events skipped because the thread was already inside the runtime.
+    pub skipped_reentrant: u64,
+    /// Threads that found no free column (not measured).
+    pub lost_threads: u64,
+    /// TSC ticks per second the runtime calibrated; 0 if none (times are then `null`).
+    pub tsc_hz: u64,
+    /// Sync objects in table order.
+    pub objects: Vec<ObjectJson>,
+    /// Sync objects not recorded because the table was full.
+    pub objects_lost: u64,
+    /// One line per thing skipped while reading the file.
+    pub warnings: Vec<String>,
+}
+
+/// One thread: its counters, the functions it called, its record, states and waits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadJson {
+    /// Kernel tid.
+    pub tid: u32,
+    /// The thread's name (`pthread_setname_np`), if it had one.
+    pub name: Option<String>,
+    /// The function `pthread_create` was given (its name, else its address in hex).
+    pub start_routine: Option<String>,
+    /// The first instrumented function the thread entered.
+    pub first_function: Option<String>,
+    /// The process's main thread.
+    pub main: bool,
+    /// The CPU clock of the thread's timers (`perf-task-clock+tsc`, `clock_gettime`).
+    pub clock_source: Option<String>,
+    /// Timer events skipped in signal handlers that interrupted a timer routine.
+    pub timer_skipped: u64,
+    /// Exits without an open frame (entered while the timers were off).
+    pub unmatched_exits: u64,
+    /// Frames closed after an exception or `longjmp` passed them.
+    pub abandoned_frames: u64,
+    /// Activations deeper than the shadow stack (counted, not timed).
+    pub shadow_overflow: u64,
+    /// Times the shadow stack was resynchronised with the real one.
+    pub resyncs: u64,
+    /// The functions the thread called, most calls first.
+    pub functions: Vec<FunctionJson>,
+    /// The thread still ran when the file was read.
+    pub running: bool,
+    /// The thread that called `pthread_create`; `null` if unknown (the main thread).
+    pub creator_tid: Option<u32>,
+    /// ns from the process's start to the thread's registration.
+    pub start_ns: u64,
+    /// ns from the process's start to the thread's end; `null` if the runtime did not see it.
+    pub end_ns: Option<u64>,
+    /// `returned`, `pthread_exit`, `canceled` or `unknown`.
+    pub exit: String,
+    /// The value the thread ended with; `null` when `exit` is `unknown`.
+    pub exit_value: Option<u64>,
+    /// The state the thread is in (`RUN`, `BLOCKED_MUTEX`, …, `EXITED`).
+    pub state: String,
+    /// ns in each state, every state in layout order.
+    pub states: StateTimes,
+    /// Per sync object the thread used, most wait first.
+    pub waits: Vec<WaitJson>,
+    /// Wrapped calls not recorded (the thread was inside the runtime).
+    pub wrap_skipped: u64,
+    /// The last state transitions (the ring); absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transitions: Vec<TransitionJson>,
+}
+
+/// Calls and inclusive times of one function on one thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionJson {
+    /// Name from the meta (`point N` for a point the meta does not name).
+    pub name: String,
+    /// The function's address in the input ELF, in hex.
+    pub address: String,
+    pub calls: u64,
+    /// Inclusive CPU time in ns; `null` if the function is not timed or there is no
+    /// calibration.
+    pub cpu_ns: Option<u64>,
+    /// Inclusive wall time in ns; `null` as `cpu_ns`.
+    pub wall_ns: Option<u64>,
+}
+
+/// A thread's use of one sync object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitJson {
+    /// The object's run-time address in hex (`null` if the file does not record it).
+    pub object: Option<String>,
+    /// `mutex`, `condvar`, `rwlock`, `semaphore`, `barrier`, `thread`, or `unknown`.
+    pub kind: String,
+    /// Time blocked in the calls, ns.
+    pub wait_ns: Option<u64>,
+    /// Calls that acquired or waited successfully.
+    pub count: u64,
+    /// Of those, the ones that found the object taken (blocked over 1 µs for other kinds).
+    pub contended: u64,
+    /// Time a mutex or rwlock was held, ns.
+    pub hold_ns: Option<u64>,
+}
+
+/// One entry of a thread's state-transition ring.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransitionJson {
+    /// ns since the process started.
+    pub t_ns: Option<u64>,
+    /// The state entered.
+    pub state: String,
+    /// The sync object it blocked on, in hex.
+    pub object: Option<String>,
+}
+
+/// One sync object the wrappers saw.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectJson {
+    /// Run-time address in hex.
+    pub address: String,
+    /// `mutex`, `condvar`, …
+    pub kind: String,
+    /// The function that first used it (its name, else the caller's address in hex).
+    pub first_used_in: Option<String>,
+    /// The thread that first used it.
+    pub first_tid: u32,
+}
+
+/// ns per state, as a JSON object keyed by state name in layout order (`{"RUN": 20000000,
+/// "BLOCKED_MUTEX": 0, …}`); `null` for a state without calibration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateTimes(pub Vec<(String, Option<u64>)>);
+
+impl StateTimes {
+    /// ns in state `name`, if the document has it.
+    pub fn get(&self, name: &str) -> Option<Option<u64>> {
+        self.0.iter().find(|(n, _)| n == name).map(|&(_, ns)| ns)
+    }
+}
+
+impl Serialize for StateTimes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (name, ns) in &self.0 {
+            m.serialize_entry(name, ns)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for StateTimes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> Visitor<'de> for InOrder {
+            type Value = StateTimes;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object of ns per state")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<StateTimes, A::Error> {
+                let mut v = Vec::new();
+                while let Some(entry) = a.next_entry()? {
+                    v.push(entry);
+                }
+                Ok(StateTimes(v))
+            }
+        }
+        d.deserialize_map(InOrder)
+    }
+}
+
+/// The `stint-profile/1` document of a profile.
+pub fn profile_json(p: &Profile) -> ProfileJson {
+    ProfileJson {
+        schema: SCHEMA.to_owned(),
+        program: p.program.clone(),
+        pid: p.pid,
+        ppid: p.ppid,
+        fork_child: p.fork_child(),
+        threads: p.threads.iter().map(|t| thread_json(p, t)).collect(),
+        skipped_reentrant: p.skipped_reentrant,
+        lost_threads: p.lost_threads,
+        tsc_hz: p.tsc_hz,
+        objects: p.objects.iter().map(|o| object_json(p, o)).collect(),
+        objects_lost: p.objects_lost,
+        warnings: p.warnings.clone(),
+    }
+}
+
+fn thread_json(p: &Profile, t: &ThreadProfile) -> ThreadJson {
+    ThreadJson {
+        tid: t.tid,
+        name: t.name.clone(),
+        start_routine: start_routine(p, t),
+        first_function: first_function(p, t).map(str::to_owned),
+        main: t.is_main(p),
+        clock_source: t.clock_source.clone(),
+        timer_skipped: t.timer_skipped,
+        unmatched_exits: t.unmatched_exits,
+        abandoned_frames: t.abandoned_frames,
+        shadow_overflow: t.shadow_overflow,
+        resyncs: t.resyncs,
+        functions: functions(p, t)
+            .into_iter()
+            .map(|f| FunctionJson {
+                name: f.name,
+                address: f.address,
+                calls: f.calls,
+                cpu_ns: f.cpu_ns,
+                wall_ns: f.wall_ns,
+            })
+            .collect(),
+        running: t.alive,
+        creator_tid: t.creator_tid,
+        start_ns: start_ns(p, t),
+        end_ns: end_ns(p, t),
+        exit: exit_kind_name(t.exit_kind).to_owned(),
+        exit_value: (t.exit_kind != EXIT_UNKNOWN).then_some(t.exit_value),
+        state: state_label(t.thread_state).to_owned(),
+        states: StateTimes(
+            (0..N_STATES).map(|s| (state_label(s).to_owned(), p.ticks_to_ns(t.state_ticks[s as usize]))).collect(),
+        ),
+        waits: waits_by_time(t)
+            .into_iter()
+            .map(|w| WaitJson {
+                object: object_address(p, w.object),
+                kind: kind_name(w.kind).to_owned(),
+                wait_ns: p.ticks_to_ns(w.wait_ticks),
+                count: w.count,
+                contended: w.contended,
+                hold_ns: p.ticks_to_ns(w.hold_ticks),
+            })
+            .collect(),
+        wrap_skipped: t.wrap_skipped,
+        transitions: t
+            .transitions
+            .iter()
+            .map(|x| TransitionJson {
+                t_ns: p.tsc_to_ns_since_start(x.tsc),
+                state: state_label(x.state).to_owned(),
+                object: x.object.and_then(|o| object_address(p, o)),
+            })
+            .collect(),
+    }
+}
+
+fn object_json(p: &Profile, o: &ObjectProfile) -> ObjectJson {
+    ObjectJson {
+        address: format!("{:#x}", o.address),
+        kind: o.kind_name().to_owned(),
+        first_used_in: first_used_in(p, o),
+        first_tid: o.first_tid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{parse, synthetic_meta, write_synthetic};
+
+    #[test]
+    fn the_document_reads_back_as_written() {
+        let meta = synthetic_meta("pigz", &[("main", "0x1139"), ("worker", "0x1189")]);
+        let p = parse(&write_synthetic(&meta, &[(1234, vec![(0, 1), (1, 2)]), (1235, vec![(1, 7)])])).unwrap();
+        let doc = profile_json(&p);
+        let text = serde_json::to_string_pretty(&doc).unwrap();
+        let back: ProfileJson = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, doc);
+        assert_eq!(serde_json::to_string_pretty(&back).unwrap(), text);
+        assert_eq!(back.threads[1].functions[0].calls, 7);
+        assert_eq!(back.threads[0].states.0.len(), N_STATES as usize);
+        assert_eq!(back.threads[0].states.get("RUN"), Some(None));
+    }
+
+    #[test]
+    fn older_documents_read_with_defaults() {
+        let old = r#"{"schema": "stint-profile/1", "program": "p", "pid": 1, "ppid": 0, "fork_child": false,
+            "threads": [{"tid": 1, "main": true, "timer_skipped": 0, "unmatched_exits": 0,
+                         "abandoned_frames": 0, "shadow_overflow": 0, "resyncs": 0, "functions": [],
+                         "running": false, "start_ns": 0, "exit": "unknown", "state": "RUN",
+                         "states": {}, "waits": [], "wrap_skipped": 0}],
+            "skipped_reentrant": 0, "lost_threads": 0, "tsc_hz": 0, "objects": [], "objects_lost": 0,
+            "warnings": []}"#;
+        let doc: ProfileJson = serde_json::from_str(old).unwrap();
+        assert_eq!((doc.threads[0].name.as_deref(), doc.threads[0].transitions.len()), (None, 0));
+    }
+}
