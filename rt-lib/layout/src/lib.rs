@@ -39,7 +39,12 @@
 #![deny(unsafe_code)]
 
 pub mod control_file;
+mod kinds;
 pub mod pod;
+
+pub use kinds::{
+    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, RequestOp, ThreadState, TimerOp, WrappedFn,
+};
 
 use core::mem::{offset_of, size_of};
 use pod::pod_struct;
@@ -130,9 +135,9 @@ const _: () = assert!(size_of::<FileHeader>() as u64 <= HEADER_RESERVED);
 pub const CONTROL_OFFSET: u64 = HEADER_RESERVED;
 pub const GATES_OFFSET: u64 = CONTROL_OFFSET + PAGE;
 
-/// `ColumnHeader::state` values.
-pub const COLUMN_EMPTY: u32 = 0;
-pub const COLUMN_LIVE: u32 = 1;
+/// [`ColumnState`] values (`ColumnHeader::state`).
+pub const COLUMN_EMPTY: u32 = ColumnState::Empty as u32;
+pub const COLUMN_LIVE: u32 = ColumnState::Live as u32;
 
 pod_struct! {
     /// Start of every column: who owns it, and a record of the thread that outlives it.
@@ -270,21 +275,14 @@ pub const FRAME_SIZE: u32 = size_of::<Frame>() as u32;
 /// Offset of the shadow stack in a column.
 pub const SHADOW_OFFSET: u32 = COLUMN_HEADER_RESERVED as u32;
 
-/// `ColumnHeader::clock_source`: no timer event yet.
-pub const CLOCK_SOURCE_NONE: u32 = 0;
-/// A perf task-clock event's page tells when the thread was scheduled in; between two
-/// schedulings CPU time advances with the TSC (D11).
-pub const CLOCK_SOURCE_PERF_TSC: u32 = 1;
-/// Perf events refused: every timer event reads CLOCK_THREAD_CPUTIME_ID (a system call).
-pub const CLOCK_SOURCE_SYSCALL: u32 = 2;
+/// [`ClockSource`] values (aliases for code written before the enum).
+pub const CLOCK_SOURCE_NONE: u32 = ClockSource::None as u32;
+pub const CLOCK_SOURCE_PERF_TSC: u32 = ClockSource::PerfTsc as u32;
+pub const CLOCK_SOURCE_SYSCALL: u32 = ClockSource::Syscall as u32;
 
-/// Name of a clock source for reports.
+/// Name of a clock source for reports (`None` for "no timer event yet" and unknown values).
 pub fn clock_source_name(s: u32) -> Option<&'static str> {
-    match s {
-        CLOCK_SOURCE_PERF_TSC => Some("perf-task-clock+tsc"),
-        CLOCK_SOURCE_SYSCALL => Some("clock_gettime"),
-        _ => None,
-    }
+    ClockSource::from_u32(s).filter(|&c| c != ClockSource::None).map(ClockSource::name)
 }
 const _: () = assert!(size_of::<ColumnHeader>() as u64 <= COLUMN_HEADER_RESERVED);
 
@@ -420,131 +418,88 @@ pub const fn object_entry_offset(buckets: u32, i: u32) -> u64 {
     buckets as u64 * size_of::<ObjBucket>() as u64 + i as u64 * size_of::<SyncObject>() as u64
 }
 
-/// `SyncObject::kind` values.
-pub const OBJ_MUTEX: u32 = 1;
-pub const OBJ_CONDVAR: u32 = 2;
-pub const OBJ_RWLOCK: u32 = 3;
-pub const OBJ_SEMAPHORE: u32 = 4;
-pub const OBJ_BARRIER: u32 = 5;
-/// A thread, as the object of `pthread_join`.
-pub const OBJ_THREAD: u32 = 6;
+/// [`ObjectKind`] values (`SyncObject::kind`), aliases for code written before the enum.
+pub const OBJ_MUTEX: u32 = ObjectKind::Mutex as u32;
+pub const OBJ_CONDVAR: u32 = ObjectKind::Condvar as u32;
+pub const OBJ_RWLOCK: u32 = ObjectKind::Rwlock as u32;
+pub const OBJ_SEMAPHORE: u32 = ObjectKind::Semaphore as u32;
+pub const OBJ_BARRIER: u32 = ObjectKind::Barrier as u32;
+pub const OBJ_THREAD: u32 = ObjectKind::Thread as u32;
 
+/// Name of an object kind (`None`: not a kind this version knows).
 pub fn object_kind_name(k: u32) -> Option<&'static str> {
-    Some(match k {
-        OBJ_MUTEX => "mutex",
-        OBJ_CONDVAR => "condvar",
-        OBJ_RWLOCK => "rwlock",
-        OBJ_SEMAPHORE => "semaphore",
-        OBJ_BARRIER => "barrier",
-        OBJ_THREAD => "thread",
-        _ => return None,
-    })
+    ObjectKind::from_u32(k).map(ObjectKind::name)
 }
 
-/// Thread states (JIS Table 1); `ColumnHeader::thread_state`, index of `state_ticks`.
-pub const STATE_RUN: u32 = 0;
-pub const STATE_BLOCKED_MUTEX: u32 = 1;
-pub const STATE_BLOCKED_CONDVAR: u32 = 2;
-pub const STATE_BLOCKED_RWLOCK: u32 = 3;
-pub const STATE_BLOCKED_SEMAPHORE: u32 = 4;
-pub const STATE_BLOCKED_JOIN: u32 = 5;
-pub const STATE_BLOCKED_BARRIER: u32 = 6;
-pub const STATE_EXITED: u32 = 7;
-pub const N_STATES: u32 = 8;
+/// [`ThreadState`] values (`ColumnHeader::thread_state`, index of `state_ticks`), aliases.
+pub const STATE_RUN: u32 = ThreadState::Run as u32;
+pub const STATE_BLOCKED_MUTEX: u32 = ThreadState::BlockedMutex as u32;
+pub const STATE_BLOCKED_CONDVAR: u32 = ThreadState::BlockedCondvar as u32;
+pub const STATE_BLOCKED_RWLOCK: u32 = ThreadState::BlockedRwlock as u32;
+pub const STATE_BLOCKED_SEMAPHORE: u32 = ThreadState::BlockedSemaphore as u32;
+pub const STATE_BLOCKED_JOIN: u32 = ThreadState::BlockedJoin as u32;
+pub const STATE_BLOCKED_BARRIER: u32 = ThreadState::BlockedBarrier as u32;
+pub const STATE_EXITED: u32 = ThreadState::Exited as u32;
+pub const N_STATES: u32 = ThreadState::ALL.len() as u32;
 
+/// Name of a thread state (`None`: not a state this version knows).
 pub fn state_name(s: u32) -> Option<&'static str> {
-    Some(match s {
-        STATE_RUN => "RUN",
-        STATE_BLOCKED_MUTEX => "BLOCKED_MUTEX",
-        STATE_BLOCKED_CONDVAR => "BLOCKED_CONDVAR",
-        STATE_BLOCKED_RWLOCK => "BLOCKED_RWLOCK",
-        STATE_BLOCKED_SEMAPHORE => "BLOCKED_SEMAPHORE",
-        STATE_BLOCKED_JOIN => "BLOCKED_JOIN",
-        STATE_BLOCKED_BARRIER => "BLOCKED_BARRIER",
-        STATE_EXITED => "EXITED",
-        _ => return None,
-    })
+    ThreadState::from_u32(s).map(ThreadState::name)
 }
 
-/// `ColumnHeader::exit_kind` values.
-pub const EXIT_UNKNOWN: u32 = 0;
-/// The start routine returned (`exit_value` is its result).
-pub const EXIT_RETURNED: u32 = 1;
-/// The thread called `pthread_exit` (`exit_value` is its argument).
-pub const EXIT_PTHREAD_EXIT: u32 = 2;
-/// A join returned `PTHREAD_CANCELED` for it (its end time is the join's).
-pub const EXIT_CANCELED: u32 = 3;
+/// [`ExitKind`] values (`ColumnHeader::exit_kind`), aliases.
+pub const EXIT_UNKNOWN: u32 = ExitKind::Unknown as u32;
+pub const EXIT_RETURNED: u32 = ExitKind::Returned as u32;
+pub const EXIT_PTHREAD_EXIT: u32 = ExitKind::PthreadExit as u32;
+pub const EXIT_CANCELED: u32 = ExitKind::Canceled as u32;
 
+/// Name of an exit kind (`unknown` for values this version does not know).
 pub fn exit_kind_name(k: u32) -> &'static str {
-    match k {
-        EXIT_RETURNED => "returned",
-        EXIT_PTHREAD_EXIT => "pthread_exit",
-        EXIT_CANCELED => "canceled",
-        _ => "unknown",
-    }
+    ExitKind::from_u32(k).unwrap_or(ExitKind::Unknown).name()
 }
 
-/// Thread-library functions the rewriter wraps (D4): `(name, WRAP_* id)`. In a dynamic
-/// program their PLT stubs jump to a wrapper; in a static one their entries do.
-pub const WRAP_PTHREAD_CREATE: u32 = 1;
-pub const WRAP_PTHREAD_EXIT: u32 = 2;
-pub const WRAP_PTHREAD_JOIN: u32 = 3;
-pub const WRAP_MUTEX_LOCK: u32 = 4;
-pub const WRAP_MUTEX_TIMEDLOCK: u32 = 5;
-pub const WRAP_MUTEX_TRYLOCK: u32 = 6;
-pub const WRAP_MUTEX_UNLOCK: u32 = 7;
-pub const WRAP_COND_WAIT: u32 = 8;
-pub const WRAP_COND_TIMEDWAIT: u32 = 9;
-pub const WRAP_COND_SIGNAL: u32 = 10;
-pub const WRAP_COND_BROADCAST: u32 = 11;
-pub const WRAP_RWLOCK_RDLOCK: u32 = 12;
-pub const WRAP_RWLOCK_WRLOCK: u32 = 13;
-pub const WRAP_RWLOCK_TIMEDRDLOCK: u32 = 14;
-pub const WRAP_RWLOCK_TIMEDWRLOCK: u32 = 15;
-pub const WRAP_RWLOCK_UNLOCK: u32 = 16;
-pub const WRAP_SEM_WAIT: u32 = 17;
-pub const WRAP_SEM_TIMEDWAIT: u32 = 18;
-pub const WRAP_SEM_POST: u32 = 19;
-pub const WRAP_BARRIER_WAIT: u32 = 20;
-pub const WRAP_SETNAME_NP: u32 = 21;
-pub const WRAP_TIMEDJOIN_NP: u32 = 22;
-pub const WRAP_RWLOCK_TRYRDLOCK: u32 = 23;
-pub const WRAP_RWLOCK_TRYWRLOCK: u32 = 24;
-pub const WRAP_SEM_TRYWAIT: u32 = 25;
-pub const WRAP_COND_CLOCKWAIT: u32 = 26;
+/// [`WrappedFn`] values (`WrapSite::func`), aliases.
+pub const WRAP_PTHREAD_CREATE: u32 = WrappedFn::PthreadCreate as u32;
+pub const WRAP_PTHREAD_EXIT: u32 = WrappedFn::PthreadExit as u32;
+pub const WRAP_PTHREAD_JOIN: u32 = WrappedFn::PthreadJoin as u32;
+pub const WRAP_MUTEX_LOCK: u32 = WrappedFn::MutexLock as u32;
+pub const WRAP_MUTEX_TIMEDLOCK: u32 = WrappedFn::MutexTimedlock as u32;
+pub const WRAP_MUTEX_TRYLOCK: u32 = WrappedFn::MutexTrylock as u32;
+pub const WRAP_MUTEX_UNLOCK: u32 = WrappedFn::MutexUnlock as u32;
+pub const WRAP_COND_WAIT: u32 = WrappedFn::CondWait as u32;
+pub const WRAP_COND_TIMEDWAIT: u32 = WrappedFn::CondTimedwait as u32;
+pub const WRAP_COND_SIGNAL: u32 = WrappedFn::CondSignal as u32;
+pub const WRAP_COND_BROADCAST: u32 = WrappedFn::CondBroadcast as u32;
+pub const WRAP_RWLOCK_RDLOCK: u32 = WrappedFn::RwlockRdlock as u32;
+pub const WRAP_RWLOCK_WRLOCK: u32 = WrappedFn::RwlockWrlock as u32;
+pub const WRAP_RWLOCK_TIMEDRDLOCK: u32 = WrappedFn::RwlockTimedrdlock as u32;
+pub const WRAP_RWLOCK_TIMEDWRLOCK: u32 = WrappedFn::RwlockTimedwrlock as u32;
+pub const WRAP_RWLOCK_UNLOCK: u32 = WrappedFn::RwlockUnlock as u32;
+pub const WRAP_SEM_WAIT: u32 = WrappedFn::SemWait as u32;
+pub const WRAP_SEM_TIMEDWAIT: u32 = WrappedFn::SemTimedwait as u32;
+pub const WRAP_SEM_POST: u32 = WrappedFn::SemPost as u32;
+pub const WRAP_BARRIER_WAIT: u32 = WrappedFn::BarrierWait as u32;
+pub const WRAP_SETNAME_NP: u32 = WrappedFn::SetnameNp as u32;
+pub const WRAP_TIMEDJOIN_NP: u32 = WrappedFn::TimedjoinNp as u32;
+pub const WRAP_RWLOCK_TRYRDLOCK: u32 = WrappedFn::RwlockTryrdlock as u32;
+pub const WRAP_RWLOCK_TRYWRLOCK: u32 = WrappedFn::RwlockTrywrlock as u32;
+pub const WRAP_SEM_TRYWAIT: u32 = WrappedFn::SemTrywait as u32;
+pub const WRAP_COND_CLOCKWAIT: u32 = WrappedFn::CondClockwait as u32;
 
-pub const WRAPPED: &[(&str, u32)] = &[
-    ("pthread_create", WRAP_PTHREAD_CREATE),
-    ("pthread_exit", WRAP_PTHREAD_EXIT),
-    ("pthread_join", WRAP_PTHREAD_JOIN),
-    ("pthread_timedjoin_np", WRAP_TIMEDJOIN_NP),
-    ("pthread_mutex_lock", WRAP_MUTEX_LOCK),
-    ("pthread_mutex_timedlock", WRAP_MUTEX_TIMEDLOCK),
-    ("pthread_mutex_trylock", WRAP_MUTEX_TRYLOCK),
-    ("pthread_mutex_unlock", WRAP_MUTEX_UNLOCK),
-    ("pthread_cond_wait", WRAP_COND_WAIT),
-    ("pthread_cond_timedwait", WRAP_COND_TIMEDWAIT),
-    ("pthread_cond_clockwait", WRAP_COND_CLOCKWAIT),
-    ("pthread_cond_signal", WRAP_COND_SIGNAL),
-    ("pthread_cond_broadcast", WRAP_COND_BROADCAST),
-    ("pthread_rwlock_rdlock", WRAP_RWLOCK_RDLOCK),
-    ("pthread_rwlock_wrlock", WRAP_RWLOCK_WRLOCK),
-    ("pthread_rwlock_timedrdlock", WRAP_RWLOCK_TIMEDRDLOCK),
-    ("pthread_rwlock_timedwrlock", WRAP_RWLOCK_TIMEDWRLOCK),
-    ("pthread_rwlock_tryrdlock", WRAP_RWLOCK_TRYRDLOCK),
-    ("pthread_rwlock_trywrlock", WRAP_RWLOCK_TRYWRLOCK),
-    ("pthread_rwlock_unlock", WRAP_RWLOCK_UNLOCK),
-    ("sem_wait", WRAP_SEM_WAIT),
-    ("sem_timedwait", WRAP_SEM_TIMEDWAIT),
-    ("sem_trywait", WRAP_SEM_TRYWAIT),
-    ("sem_post", WRAP_SEM_POST),
-    ("pthread_barrier_wait", WRAP_BARRIER_WAIT),
-    ("pthread_setname_np", WRAP_SETNAME_NP),
-];
+/// Every wrapped function as `(name, WRAP_* id)`, derived from [`WrappedFn`].
+pub const WRAPPED: &[(&str, u32)] = &{
+    let mut out = [("", 0u32); WrappedFn::ALL.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = (WrappedFn::ALL[i].name(), WrappedFn::ALL[i] as u32);
+        i += 1;
+    }
+    out
+};
 
 /// The `WRAP_*` id of a thread-library function name (`None`: not wrapped).
 pub fn wrap_id(name: &str) -> Option<u32> {
-    WRAPPED.iter().find(|w| w.0 == name).map(|w| w.1)
+    WrappedFn::from_name(name).map(|w| w as u32)
 }
 
 pod_struct! {
@@ -654,18 +609,14 @@ pod_struct! {
     }
 }
 
-/// Each live thread, at its next safe point, copies its counters, waits and state times
-/// into its baseline (open frames and the open state counted up to that moment).
-pub const REQ_SNAPSHOT: u32 = 1;
+/// [`RequestOp::Snapshot`] (alias).
+pub const REQ_SNAPSHOT: u32 = RequestOp::Snapshot as u32;
 
-/// `Control::control_file`.
-pub const CONTROL_FILE_NONE: u32 = 0;
-/// Read and applied (`control_message` holds the path).
-pub const CONTROL_FILE_APPLIED: u32 = 1;
-/// Rejected: every metric is off (`control_message` says why).
-pub const CONTROL_FILE_REJECTED: u32 = 2;
-/// Ignored: setuid or AT_SECURE process.
-pub const CONTROL_FILE_IGNORED: u32 = 3;
+/// [`ControlFileStatus`] values (`Control::control_file`), aliases.
+pub const CONTROL_FILE_NONE: u32 = ControlFileStatus::None as u32;
+pub const CONTROL_FILE_APPLIED: u32 = ControlFileStatus::Applied as u32;
+pub const CONTROL_FILE_REJECTED: u32 = ControlFileStatus::Rejected as u32;
+pub const CONTROL_FILE_IGNORED: u32 = ControlFileStatus::Ignored as u32;
 
 /// Environment variable naming the control file.
 pub const ENV_CONTROL: &str = "STINT_CONTROL";

@@ -84,7 +84,7 @@ unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
 /// time, that every field is `Pod` and that the struct has no padding (write explicit `_pad`
 /// fields where alignment would insert some). Attributes (docs, derives) pass through.
 ///
-/// ```ignore
+/// ```text
 /// pod_struct! {
 ///     /// One entry.
 ///     #[derive(Clone, Copy, Debug, Default)]
@@ -117,7 +117,7 @@ pub(crate) use pod_struct;
 
 #[cfg(test)]
 mod tests {
-    use super::{pod_struct, Pod};
+    use super::Pod;
 
     pod_struct! {
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
