@@ -42,6 +42,7 @@ macro_rules! u32_enum {
         }
     };
 }
+pub(crate) use u32_enum;
 
 u32_enum! {
     /// `SyncObject::kind` and `WaitEntry::kind` (0: the entry is not complete yet).

@@ -39,11 +39,17 @@
 #![deny(unsafe_code)]
 
 pub mod control_file;
+pub mod glob;
 mod kinds;
+mod metric;
 pub mod pod;
 
 pub use kinds::{
     ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, RequestOp, ThreadState, TimerOp, WrappedFn,
+};
+pub use metric::{
+    kind_bits, metric_id, site_bits, Metric, MetricDef, MetricKind, MetricSite, METRICS, METRIC_NAMES, N_COUNTER_SLOTS,
+    SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
 };
 
 use core::mem::{offset_of, size_of};
@@ -621,15 +627,6 @@ pub const CONTROL_FILE_IGNORED: u32 = ControlFileStatus::Ignored as u32;
 /// Environment variable naming the control file.
 pub const ENV_CONTROL: &str = "STINT_CONTROL";
 
-/// Metric names (index = metric id = gate bit), as specs and control files spell them.
-pub const METRIC_NAMES: [&str; N_METRICS as usize] =
-    ["calls", "cpu_time", "wall_time", "lock_wait", "lock_hold", "state_trace"];
-
-/// The id of a metric name.
-pub fn metric_id(name: &[u8]) -> Option<u32> {
-    METRIC_NAMES.iter().position(|m| m.as_bytes() == name).map(|i| i as u32)
-}
-
 /// `RtConfig::info_rel` byte of a point: the `metric_bit`s it can measure, and this flag
 /// for a thread-library wrapper (its name is the import's).
 pub const POINT_INFO_WRAP: u8 = 0x80;
@@ -691,44 +688,25 @@ pub const fn align_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
-/// Metric ids known to the runtime (the bit number in a gate byte). The spec names metrics;
-/// these are the ones the code generator knows how to build.
-pub const METRIC_CALLS: u32 = 0;
-/// Inclusive CPU time of the thread in the function (virtual timer, D11).
-pub const METRIC_CPU_TIME: u32 = 1;
-/// Inclusive wall time in the function (TSC).
-pub const METRIC_WALL_TIME: u32 = 2;
-/// Wall time blocked in thread-library calls, per thread and sync object, with counts of
-/// acquisitions and contended acquisitions; also drives the thread states.
-pub const METRIC_LOCK_WAIT: u32 = 3;
-/// Time a mutex or rwlock is held, per thread and object.
-pub const METRIC_LOCK_HOLD: u32 = 4;
-/// The per-thread ring of state transitions (for timelines).
-pub const METRIC_STATE_TRACE: u32 = 5;
+/// Metric ids (the bit number in a gate byte): aliases of [`Metric`] for code written
+/// before it. The spec names metrics; [`METRICS`] lists the ones the code generator knows.
+pub const METRIC_CALLS: u32 = Metric::Calls as u32;
+pub const METRIC_CPU_TIME: u32 = Metric::CpuTime as u32;
+pub const METRIC_WALL_TIME: u32 = Metric::WallTime as u32;
+pub const METRIC_LOCK_WAIT: u32 = Metric::LockWait as u32;
+pub const METRIC_LOCK_HOLD: u32 = Metric::LockHold as u32;
+pub const METRIC_STATE_TRACE: u32 = Metric::StateTrace as u32;
 /// Number of metrics (bits used in a gate byte) for this layout version.
-pub const N_METRICS: u32 = 6;
-/// Gate bits a wrapper point can have.
-pub const WRAP_BITS: u8 = metric_bit(METRIC_CALLS)
-    | metric_bit(METRIC_LOCK_WAIT)
-    | metric_bit(METRIC_LOCK_HOLD)
-    | metric_bit(METRIC_STATE_TRACE);
+pub const N_METRICS: u32 = METRICS.len() as u32;
+/// Gate bits a wrapper point can have: calls, and the metrics the wrappers measure.
+pub const WRAP_BITS: u8 = metric_bit(METRIC_CALLS) | site_bits(MetricSite::SyncCalls);
 /// A gate bit that is no metric: run the wrapper even with every metric off. The rewriter
 /// gives it to `pthread_create` and `pthread_setname_np`, which name threads for the thread
 /// focus (`threads:` in a control file); nothing is counted for it.
 pub const GATE_HOOK: u8 = 1 << 6;
+const _: () = assert!(GATE_HOOK & ((1 << N_METRICS) - 1) == 0);
 /// Gate bits of the timer metrics: a frame is pushed when any of them is on.
-pub const TIMER_BITS: u8 = metric_bit(METRIC_CPU_TIME) | metric_bit(METRIC_WALL_TIME);
-
-/// Counter slots per point in a column.
-pub const SLOT_CALLS: u32 = 0;
-/// Inclusive CPU time, TSC ticks (`FileHeader::tsc_hz` converts).
-pub const SLOT_CPU_TICKS: u32 = 1;
-/// Inclusive wall time, TSC ticks.
-pub const SLOT_WALL_TICKS: u32 = 2;
-/// Open frames of the point on this thread (recursion depth); time is added when the
-/// outermost closes, so recursion is not counted twice. State, not a metric.
-pub const SLOT_ACTIVE: u32 = 3;
-pub const N_COUNTER_SLOTS: u32 = 4;
+pub const TIMER_BITS: u8 = kind_bits(MetricKind::Timer);
 
 pod_struct! {
     /// Read-only block the rewriter emits into the new code segment and passes to every
