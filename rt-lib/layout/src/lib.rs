@@ -635,6 +635,115 @@ pub const POINT_INFO_WRAP: u8 = 0x80;
 /// runtime verifies it against gettid() in the main thread before trusting it.
 pub const GLIBC_TID_OFFSET: u32 = 0x2d0;
 
+/// What a profile file's layout depends on: the program's points and metrics (from the
+/// `RtConfig` the rewriter emitted) and the size of the sync-object table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileShape {
+    pub n_points: u32,
+    pub n_metrics: u32,
+    pub n_counter_slots: u32,
+    /// Length of the control region (`RtConfig::ctl_len`, which is `ctl_len(n_points)`).
+    pub ctl_len: u64,
+    /// Length of the meta JSON.
+    pub meta_len: u64,
+    pub obj_buckets: u32,
+    pub obj_cap: u32,
+}
+
+/// Where everything lies in a profile file: the one computation of the file's offsets, used
+/// by the runtime when it creates the file and by the synthetic profiles of the tests.
+///
+/// ```text
+/// 0                  FileHeader                 HEADER_RESERVED bytes
+/// control_offset     Control                    one page      (CONTROL_OFFSET)
+/// ctl_offset         gate bytes                 ctl_len       (GATES_OFFSET)
+/// meta_offset        meta JSON                  meta_len
+/// objects_offset     sync-object table          objects_len(obj_buckets, obj_cap), page aligned
+/// columns_offset     capacity_columns × column  column_size each
+/// ```
+///
+/// For the runtime's `create_profile` the swap is mechanical: `FileLayout::new(FileShape {
+/// n_points, n_metrics, n_counter_slots, ctl_len: config.ctl_len, meta_len: config.meta_len,
+/// obj_buckets: OBJ_BUCKETS, obj_cap: OBJ_CAP })`, size the file to
+/// `file_len(INITIAL_COLUMNS)` and let [`FileLayout::apply`] fill the header's layout fields;
+/// growing the file is `file_len(new_capacity)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileLayout {
+    pub shape: FileShape,
+    pub control_offset: u64,
+    pub ctl_offset: u64,
+    pub meta_offset: u64,
+    pub objects_offset: u64,
+    pub columns_offset: u64,
+    pub column_size: u64,
+}
+
+impl FileLayout {
+    pub const fn new(shape: FileShape) -> FileLayout {
+        let ctl_offset = GATES_OFFSET;
+        let meta_offset = ctl_offset + shape.ctl_len;
+        let objects_offset = align_up(meta_offset + shape.meta_len, PAGE);
+        FileLayout {
+            shape,
+            control_offset: CONTROL_OFFSET,
+            ctl_offset,
+            meta_offset,
+            objects_offset,
+            columns_offset: objects_offset + objects_len(shape.obj_buckets, shape.obj_cap),
+            column_size: column_size(shape.n_points, shape.n_counter_slots),
+        }
+    }
+
+    /// Length of the file with room for `capacity_columns` columns.
+    pub const fn file_len(&self, capacity_columns: u32) -> u64 {
+        self.columns_offset + capacity_columns as u64 * self.column_size
+    }
+
+    /// Set every field of `h` the layout determines (counts, offsets, lengths, the object
+    /// table, `capacity_columns` and `file_len`); identity, clocks and counters stay as they are.
+    pub fn apply(&self, h: &mut FileHeader, capacity_columns: u32) {
+        let s = &self.shape;
+        h.n_points = s.n_points;
+        h.n_metrics = s.n_metrics;
+        h.n_counter_slots = s.n_counter_slots;
+        h.control_offset = self.control_offset;
+        h.ctl_offset = self.ctl_offset;
+        h.ctl_len = s.ctl_len;
+        h.meta_offset = self.meta_offset;
+        h.meta_len = s.meta_len;
+        h.objects_offset = self.objects_offset;
+        h.obj_buckets = s.obj_buckets;
+        h.obj_cap = s.obj_cap;
+        h.columns_offset = self.columns_offset;
+        h.column_size = self.column_size;
+        h.capacity_columns = capacity_columns;
+        h.file_len = self.file_len(capacity_columns);
+    }
+
+    /// Whether header `h` lays its file out as this layout does (a check for tests that read
+    /// what the runtime wrote: `FileLayout::new(h.shape()).agrees_with(&h)`).
+    pub fn agrees_with(&self, h: &FileHeader) -> bool {
+        let mut expected = *h;
+        self.apply(&mut expected, h.capacity_columns);
+        expected == *h
+    }
+}
+
+impl FileHeader {
+    /// What this header's layout was computed from.
+    pub fn shape(&self) -> FileShape {
+        FileShape {
+            n_points: self.n_points,
+            n_metrics: self.n_metrics,
+            n_counter_slots: self.n_counter_slots,
+            ctl_len: self.ctl_len,
+            meta_len: self.meta_len,
+            obj_buckets: self.obj_buckets,
+            obj_cap: self.obj_cap,
+        }
+    }
+}
+
 /// Column size for `n_points` points and `n_counter_slots` 8-byte counters per point,
 /// rounded to whole pages so columns never share a cache line or page (D7).
 pub const fn column_size(n_points: u32, n_counter_slots: u32) -> u64 {
@@ -937,6 +1046,34 @@ mod tests {
         assert_eq!(size_of::<SyncObject>(), 32);
         assert_eq!(counter_offset(10, 0, 3), COUNTERS_OFFSET as u64 + 24);
         assert_eq!(counter_offset(10, SLOT_WALL_TICKS, 3), COUNTERS_OFFSET as u64 + 8 * 23);
+    }
+
+    /// The layout is what the runtime computed by hand before (runtime.rs `create_profile`).
+    #[test]
+    fn file_layout_is_the_runtime_layout() {
+        let shape = FileShape {
+            n_points: 5000,
+            n_metrics: N_METRICS,
+            n_counter_slots: N_COUNTER_SLOTS,
+            ctl_len: ctl_len(5000),
+            meta_len: 12345,
+            obj_buckets: OBJ_BUCKETS,
+            obj_cap: OBJ_CAP,
+        };
+        let l = FileLayout::new(shape);
+        assert_eq!((l.control_offset, l.ctl_offset), (PAGE, 2 * PAGE));
+        assert_eq!(l.meta_offset, 2 * PAGE + 2 * PAGE);
+        assert_eq!(l.objects_offset, align_up(4 * PAGE + 12345, PAGE));
+        assert_eq!(l.columns_offset, l.objects_offset + objects_len(OBJ_BUCKETS, OBJ_CAP));
+        assert_eq!(l.column_size, column_size(5000, N_COUNTER_SLOTS));
+        assert_eq!(l.file_len(16), l.columns_offset + 16 * l.column_size);
+        let mut h = FileHeader { pid: 7, ..FileHeader::default() };
+        l.apply(&mut h, 16);
+        assert_eq!((h.pid, h.file_len, h.capacity_columns), (7, l.file_len(16), 16));
+        assert_eq!(h.shape(), shape);
+        assert!(FileLayout::new(h.shape()).agrees_with(&h));
+        h.meta_offset += 1;
+        assert!(!FileLayout::new(h.shape()).agrees_with(&h));
     }
 
     #[test]
