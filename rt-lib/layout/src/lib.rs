@@ -41,6 +41,8 @@
 pub mod control_file;
 pub mod glob;
 mod kinds;
+#[cfg(feature = "serde")]
+pub mod meta;
 mod metric;
 pub mod pod;
 
@@ -768,6 +770,21 @@ pub const fn baseline_len(n_points: u32, n_counter_slots: u32) -> u64 {
 pub const BASELINE_WAITS: u64 = 0;
 pub const BASELINE_STATES: u64 = WAIT_CAP as u64 * size_of::<WaitEntry>() as u64;
 pub const BASELINE_COUNTERS: u64 = BASELINE_STATES + N_STATES as u64 * 8;
+
+/// Offset of the baseline's copy of counter (`slot`, `point`) from the start of a column.
+pub const fn baseline_counter_offset(n_points: u32, n_counter_slots: u32, slot: u32, point: u32) -> u64 {
+    baseline_offset(n_points, n_counter_slots) + BASELINE_COUNTERS + (slot as u64 * n_points as u64 + point as u64) * 8
+}
+
+/// Offset of the baseline's copy of wait-table entry `i` from the start of a column.
+pub const fn baseline_wait_offset(n_points: u32, n_counter_slots: u32, i: u32) -> u64 {
+    baseline_offset(n_points, n_counter_slots) + BASELINE_WAITS + i as u64 * size_of::<WaitEntry>() as u64
+}
+
+/// Offset of the baseline's copy of `state_ticks[state]` from the start of a column.
+pub const fn baseline_state_offset(n_points: u32, n_counter_slots: u32, state: u32) -> u64 {
+    baseline_offset(n_points, n_counter_slots) + BASELINE_STATES + state as u64 * 8
+}
 
 /// Offset of the counter for (`slot`, `point`) from the start of a column.
 pub const fn counter_offset(n_points: u32, slot: u32, point: u32) -> u64 {
