@@ -2,7 +2,8 @@
 //! model, and turns that model into reports: tables and the `stint-profile/1` JSON contract.
 //!
 //! The file layout itself is defined once, in `stint-layout`, which the runtime (the writer)
-//! compiles too; this crate only reads it.
+//! compiles too; this crate only reads it (and `synthetic` writes files like the runtime's
+//! for tests, with the same layout computation).
 #![deny(unsafe_code)]
 
 pub mod profile;

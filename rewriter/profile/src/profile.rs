@@ -2,10 +2,11 @@
 //! into a [`Profile`]: which process ran, which threads it had, and how often each thread
 //! reached each instrumentation point.
 //!
-//! The file's layout comes only from `stint-layout` (`FileHeader::parse`,
-//! `ColumnHeader::parse`, `ColumnHeader::counter`, `column_range`); this module restates no
-//! offset. What the file says about itself (program, metrics, points with function names and
-//! addresses) is the meta JSON the rewriter wrote, `stint-meta/1`:
+//! The file's layout comes only from `stint-layout` (`FileHeader::parse`, the `Pod` records,
+//! `ColumnHeader::counter`, `column_range`, the `baseline_*_offset` functions); this module
+//! restates no offset. What the file says about itself (program, metrics, points with
+//! function names and addresses) is the meta JSON the rewriter wrote, `stint-meta/1`, read
+//! into the same type the rewriter serialised (`stint_layout::meta::Meta`):
 //!
 //! ```json
 //! {"schema":"stint-meta/1","program":"pigz","input":"/usr/bin/pigz",
@@ -37,16 +38,12 @@
 //! # Corrupt files
 //! Nothing here panics on bad input: every problem is a [`ProfileError`] with a one-line
 //! message (the caller prefixes the path), or, for a wait entry that names an object the file
-//! does not have, a warning and the entry skipped. The one computation in the layout crate
-//! that could overflow on absurd header values, the column size for
-//! `n_points × n_counter_slots`, is checked here before the header is handed to
-//! `FileHeader::parse`.
+//! does not have, a warning and the entry skipped. `FileHeader::parse` refuses header values
+//! for which the column size (`n_points × n_counter_slots`) would overflow.
 //!
 //! # Synthetic files
-//! [`write_synthetic`] lays out a file as the runtime would, for tests of everything that reads
-//! profiles; [`patch_header`] and [`patch_column`] change one of its records, and
-//! [`put_object`], [`put_wait`] and [`put_transition`] add sync objects, wait entries and
-//! state transitions.
+//! [`crate::synthetic`] lays out files as the runtime would, for tests of everything that
+//! reads profiles; its functions are re-exported here for their older callers.
 
 use std::mem::size_of;
 use std::path::Path;

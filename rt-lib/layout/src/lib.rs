@@ -7,6 +7,25 @@
 //! `RT_STATE_SIZE` bytes for the runtime's state; `stint report` and friends read the file.
 //! Nobody restates a layout: they all compile this crate.
 //!
+//! # Modules
+//! - [`pod`]: every struct here is declared with `pod_struct!` (`#[repr(C)]`, no padding,
+//!   checked at compile time), so it is read and written with `Pod::read_from`,
+//!   `Pod::as_bytes` and `Pod::write_to`: a struct's field list is written once.
+//! - `kinds`: the `u32` enums stored in the file and passed to the runtime ([`ObjectKind`],
+//!   [`ThreadState`], [`ExitKind`], [`WrappedFn`], [`TimerOp`], [`ClockSource`], …), each
+//!   with `from_u32` and `name`; the older `OBJ_*`, `STATE_*`, … constants derive from them.
+//! - `metric`: [`METRICS`], the one list of metrics (id, name, kind, site, counter slot,
+//!   unit); the `METRIC_*` and `SLOT_*` constants, `TIMER_BITS`, `WRAP_BITS` and
+//!   [`METRIC_NAMES`] derive from it.
+//! - [`FileLayout`] (here): the one computation of a profile file's offsets and length.
+//! - [`glob`]: the one glob matcher (specs, control files, thread rules).
+//! - [`control_file`]: the no_std control-file parser.
+//! - `meta` (cargo feature `serde`, host builds only): the serde types of the meta JSON,
+//!   written by the rewriter and read by `stint-profile`.
+//!
+//! The runtime image is built from this crate with bare `rustc` (`rewriter/core/build.rs`):
+//! no dependencies, no features.
+//!
 //! # The profile file
 //! ```text
 //! offset                     contents
