@@ -1095,6 +1095,40 @@ mod tests {
         assert_eq!(err(&b), "meta: metric calls uses counter slot 9, but columns have 4 slots");
     }
 
+    /// The meta as the rewriter writes it (`Meta::new`: every metric, lock metrics without a
+    /// counter slot, bits and sizes) reads back, and its counters come from the calls slot.
+    #[test]
+    fn reads_the_rewriters_meta() {
+        let points = vec![PointMeta {
+            id: 0,
+            kind: POINT_ENTRY.into(),
+            function: "main".into(),
+            address: "0x1139".into(),
+            bits: stint_layout::TIMER_BITS | 1,
+            size: 40,
+        }];
+        let meta = serde_json::to_string(&stint_layout::meta::Meta::new("prog", points.clone())).unwrap();
+        let p = parse_with(&write_synthetic(&meta, &[(100, vec![(0, 9)])]), &Observer::ENDED).unwrap();
+        assert_eq!((p.program.as_str(), p.input.as_deref()), ("prog", None));
+        assert_eq!(p.points, points);
+        let names: Vec<_> = p.metrics.iter().map(|m| (m.name.as_str(), m.slot)).collect();
+        assert_eq!(
+            names,
+            [
+                ("calls", Some(0)),
+                ("cpu_time", Some(1)),
+                ("wall_time", Some(2)),
+                ("lock_wait", None),
+                ("lock_hold", None),
+                ("state_trace", None)
+            ]
+        );
+        assert_eq!(p.threads[0].counts, vec![(0, 9)]);
+        let no_slot = meta.replacen(r#""slot":0,"#, "", 1);
+        let b = write_synthetic(&no_slot, &[]);
+        assert_eq!(err(&b), "meta: metric calls has no counter slot");
+    }
+
     #[test]
     fn meta_point_count_mismatch() {
         let mut b = sample();
