@@ -12,6 +12,7 @@ use crate::plan::{ExitKind, Tactic};
 use crate::Planned;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use stint_layout::meta::{Meta, PointMeta, POINT_ENTRY, POINT_WRAP};
 
 #[derive(Serialize)]
 pub struct RewriteReport {
@@ -333,35 +334,30 @@ fn reason_class(r: &crate::plan::SkipReason, site: u64) -> String {
     .into()
 }
 
-/// The self-description stored in the output and copied into every profile file.
+/// The self-description stored in the output and copied into every profile file: a
+/// `stint_layout::meta::Meta` (the type the profile reader deserialises), every metric of
+/// `stint_layout::METRICS`.
 pub fn meta_json(p: &Planned, program: &str) -> String {
-    let points: Vec<_> = p
+    let points = p
         .plan
         .points
         .iter()
         .map(|pt| {
             let (kind, size) = match &pt.wrap {
-                Some(_) => ("wrap", 0),
-                None => ("entry", p.analysis.functions[pt.function].size),
+                Some(_) => (POINT_WRAP, 0),
+                None => (POINT_ENTRY, p.analysis.functions[pt.function].size),
             };
-            serde_json::json!({
-                "id": pt.id, "kind": kind, "function": pt.name(&p.analysis),
-                "address": hex(pt.function_address(&p.analysis)), "size": size, "bits": pt.bits,
-            })
+            PointMeta {
+                id: pt.id,
+                kind: kind.into(),
+                function: pt.name(&p.analysis).into(),
+                address: hex(pt.function_address(&p.analysis)),
+                bits: pt.bits,
+                size,
+            }
         })
         .collect();
-    use stint_layout::{METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS};
-    serde_json::json!({
-        "schema": "stint-meta/1",
-        "program": program,
-        "metrics": [
-            {"name": "calls", "kind": "counter", "slot": SLOT_CALLS, "bit": METRIC_CALLS},
-            {"name": "cpu_time", "kind": "timer", "slot": SLOT_CPU_TICKS, "bit": METRIC_CPU_TIME, "unit": "tsc"},
-            {"name": "wall_time", "kind": "timer", "slot": SLOT_WALL_TICKS, "bit": METRIC_WALL_TIME, "unit": "tsc"},
-        ],
-        "points": points,
-    })
-    .to_string()
+    serde_json::to_string(&Meta::new(program, points)).expect("the meta is plain data and always serialises")
 }
 
 /// Whether the program is marked for CET shadow stacks (GNU_PROPERTY_X86_FEATURE_1_SHSTK).

@@ -1,30 +1,20 @@
 //! Specs (D13): which metrics exist, where they are measured, and whether they are on at
 //! start. A spec is data; this module turns YAML into a checked [`Spec`] and answers "is
 //! function f selected by metric m". `specs/default.yaml` is compiled into the binary.
+//! Function globs are matched by `stint_layout::glob::glob_match`, the matcher the runtime
+//! uses for control files, so a glob selects the same functions in both.
 
 use crate::error::{Error, Result};
 use serde::Deserialize;
+use stint_layout::glob::glob_match;
 
 /// The built-in default spec.
 pub const DEFAULT_SPEC: &str = include_str!("../../../specs/default.yaml");
 
-/// Metrics this version can generate code for, with their runtime ids.
-/// (name, id, kind, where): a counter counts at the entry; a timer runs from the entry to
-/// the exits (`at: function`); the `sync_calls` metrics are measured by the wrappers around
-/// the thread-library functions (D4), and their globs select among those functions.
-const KNOWN: &[(&str, u32, &str, &str)] = &[
-    ("calls", stint_layout::METRIC_CALLS, "counter", "entry"),
-    ("cpu_time", stint_layout::METRIC_CPU_TIME, "timer", "function"),
-    ("wall_time", stint_layout::METRIC_WALL_TIME, "timer", "function"),
-    ("lock_wait", stint_layout::METRIC_LOCK_WAIT, "wait", "sync_calls"),
-    ("lock_hold", stint_layout::METRIC_LOCK_HOLD, "wait", "sync_calls"),
-    ("state_trace", stint_layout::METRIC_STATE_TRACE, "trace", "sync_calls"),
-];
-
-/// Metrics measured by the thread-library wrappers.
-const SYNC_BITS: u8 = stint_layout::metric_bit(stint_layout::METRIC_LOCK_WAIT)
-    | stint_layout::metric_bit(stint_layout::METRIC_LOCK_HOLD)
-    | stint_layout::metric_bit(stint_layout::METRIC_STATE_TRACE);
+/// Metrics measured by the thread-library wrappers (D4): their globs select among those
+/// functions. Which metrics exist, their ids, kinds (`kind:`) and sites (`at:`) come from
+/// `stint_layout::METRICS`, the one list of metrics.
+const SYNC_BITS: u8 = stint_layout::site_bits(stint_layout::MetricSite::SyncCalls);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,7 +54,8 @@ pub struct Metric {
 impl Metric {
     /// Whether function `name` gets this metric.
     pub fn selects(&self, name: &str) -> bool {
-        self.functions.iter().any(|g| glob(g, name)) && !self.exclude.iter().any(|g| glob(g, name))
+        let glob = |g: &String| glob_match(g.as_bytes(), name.as_bytes());
+        self.functions.iter().any(glob) && !self.exclude.iter().any(glob)
     }
 }
 
@@ -83,14 +74,14 @@ impl Spec {
         }
         let mut metrics = Vec::new();
         for m in raw.metrics {
-            let Some(&(_, id, kind, at)) = KNOWN.iter().find(|k| k.0 == m.name) else {
-                let known: Vec<_> = KNOWN.iter().map(|k| k.0).collect();
+            let Some(def) = stint_layout::METRICS.iter().find(|d| d.name() == m.name) else {
                 return Err(Error::Spec(format!(
                     "metric {:?}: unknown (this version knows: {})",
                     m.name,
-                    known.join(", ")
+                    stint_layout::METRIC_NAMES.join(", ")
                 )));
             };
+            let (id, kind, at) = (def.id(), def.kind.name(), def.at.name());
             if m.kind != kind {
                 return Err(Error::Spec(format!(
                     "metric {:?}: kind {:?} not supported (expected {kind})",
@@ -157,29 +148,6 @@ impl Spec {
     }
 }
 
-/// Shell-style glob: `*` any run, `?` any one character, everything else literal.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,11 +179,21 @@ mod tests {
 
     #[test]
     fn globs() {
+        let glob = |p: &str, t: &str| glob_match(p.as_bytes(), t.as_bytes());
         assert!(glob("parse_*", "parse_header"));
         assert!(!glob("parse_*", "xparse_header"));
         assert!(glob("a?c*", "abcdef"));
         assert!(glob("*", ""));
         assert!(!glob("?", ""));
+        // Specs select through the same matcher as control files.
+        let m = Metric {
+            name: "calls".into(),
+            id: 0,
+            functions: vec!["parse_*".into(), "ma?n".into()],
+            exclude: vec!["*_test".into()],
+            on_at_start: true,
+        };
+        assert!(m.selects("parse_x") && m.selects("main") && !m.selects("parse_test") && !m.selects("mainly"));
     }
 
     #[test]

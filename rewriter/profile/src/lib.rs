@@ -1,17 +1,18 @@
 //! stint-profile: reads the profile files rewritten programs write (DESIGN D9) into a typed
 //! model, and everything the tools do with that model (D18):
 //!
-//! - [`profile`]: the reader and the model (`Profile`, `ThreadProfile`, …), synthetic files
-//!   for tests;
+//! - [`profile`]: the reader and the model (`Profile`, `ThreadProfile`, …);
 //! - [`report`]: the tables of `stint report` and the queries they share with the JSON;
 //! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
 //! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
 //!   with a typed [`ctl::CtlError`];
-//! - [`discover`]: finding the live profiles of running processes through `/proc`.
+//! - [`discover`]: finding the live profiles of running processes through `/proc`;
+//! - [`synthetic`]: profile files written like the runtime's, for tests.
 //!
 //! The file layout itself is defined once, in `stint-layout`, which the runtime (the writer)
-//! compiles too. No CLI or terminal crates here: the `stint` binary prints what these
-//! modules return.
+//! compiles too; this crate only reads it (and [`synthetic`] writes files like the
+//! runtime's for tests, with the same layout computation). No CLI or terminal crates here: the
+//! `stint` binary prints what these modules return.
 #![deny(unsafe_code)]
 
 pub mod ctl;
@@ -19,3 +20,4 @@ pub mod discover;
 pub mod json;
 pub mod profile;
 pub mod report;
+pub mod synthetic;

@@ -2,10 +2,11 @@
 //! into a [`Profile`]: which process ran, which threads it had, and how often each thread
 //! reached each instrumentation point.
 //!
-//! The file's layout comes only from `stint-layout` (`FileHeader::parse`,
-//! `ColumnHeader::parse`, `ColumnHeader::counter`, `column_range`); this module restates no
-//! offset. What the file says about itself (program, metrics, points with function names and
-//! addresses) is the meta JSON the rewriter wrote, `stint-meta/1`:
+//! The file's layout comes only from `stint-layout` (`FileHeader::parse`, the `Pod` records,
+//! `ColumnHeader::counter`, `column_range`, the `baseline_*_offset` functions); this module
+//! restates no offset. What the file says about itself (program, metrics, points with
+//! function names and addresses) is the meta JSON the rewriter wrote, `stint-meta/1`, read
+//! into the same type the rewriter serialised (`stint_layout::meta::Meta`):
 //!
 //! ```json
 //! {"schema":"stint-meta/1","program":"pigz","input":"/usr/bin/pigz",
@@ -37,37 +38,38 @@
 //! # Corrupt files
 //! Nothing here panics on bad input: every problem is a [`ProfileError`] with a one-line
 //! message (the caller prefixes the path), or, for a wait entry that names an object the file
-//! does not have, a warning and the entry skipped. The one computation in the layout crate
-//! that could overflow on absurd header values, the column size for
-//! `n_points × n_counter_slots`, is checked here before the header is handed to
-//! `FileHeader::parse`.
+//! does not have, a warning and the entry skipped. `FileHeader::parse` refuses header values
+//! for which the column size (`n_points × n_counter_slots`) would overflow.
 //!
 //! # Synthetic files
-//! [`write_synthetic`] lays out a file as the runtime would, for tests of everything that reads
-//! profiles; [`patch_header`] and [`patch_column`] change one of its records, and
-//! [`put_object`], [`put_wait`] and [`put_transition`] add sync objects, wait entries and
-//! state transitions.
+//! [`crate::synthetic`] lays out files as the runtime would, for tests of everything that
+//! reads profiles; its functions are re-exported here for their older callers.
 
-use std::mem::{offset_of, size_of};
+use std::mem::size_of;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+pub use stint_layout::meta::{MetricMeta, PointMeta, META_SCHEMA, POINT_ENTRY, POINT_WRAP};
 use stint_layout::{
-    align_up, clock_source_name, column_size, counter_offset, ctl_len, gate_offset, object_kind_name, objects_len,
-    ColumnHeader, Control, FileHeader, FormatError, ObjBucket, SyncObject, Transition, WaitEntry, COLUMN_LIVE,
-    CONTROL_FILE_APPLIED, CONTROL_FILE_IGNORED, CONTROL_FILE_REJECTED, COUNTERS_OFFSET, FILE_MAGIC, FILE_VERSION,
-    FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, GLIBC_TID_OFFSET, N_COUNTER_SLOTS, N_METRICS, N_STATES, PAGE, REQ_SNAPSHOT,
-    RING_CAP, RING_OFFSET, SLOT_CALLS, STATE_EXITED, THREAD_RULES_CAP, WAITS_OFFSET, WAIT_CAP,
+    baseline_counter_offset, baseline_state_offset, baseline_wait_offset, clock_source_name, object_kind_name,
+    ColumnHeader, Control, ControlFileStatus, FileHeader, FormatError, Metric, Pod, RequestOp, SyncObject, Transition,
+    WaitEntry, COLUMN_LIVE, FLAG_FORK_CHILD, N_STATES, RING_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
+    STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
 };
 use thiserror::Error;
 
-/// The `schema` of the meta JSON this version reads.
-pub const META_SCHEMA: &str = "stint-meta/1";
+/// The synthetic writers live in [`crate::synthetic`]; these names stay for their callers.
+#[doc(hidden)]
+pub use crate::synthetic::{
+    patch_column, patch_header, put_object, put_transition, put_wait, synthetic_meta, synthetic_meta_points,
+    write_synthetic, SYNTHETIC_MONOTONIC_NS, SYNTHETIC_START_TSC,
+};
+
 /// Name of the metric whose counters are the call counts.
-pub const CALLS_METRIC: &str = "calls";
+pub const CALLS_METRIC: &str = Metric::Calls.name();
 /// Names of the timer metrics (inclusive time in TSC ticks per point).
-pub const CPU_METRIC: &str = "cpu_time";
-pub const WALL_METRIC: &str = "wall_time";
+pub const CPU_METRIC: &str = Metric::CpuTime.name();
+pub const WALL_METRIC: &str = Metric::WallTime.name();
 
 /// Why a file could not be read as a profile. Messages name the problem only; the caller
 /// prefixes the path.
@@ -217,12 +219,6 @@ impl Profile {
     }
 }
 
-/// `PointMeta::kind` of a function's entry point.
-pub const POINT_ENTRY: &str = "entry";
-/// `PointMeta::kind` of a wrapped thread-library function (`function` is its name, e.g.
-/// `pthread_mutex_lock`).
-pub const POINT_WRAP: &str = "wrap";
-
 /// A synchronisation object of the file's table (D14: named by address and by the function
 /// that first used it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -327,43 +323,6 @@ fn system_tsc() -> u64 {
     0
 }
 
-/// A metric as the meta JSON describes it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MetricMeta {
-    pub name: String,
-    /// `counter` (later: `timer`, …).
-    pub kind: String,
-    /// Counter slot of the metric in each column.
-    pub slot: u32,
-}
-
-/// An instrumentation point as the meta JSON describes it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PointMeta {
-    /// Equal to the point's index in `Profile::points`.
-    pub id: u32,
-    /// `entry` (later: `exit`, `call`, …).
-    pub kind: String,
-    /// Demangled function name (D14).
-    pub function: String,
-    /// The function's address in the input ELF, as the rewriter wrote it (`0x1189`).
-    pub address: String,
-    /// `metric_bit`s of the metrics the point can measure.
-    #[serde(default)]
-    pub bits: u8,
-    /// Size of the function in bytes (0: unknown).
-    #[serde(default)]
-    pub size: u64,
-}
-
-impl PointMeta {
-    /// `address` as a number, if it is `0x` followed by hex digits.
-    pub fn address_value(&self) -> Option<u64> {
-        let hex = self.address.strip_prefix("0x").or_else(|| self.address.strip_prefix("0X"))?;
-        u64::from_str_radix(hex, 16).ok()
-    }
-}
-
 /// One thread incarnation: one live column of the file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadProfile {
@@ -443,17 +402,6 @@ impl ThreadProfile {
     }
 }
 
-/// The meta JSON as written by the rewriter.
-#[derive(Deserialize)]
-struct Meta {
-    schema: String,
-    program: String,
-    #[serde(default)]
-    input: Option<String>,
-    metrics: Vec<MetricMeta>,
-    points: Vec<PointMeta>,
-}
-
 /// Read a profile file (once; it may be live) and parse it.
 pub fn load(path: &Path) -> Result<Profile, ProfileError> {
     load_with(path, &Observer::SYSTEM)
@@ -489,22 +437,23 @@ pub fn load_since_snapshot(path: &Path) -> Result<Profile, ProfileError> {
 
 /// [`parse_with`], optionally relative to the newest snapshot (see [`load_since_snapshot`]).
 pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Profile, ProfileError> {
-    check_column_arithmetic(b)?;
     let h = FileHeader::parse(b, b.len() as u64)?;
     let meta_bytes = region(b, h.meta_offset, h.meta_len).ok_or(FormatError::Truncated)?;
     let meta = parse_meta(meta_bytes, &h)?;
     let calls_slot = match meta.metrics.iter().find(|m| m.name == CALLS_METRIC) {
-        Some(m) if m.slot >= h.n_counter_slots => {
-            return Err(ProfileError::Meta(format!(
-                "metric {} uses counter slot {}, but columns have {} slots",
-                m.name, m.slot, h.n_counter_slots
-            )));
+        Some(MetricMeta { slot: Some(slot), .. }) if *slot < h.n_counter_slots => Some(*slot),
+        Some(m) => {
+            return Err(ProfileError::Meta(match m.slot {
+                Some(slot) => {
+                    format!("metric {} uses counter slot {slot}, but columns have {} slots", m.name, h.n_counter_slots)
+                }
+                None => format!("metric {} has no counter slot", m.name),
+            }));
         }
-        Some(m) => Some(m.slot),
         // A spec without the calls metric: threads, but no counts.
         None => None,
     };
-    let slot_of = |name: &str| meta.metrics.iter().find(|m| m.name == name).map(|m| m.slot);
+    let slot_of = |name: &str| meta.metrics.iter().find(|m| m.name == name).and_then(|m| m.slot);
     let time_slots = match (slot_of(CPU_METRIC), slot_of(WALL_METRIC)) {
         (Some(c), Some(w)) if c < h.n_counter_slots && w < h.n_counter_slots => Some((c, w)),
         (None, None) => None,
@@ -659,39 +608,31 @@ struct Deltas<'a> {
     states: &'a mut [u64; N_STATES as usize],
 }
 
-/// Subtract the column's baseline (layout: `stint_layout::baseline_offset`).
+/// Subtract the column's baseline (its layout: `stint_layout::baseline_*_offset`).
 fn subtract_baseline(col: &[u8], h: &FileHeader, d: &mut Deltas) {
-    let base = stint_layout::baseline_offset(h.n_points, h.n_counter_slots) as usize;
-    let u64_at = |off: usize| col.get(off..off + 8).map_or(0, |x| u64::from_le_bytes(x.try_into().unwrap_or([0; 8])));
-    let counter = |slot: u32, point: u32| {
-        u64_at(
-            base + stint_layout::BASELINE_COUNTERS as usize
-                + (slot as usize * h.n_points as usize + point as usize) * 8,
-        )
-    };
-    d.counts.retain_mut(|(p, n)| {
-        *n = n.saturating_sub(counter(SLOT_CALLS, *p));
-        *n != 0
+    let (n, slots) = (h.n_points, h.n_counter_slots);
+    let u64_at = |off: u64| usize::try_from(off).ok().and_then(|off| u64::read_from(col, off)).unwrap_or(0);
+    let counter = |slot: u32, point: u32| u64_at(baseline_counter_offset(n, slots, slot, point));
+    d.counts.retain_mut(|(p, calls)| {
+        *calls = calls.saturating_sub(counter(SLOT_CALLS, *p));
+        *calls != 0
     });
     d.times.retain_mut(|(p, cpu, wall)| {
-        *cpu = cpu.saturating_sub(counter(stint_layout::SLOT_CPU_TICKS, *p));
-        *wall = wall.saturating_sub(counter(stint_layout::SLOT_WALL_TICKS, *p));
+        *cpu = cpu.saturating_sub(counter(SLOT_CPU_TICKS, *p));
+        *wall = wall.saturating_sub(counter(SLOT_WALL_TICKS, *p));
         *cpu != 0 || *wall != 0
     });
-    // The baseline's wait table is a copy of the column's, slot for slot; `WaitEntry::parse`
-    // reads at WAITS_OFFSET of the slice it is given.
-    let shift = base + stint_layout::BASELINE_WAITS as usize - WAITS_OFFSET as usize;
+    // The baseline's wait table is a copy of the column's, slot for slot.
     let mut before: std::collections::BTreeMap<u32, WaitEntry> = std::collections::BTreeMap::new();
-    if let Some(bcol) = col.get(shift..) {
-        for slot in 0..WAIT_CAP {
-            let Some(w) = WaitEntry::parse(bcol, slot) else { break };
-            if w.object != 0 {
-                let e = before.entry(w.object - 1).or_default();
-                e.count = e.count.saturating_add(w.count);
-                e.contended = e.contended.saturating_add(w.contended);
-                e.wait_ticks = e.wait_ticks.saturating_add(w.wait_ticks);
-                e.hold_ticks = e.hold_ticks.saturating_add(w.hold_ticks);
-            }
+    for slot in 0..WAIT_CAP {
+        let off = usize::try_from(baseline_wait_offset(n, slots, slot)).ok();
+        let Some(w) = off.and_then(|off| WaitEntry::read_from(col, off)) else { break };
+        if w.object != 0 {
+            let e = before.entry(w.object - 1).or_default();
+            e.count = e.count.saturating_add(w.count);
+            e.contended = e.contended.saturating_add(w.contended);
+            e.wait_ticks = e.wait_ticks.saturating_add(w.wait_ticks);
+            e.hold_ticks = e.hold_ticks.saturating_add(w.hold_ticks);
         }
     }
     d.waits.retain_mut(|w| {
@@ -704,7 +645,7 @@ fn subtract_baseline(col: &[u8], h: &FileHeader, d: &mut Deltas) {
         w.count != 0 || w.wait_ticks != 0 || w.hold_ticks != 0
     });
     for (i, t) in d.states.iter_mut().enumerate() {
-        *t = t.saturating_sub(u64_at(base + stint_layout::BASELINE_STATES as usize + i * 8));
+        *t = t.saturating_sub(u64_at(baseline_state_offset(n, slots, i as u32)));
     }
 }
 
@@ -713,7 +654,7 @@ fn control_info(b: &[u8], h: &FileHeader) -> ControlInfo {
         return ControlInfo::default();
     };
     let text = |bytes: &[u8]| thread_name(bytes).unwrap_or_default();
-    let snap = c.newest(REQ_SNAPSHOT).filter(|r| r.seq == c.last_snapshot);
+    let snap = c.newest(RequestOp::Snapshot as u32).filter(|r| r.seq == c.last_snapshot);
     ControlInfo {
         new_thread_mask: c.new_thread_mask,
         thread_rules: c
@@ -725,13 +666,7 @@ fn control_info(b: &[u8], h: &FileHeader) -> ControlInfo {
         requests: c.req_head,
         last_snapshot: c.last_snapshot,
         last_snapshot_realtime_ns: snap.map_or(0, |r| r.realtime_ns),
-        control_file: match c.control_file {
-            CONTROL_FILE_APPLIED => "applied",
-            CONTROL_FILE_REJECTED => "rejected",
-            CONTROL_FILE_IGNORED => "ignored",
-            _ => "none",
-        }
-        .to_string(),
+        control_file: ControlFileStatus::from_u32(c.control_file).unwrap_or(ControlFileStatus::None).name().to_string(),
         control_message: text(&c.control_message),
         changes: c.changes,
         last_change_realtime_ns: c.last_change_realtime_ns,
@@ -853,36 +788,8 @@ fn region(b: &[u8], offset: u64, len: u64) -> Option<&[u8]> {
     b.get(start..end)
 }
 
-fn le_u32(b: &[u8], off: usize) -> Option<u32> {
-    let x = b.get(off..off + 4)?;
-    Some(u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
-}
-
-/// `FileHeader::parse` computes `column_size(n_points, n_counter_slots)` without overflow
-/// checks; refuse values for which that would overflow (only corrupt files have them). Files
-/// without our magic and version are left to `FileHeader::parse` so they get its message.
-fn check_column_arithmetic(b: &[u8]) -> Result<(), ProfileError> {
-    let magic = b.get(offset_of!(FileHeader, magic)..offset_of!(FileHeader, magic) + FILE_MAGIC.len());
-    if magic != Some(&FILE_MAGIC[..]) || le_u32(b, offset_of!(FileHeader, version)) != Some(FILE_VERSION) {
-        return Ok(());
-    }
-    let (Some(n_points), Some(slots)) =
-        (le_u32(b, offset_of!(FileHeader, n_points)), le_u32(b, offset_of!(FileHeader, n_counter_slots)))
-    else {
-        return Ok(());
-    };
-    let fits = (n_points as u64)
-        .checked_mul(slots as u64)
-        .and_then(|x| x.checked_mul(8))
-        .and_then(|x| x.checked_add(COUNTERS_OFFSET as u64 + PAGE));
-    match fits {
-        Some(_) => Ok(()),
-        None => Err(FormatError::Inconsistent("points times counter slots overflows the column size").into()),
-    }
-}
-
-fn parse_meta(bytes: &[u8], h: &FileHeader) -> Result<Meta, ProfileError> {
-    let meta: Meta = serde_json::from_slice(bytes).map_err(meta_json_error)?;
+fn parse_meta(bytes: &[u8], h: &FileHeader) -> Result<stint_layout::meta::Meta, ProfileError> {
+    let meta: stint_layout::meta::Meta = serde_json::from_slice(bytes).map_err(meta_json_error)?;
     if meta.schema != META_SCHEMA {
         return Err(ProfileError::Meta(format!(
             "schema {:?} is not supported (this stint reads {META_SCHEMA})",
@@ -917,392 +824,14 @@ fn thread_name(raw: &[u8]) -> Option<String> {
     (len > 0).then(|| String::from_utf8_lossy(&raw[..len]).into_owned())
 }
 
-// ---------------------------------------------------------------------------------------
-// Synthetic files for tests.
-
-/// Columns a synthetic file has room for at least (the runtime starts with 16 and doubles).
-const SYNTHETIC_INITIAL_COLUMNS: u32 = 16;
-/// pid of a synthetic file without threads.
-const SYNTHETIC_PID: u32 = 4242;
-/// Start times of synthetic files (fixed, so snapshots are stable).
-const SYNTHETIC_REALTIME_NS: u64 = 1_700_000_000_000_000_000;
-#[doc(hidden)]
-pub const SYNTHETIC_MONOTONIC_NS: u64 = 1_000_000_000;
-/// Pretend address of the file's mapping in the writer (for `ColumnHeader::self_addr`).
-const SYNTHETIC_MAP_BASE: u64 = 0x7f00_0000_0000;
-/// The sync-object table of a synthetic file (smaller than the runtime's).
-const SYNTHETIC_OBJ_BUCKETS: u32 = 16;
-const SYNTHETIC_OBJ_CAP: u32 = 64;
-/// TSC at start of a synthetic file.
-#[doc(hidden)]
-pub const SYNTHETIC_START_TSC: u64 = 1_000_000;
-
-/// Meta JSON in the rewriter's format with one entry point per `(function, address)`, in
-/// order: point `i` is `functions[i]`.
-#[doc(hidden)]
-pub fn synthetic_meta(program: &str, functions: &[(&str, &str)]) -> String {
-    let points: Vec<_> = functions
-        .iter()
-        .enumerate()
-        .map(|(i, (f, a))| serde_json::json!({"id": i, "kind": POINT_ENTRY, "function": f, "address": a}))
-        .collect();
-    meta_with_points(program, points)
-}
-
-/// Meta JSON with one point per `(kind, function, address, size)`, in order; a size of 0 is
-/// left out (as older rewriters do).
-#[doc(hidden)]
-pub fn synthetic_meta_points(program: &str, points: &[(&str, &str, &str, u64)]) -> String {
-    let points: Vec<_> = points
-        .iter()
-        .enumerate()
-        .map(|(i, &(kind, f, a, size))| {
-            let mut p = serde_json::json!({"id": i, "kind": kind, "function": f, "address": a});
-            if size != 0 {
-                p["size"] = size.into();
-            }
-            p
-        })
-        .collect();
-    meta_with_points(program, points)
-}
-
-fn meta_with_points(program: &str, points: Vec<serde_json::Value>) -> String {
-    serde_json::json!({
-        "schema": META_SCHEMA,
-        "program": program,
-        "input": format!("/usr/bin/{program}"),
-        "metrics": [{"name": CALLS_METRIC, "kind": "counter", "slot": SLOT_CALLS}],
-        "points": points,
-    })
-    .to_string()
-}
-
-/// A complete profile file laid out as the runtime lays it out: the header, the control
-/// region at `HEADER_RESERVED` with every gate on, the meta, an empty sync-object table of
-/// 64 entries at the next page, then columns with room for at least 16 (TSC at start:
-/// `SYNTHETIC_START_TSC`, no TSC calibration, every thread in state RUN with no state
-/// record). Column `i` belongs to `threads[i]`: `(tid, [(point, calls)])`. The
-/// first thread is the main thread (its tid is the pid); a thread's first point is the first
-/// point in its list. `n_points` is the length of the meta's `points` array (0 when the meta
-/// is not JSON, so broken metas can be written too), and counts go to the counter slot the
-/// meta gives the `calls` metric.
-///
-/// # Panics
-/// If a thread counts calls at a point the meta does not have, or the meta's `calls` slot is
-/// outside the column (a bug in the test).
-#[doc(hidden)]
-pub fn write_synthetic(meta_json: &str, threads: &[(u32, Vec<(u32, u64)>)]) -> Vec<u8> {
-    let meta: Option<serde_json::Value> = serde_json::from_str(meta_json).ok();
-    let n_points = meta.as_ref().and_then(|m| m.get("points")?.as_array()).map_or(0, |a| a.len() as u32);
-    let calls_slot = meta
-        .as_ref()
-        .and_then(|m| {
-            m.get("metrics")?
-                .as_array()?
-                .iter()
-                .find(|x| x.get("name").is_some_and(|n| n == CALLS_METRIC))?
-                .get("slot")?
-                .as_u64()
-        })
-        .map_or(SLOT_CALLS, |s| s as u32);
-
-    let control_offset = stint_layout::CONTROL_OFFSET;
-    let ctl_offset = stint_layout::GATES_OFFSET;
-    let ctl = ctl_len(n_points);
-    let meta_offset = ctl_offset + ctl;
-    let meta_len = meta_json.len() as u64;
-    let objects_offset = align_up(meta_offset + meta_len, PAGE);
-    let columns_offset = objects_offset + objects_len(SYNTHETIC_OBJ_BUCKETS, SYNTHETIC_OBJ_CAP);
-    let col_size = column_size(n_points, N_COUNTER_SLOTS);
-    let n_columns = threads.len() as u32;
-    let mut capacity = SYNTHETIC_INITIAL_COLUMNS;
-    while capacity < n_columns {
-        capacity *= 2;
-    }
-    let file_len = columns_offset + capacity as u64 * col_size;
-    let pid = threads.first().map_or(SYNTHETIC_PID, |t| t.0);
-
-    let mut out = vec![0u8; file_len as usize];
-    let h = FileHeader {
-        magic: FILE_MAGIC,
-        version: FILE_VERSION,
-        header_size: size_of::<FileHeader>() as u32,
-        pid,
-        ppid: 1,
-        flags: FLAG_TID_KEY_VERIFIED,
-        n_points,
-        n_metrics: N_METRICS,
-        n_counter_slots: N_COUNTER_SLOTS,
-        ctl_offset,
-        ctl_len: ctl,
-        meta_offset,
-        meta_len,
-        columns_offset,
-        column_size: col_size,
-        n_columns,
-        capacity_columns: capacity,
-        start_realtime_ns: SYNTHETIC_REALTIME_NS,
-        start_monotonic_ns: SYNTHETIC_MONOTONIC_NS,
-        skipped_reentrant: 0,
-        lost_threads: 0,
-        reg_lock: 0,
-        tid_offset: GLIBC_TID_OFFSET,
-        file_len,
-        tsc_hz: 0,
-        objects_offset,
-        obj_buckets: SYNTHETIC_OBJ_BUCKETS,
-        obj_cap: SYNTHETIC_OBJ_CAP,
-        n_objects: 0,
-        control_offset,
-        objects_lost: 0,
-        start_tsc: SYNTHETIC_START_TSC,
-        ..FileHeader::default()
-    };
-    out[..size_of::<FileHeader>()].copy_from_slice(&file_header_bytes(&h));
-    for point in 0..n_points {
-        out[(ctl_offset + gate_offset(point)) as usize] = ((1u32 << N_METRICS) - 1) as u8;
-    }
-    out[meta_offset as usize..(meta_offset + meta_len) as usize].copy_from_slice(meta_json.as_bytes());
-
-    for (i, (tid, counts)) in threads.iter().enumerate() {
-        let i = i as u32;
-        let range = h.column_range(i);
-        let col = &mut out[range.clone()];
-        let c = ColumnHeader {
-            self_addr: SYNTHETIC_MAP_BASE + range.start as u64,
-            owner_tp: SYNTHETIC_MAP_BASE - (i as u64 + 1) * 0x10_0000,
-            owner_key: *tid,
-            tid: *tid,
-            index: i,
-            state: COLUMN_LIVE,
-            pid,
-            first_point: counts.first().map_or(u32::MAX, |&(p, _)| p),
-            registered_monotonic_ns: SYNTHETIC_MONOTONIC_NS + (i as u64 + 1) * 1000,
-            start_routine: 0,
-            name: [0; 16],
-            state_object: u32::MAX,
-            ..ColumnHeader::default()
-        };
-        col[..size_of::<ColumnHeader>()].copy_from_slice(&column_header_bytes(&c));
-        for &(point, calls) in counts {
-            assert!(point < n_points, "write_synthetic: thread {tid} names point {point} of {n_points}");
-            assert!(calls_slot < N_COUNTER_SLOTS, "write_synthetic: calls slot {calls_slot} out of range");
-            let off = counter_offset(n_points, calls_slot, point) as usize;
-            let old = u64::from_le_bytes(col[off..off + 8].try_into().unwrap_or_default());
-            col[off..off + 8].copy_from_slice(&(old + calls).to_le_bytes());
-        }
-    }
-    out
-}
-
-/// Change the header of a valid profile file in place.
-///
-/// # Panics
-/// If `file` does not start with a valid header.
-#[doc(hidden)]
-pub fn patch_header(file: &mut [u8], f: impl FnOnce(&mut FileHeader)) {
-    let mut h = FileHeader::parse(file, file.len() as u64).expect("patch_header: not a valid profile");
-    f(&mut h);
-    file[..size_of::<FileHeader>()].copy_from_slice(&file_header_bytes(&h));
-}
-
-/// Change the header of column `i` of a valid profile file in place.
-///
-/// # Panics
-/// If `file` is not a valid profile or has no column `i`.
-#[doc(hidden)]
-pub fn patch_column(file: &mut [u8], i: u32, f: impl FnOnce(&mut ColumnHeader)) {
-    let h = FileHeader::parse(file, file.len() as u64).expect("patch_column: not a valid profile");
-    assert!(i < h.capacity_columns, "patch_column: no column {i}");
-    let col = &mut file[h.column_range(i)];
-    let mut c = ColumnHeader::parse(col).expect("patch_column: column too small");
-    f(&mut c);
-    col[..size_of::<ColumnHeader>()].copy_from_slice(&column_header_bytes(&c));
-}
-
-/// Writes `$v` (bytes) at the offset of field `$f` of `$ty` in `$out`.
-macro_rules! put {
-    ($out:ident, $ty:ident, $f:ident, $v:expr) => {{
-        let bytes = $v;
-        let off = offset_of!($ty, $f);
-        $out[off..off + bytes.len()].copy_from_slice(&bytes);
-    }};
-}
-
-/// The header as the runtime leaves it in the file (all fields little-endian).
-#[doc(hidden)]
-pub fn file_header_bytes(h: &FileHeader) -> [u8; size_of::<FileHeader>()] {
-    let mut out = [0u8; size_of::<FileHeader>()];
-    put!(out, FileHeader, magic, h.magic);
-    put!(out, FileHeader, version, h.version.to_le_bytes());
-    put!(out, FileHeader, header_size, h.header_size.to_le_bytes());
-    put!(out, FileHeader, pid, h.pid.to_le_bytes());
-    put!(out, FileHeader, ppid, h.ppid.to_le_bytes());
-    put!(out, FileHeader, flags, h.flags.to_le_bytes());
-    put!(out, FileHeader, n_points, h.n_points.to_le_bytes());
-    put!(out, FileHeader, n_metrics, h.n_metrics.to_le_bytes());
-    put!(out, FileHeader, n_counter_slots, h.n_counter_slots.to_le_bytes());
-    put!(out, FileHeader, ctl_offset, h.ctl_offset.to_le_bytes());
-    put!(out, FileHeader, ctl_len, h.ctl_len.to_le_bytes());
-    put!(out, FileHeader, meta_offset, h.meta_offset.to_le_bytes());
-    put!(out, FileHeader, meta_len, h.meta_len.to_le_bytes());
-    put!(out, FileHeader, columns_offset, h.columns_offset.to_le_bytes());
-    put!(out, FileHeader, column_size, h.column_size.to_le_bytes());
-    put!(out, FileHeader, n_columns, h.n_columns.to_le_bytes());
-    put!(out, FileHeader, capacity_columns, h.capacity_columns.to_le_bytes());
-    put!(out, FileHeader, start_realtime_ns, h.start_realtime_ns.to_le_bytes());
-    put!(out, FileHeader, start_monotonic_ns, h.start_monotonic_ns.to_le_bytes());
-    put!(out, FileHeader, skipped_reentrant, h.skipped_reentrant.to_le_bytes());
-    put!(out, FileHeader, lost_threads, h.lost_threads.to_le_bytes());
-    put!(out, FileHeader, reg_lock, h.reg_lock.to_le_bytes());
-    put!(out, FileHeader, tid_offset, h.tid_offset.to_le_bytes());
-    put!(out, FileHeader, file_len, h.file_len.to_le_bytes());
-    put!(out, FileHeader, tsc_hz, h.tsc_hz.to_le_bytes());
-    put!(out, FileHeader, objects_offset, h.objects_offset.to_le_bytes());
-    put!(out, FileHeader, obj_buckets, h.obj_buckets.to_le_bytes());
-    put!(out, FileHeader, obj_cap, h.obj_cap.to_le_bytes());
-    put!(out, FileHeader, n_objects, h.n_objects.to_le_bytes());
-    put!(out, FileHeader, objects_lost, h.objects_lost.to_le_bytes());
-    put!(out, FileHeader, start_tsc, h.start_tsc.to_le_bytes());
-    put!(out, FileHeader, control_offset, h.control_offset.to_le_bytes());
-    out
-}
-
-/// A column header as the runtime leaves it in the file (all fields little-endian).
-#[doc(hidden)]
-pub fn column_header_bytes(c: &ColumnHeader) -> [u8; size_of::<ColumnHeader>()] {
-    let mut out = [0u8; size_of::<ColumnHeader>()];
-    put!(out, ColumnHeader, self_addr, c.self_addr.to_le_bytes());
-    put!(out, ColumnHeader, owner_tp, c.owner_tp.to_le_bytes());
-    put!(out, ColumnHeader, owner_key, c.owner_key.to_le_bytes());
-    put!(out, ColumnHeader, tid, c.tid.to_le_bytes());
-    put!(out, ColumnHeader, index, c.index.to_le_bytes());
-    put!(out, ColumnHeader, state, c.state.to_le_bytes());
-    put!(out, ColumnHeader, pid, c.pid.to_le_bytes());
-    put!(out, ColumnHeader, first_point, c.first_point.to_le_bytes());
-    put!(out, ColumnHeader, registered_monotonic_ns, c.registered_monotonic_ns.to_le_bytes());
-    put!(out, ColumnHeader, start_routine, c.start_routine.to_le_bytes());
-    put!(out, ColumnHeader, name, c.name);
-    put!(out, ColumnHeader, seq_ptr, c.seq_ptr.to_le_bytes());
-    put!(out, ColumnHeader, cpu_off, c.cpu_off.to_le_bytes());
-    put!(out, ColumnHeader, seq, c.seq.to_le_bytes());
-    put!(out, ColumnHeader, seq_never, c.seq_never.to_le_bytes());
-    put!(out, ColumnHeader, busy, c.busy.to_le_bytes());
-    put!(out, ColumnHeader, depth, c.depth.to_le_bytes());
-    put!(out, ColumnHeader, clock_source, c.clock_source.to_le_bytes());
-    put!(out, ColumnHeader, timer_skipped, c.timer_skipped.to_le_bytes());
-    put!(out, ColumnHeader, unmatched_exits, c.unmatched_exits.to_le_bytes());
-    put!(out, ColumnHeader, shadow_overflow, c.shadow_overflow.to_le_bytes());
-    put!(out, ColumnHeader, abandoned_frames, c.abandoned_frames.to_le_bytes());
-    put!(out, ColumnHeader, resyncs, c.resyncs.to_le_bytes());
-    put!(out, ColumnHeader, creator_tid, c.creator_tid.to_le_bytes());
-    put!(out, ColumnHeader, exit_kind, c.exit_kind.to_le_bytes());
-    put!(out, ColumnHeader, exit_value, c.exit_value.to_le_bytes());
-    put!(out, ColumnHeader, end_monotonic_ns, c.end_monotonic_ns.to_le_bytes());
-    put!(out, ColumnHeader, thread_state, c.thread_state.to_le_bytes());
-    put!(out, ColumnHeader, state_object, c.state_object.to_le_bytes());
-    put!(out, ColumnHeader, state_since, c.state_since.to_le_bytes());
-    let ticks: Vec<u8> = c.state_ticks.iter().flat_map(|t| t.to_le_bytes()).collect();
-    put!(out, ColumnHeader, state_ticks, ticks);
-    put!(out, ColumnHeader, last_tsc, c.last_tsc.to_le_bytes());
-    put!(out, ColumnHeader, ring_head, c.ring_head.to_le_bytes());
-    put!(out, ColumnHeader, wrap_skipped, c.wrap_skipped.to_le_bytes());
-    put!(out, ColumnHeader, n_held, c.n_held.to_le_bytes());
-    put!(out, ColumnHeader, sync_tsc, c.sync_tsc.to_le_bytes());
-    put!(out, ColumnHeader, sync_ticks, c.sync_ticks.to_le_bytes());
-    put!(out, ColumnHeader, thread_mask, c.thread_mask.to_le_bytes());
-    put!(out, ColumnHeader, exit_key, c.exit_key.to_le_bytes());
-    put!(out, ColumnHeader, req_seen, c.req_seen.to_le_bytes());
-    put!(out, ColumnHeader, snap_seq, c.snap_seq.to_le_bytes());
-    put!(out, ColumnHeader, snap_tsc, c.snap_tsc.to_le_bytes());
-    out
-}
-
-/// A sync-object table entry as the runtime leaves it in the file.
-#[doc(hidden)]
-pub fn sync_object_bytes(o: &SyncObject) -> [u8; size_of::<SyncObject>()] {
-    let mut out = [0u8; size_of::<SyncObject>()];
-    put!(out, SyncObject, address, o.address.to_le_bytes());
-    put!(out, SyncObject, first_pc, o.first_pc.to_le_bytes());
-    put!(out, SyncObject, kind, o.kind.to_le_bytes());
-    put!(out, SyncObject, first_tid, o.first_tid.to_le_bytes());
-    put!(out, SyncObject, next, o.next.to_le_bytes());
-    out
-}
-
-/// A wait-table entry as the runtime leaves it in a column.
-#[doc(hidden)]
-pub fn wait_entry_bytes(w: &WaitEntry) -> [u8; size_of::<WaitEntry>()] {
-    let mut out = [0u8; size_of::<WaitEntry>()];
-    put!(out, WaitEntry, object, w.object.to_le_bytes());
-    put!(out, WaitEntry, kind, w.kind.to_le_bytes());
-    put!(out, WaitEntry, count, w.count.to_le_bytes());
-    put!(out, WaitEntry, contended, w.contended.to_le_bytes());
-    put!(out, WaitEntry, wait_ticks, w.wait_ticks.to_le_bytes());
-    put!(out, WaitEntry, hold_ticks, w.hold_ticks.to_le_bytes());
-    out
-}
-
-/// A ring entry as the runtime leaves it in a column.
-#[doc(hidden)]
-pub fn transition_bytes(t: &Transition) -> [u8; size_of::<Transition>()] {
-    let mut out = [0u8; size_of::<Transition>()];
-    put!(out, Transition, tsc, t.tsc.to_le_bytes());
-    put!(out, Transition, state, t.state.to_le_bytes());
-    put!(out, Transition, object, t.object.to_le_bytes());
-    out
-}
-
-/// Write entry `i` of the sync-object table of a valid profile file and raise `n_objects`
-/// to at least `i + 1`.
-///
-/// # Panics
-/// If `file` is not a valid profile or `i` is outside its table.
-#[doc(hidden)]
-pub fn put_object(file: &mut [u8], i: u32, o: &SyncObject) {
-    let h = FileHeader::parse(file, file.len() as u64).expect("put_object: not a valid profile");
-    assert!(i < h.obj_cap, "put_object: the table has {} entries, no {i}", h.obj_cap);
-    let off = h.objects_offset as usize
-        + h.obj_buckets as usize * size_of::<ObjBucket>()
-        + i as usize * size_of::<SyncObject>();
-    file[off..off + size_of::<SyncObject>()].copy_from_slice(&sync_object_bytes(o));
-    patch_header(file, |h| h.n_objects = h.n_objects.max(i + 1));
-}
-
-/// Write entry `slot` of the wait table of column `col`.
-///
-/// # Panics
-/// If `file` is not a valid profile, has no column `col` or `slot` is not below `WAIT_CAP`.
-#[doc(hidden)]
-pub fn put_wait(file: &mut [u8], col: u32, slot: u32, w: &WaitEntry) {
-    let h = FileHeader::parse(file, file.len() as u64).expect("put_wait: not a valid profile");
-    assert!(col < h.capacity_columns && slot < WAIT_CAP, "put_wait: no column {col} or slot {slot}");
-    let off = h.column_range(col).start + WAITS_OFFSET as usize + slot as usize * size_of::<WaitEntry>();
-    file[off..off + size_of::<WaitEntry>()].copy_from_slice(&wait_entry_bytes(w));
-}
-
-/// Write transition number `n` into the ring of column `col` (at `n % RING_CAP`) and raise
-/// the column's `ring_head` to at least `n + 1`.
-///
-/// # Panics
-/// If `file` is not a valid profile or has no column `col`.
-#[doc(hidden)]
-pub fn put_transition(file: &mut [u8], col: u32, n: u64, t: &Transition) {
-    let h = FileHeader::parse(file, file.len() as u64).expect("put_transition: not a valid profile");
-    assert!(col < h.capacity_columns, "put_transition: no column {col}");
-    let i = (n % RING_CAP as u64) as usize;
-    let off = h.column_range(col).start + RING_OFFSET as usize + i * size_of::<Transition>();
-    file[off..off + size_of::<Transition>()].copy_from_slice(&transition_bytes(t));
-    patch_column(file, col, |c| c.ring_head = c.ring_head.max(n + 1));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::synthetic::SYNTHETIC_REALTIME_NS;
     use stint_layout::{
-        COLUMN_EMPTY, EXIT_RETURNED, FLAG_FORK_CHILD, OBJ_CONDVAR, OBJ_MUTEX, STATE_BLOCKED_CONDVAR,
-        STATE_BLOCKED_MUTEX, STATE_RUN,
+        column_size, ctl_len, ObjBucket, COLUMN_EMPTY, EXIT_RETURNED, FILE_MAGIC, FILE_VERSION, FLAG_TID_KEY_VERIFIED,
+        N_COUNTER_SLOTS, OBJ_CONDVAR, OBJ_MUTEX, PAGE, RING_OFFSET, STATE_BLOCKED_CONDVAR, STATE_BLOCKED_MUTEX,
+        STATE_RUN, WAITS_OFFSET,
     };
 
     fn meta5() -> String {
@@ -1377,7 +906,7 @@ mod tests {
             start_tsc: 30,
             control_offset: 31,
         };
-        assert_eq!(FileHeader::parse(&file_header_bytes(&h), u64::MAX), Ok(h));
+        assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
 
         let c = ColumnHeader {
             self_addr: 1,
@@ -1425,7 +954,7 @@ mod tests {
             snap_seq: 47,
             snap_tsc: 48,
         };
-        assert_eq!(ColumnHeader::parse(&column_header_bytes(&c)), Ok(c));
+        assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 
         let o = SyncObject { address: 1, first_pc: 2, kind: 3, first_tid: 4, next: 5, _pad: 0 };
         let mut b = sample();
@@ -1469,7 +998,10 @@ mod tests {
         assert_eq!((p.pid, p.ppid, p.flags), (100, 1, FLAG_TID_KEY_VERIFIED));
         assert!(!p.fork_child());
         assert_eq!((p.start_realtime_ns, p.skipped_reentrant, p.lost_threads), (SYNTHETIC_REALTIME_NS, 0, 0));
-        assert_eq!(p.metrics, vec![MetricMeta { name: "calls".into(), kind: "counter".into(), slot: 0 }]);
+        assert_eq!(
+            p.metrics,
+            vec![MetricMeta { name: "calls".into(), kind: "counter".into(), slot: Some(0), bit: None, unit: None }]
+        );
         assert_eq!(p.points.len(), 5);
         assert_eq!(p.points[4].function, "mid");
         assert_eq!(p.points[4].address_value(), Some(0x11c0));
@@ -1561,6 +1093,40 @@ mod tests {
         assert_eq!(err(&b), "meta: point at index 3 has id 7");
         let b = write_synthetic(&meta5().replace("\"slot\":0", "\"slot\":9"), &[]);
         assert_eq!(err(&b), "meta: metric calls uses counter slot 9, but columns have 4 slots");
+    }
+
+    /// The meta as the rewriter writes it (`Meta::new`: every metric, lock metrics without a
+    /// counter slot, bits and sizes) reads back, and its counters come from the calls slot.
+    #[test]
+    fn reads_the_rewriters_meta() {
+        let points = vec![PointMeta {
+            id: 0,
+            kind: POINT_ENTRY.into(),
+            function: "main".into(),
+            address: "0x1139".into(),
+            bits: stint_layout::TIMER_BITS | 1,
+            size: 40,
+        }];
+        let meta = serde_json::to_string(&stint_layout::meta::Meta::new("prog", points.clone())).unwrap();
+        let p = parse_with(&write_synthetic(&meta, &[(100, vec![(0, 9)])]), &Observer::ENDED).unwrap();
+        assert_eq!((p.program.as_str(), p.input.as_deref()), ("prog", None));
+        assert_eq!(p.points, points);
+        let names: Vec<_> = p.metrics.iter().map(|m| (m.name.as_str(), m.slot)).collect();
+        assert_eq!(
+            names,
+            [
+                ("calls", Some(0)),
+                ("cpu_time", Some(1)),
+                ("wall_time", Some(2)),
+                ("lock_wait", None),
+                ("lock_hold", None),
+                ("state_trace", None)
+            ]
+        );
+        assert_eq!(p.threads[0].counts, vec![(0, 9)]);
+        let no_slot = meta.replacen(r#""slot":0,"#, "", 1);
+        let b = write_synthetic(&no_slot, &[]);
+        assert_eq!(err(&b), "meta: metric calls has no counter slot");
     }
 
     #[test]

@@ -7,6 +7,25 @@
 //! `RT_STATE_SIZE` bytes for the runtime's state; `stint report` and friends read the file.
 //! Nobody restates a layout: they all compile this crate.
 //!
+//! # Modules
+//! - [`pod`]: every struct here is declared with `pod_struct!` (`#[repr(C)]`, no padding,
+//!   checked at compile time), so it is read and written with `Pod::read_from`,
+//!   `Pod::as_bytes` and `Pod::write_to`: a struct's field list is written once.
+//! - `kinds`: the `u32` enums stored in the file and passed to the runtime ([`ObjectKind`],
+//!   [`ThreadState`], [`ExitKind`], [`WrappedFn`], [`TimerOp`], [`ClockSource`], …), each
+//!   with `from_u32` and `name`; the older `OBJ_*`, `STATE_*`, … constants derive from them.
+//! - `metric`: [`METRICS`], the one list of metrics (id, name, kind, site, counter slot,
+//!   unit); the `METRIC_*` and `SLOT_*` constants, `TIMER_BITS`, `WRAP_BITS` and
+//!   [`METRIC_NAMES`] derive from it.
+//! - [`FileLayout`] (here): the one computation of a profile file's offsets and length.
+//! - [`glob`]: the one glob matcher (specs, control files, thread rules).
+//! - [`control_file`]: the no_std control-file parser.
+//! - `meta` (cargo feature `serde`, host builds only): the serde types of the meta JSON,
+//!   written by the rewriter and read by `stint-profile`.
+//!
+//! The runtime image is built from this crate with bare `rustc` (`rewriter/core/build.rs`):
+//! no dependencies, no features.
+//!
 //! # The profile file
 //! ```text
 //! offset                     contents
@@ -39,8 +58,24 @@
 #![deny(unsafe_code)]
 
 pub mod control_file;
+pub mod glob;
+mod kinds;
+#[cfg(feature = "serde")]
+pub mod meta;
+mod metric;
+pub mod pod;
+
+pub use kinds::{
+    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, RequestOp, ThreadState, TimerOp, WrappedFn,
+};
+pub use metric::{
+    kind_bits, metric_id, site_bits, Metric, MetricDef, MetricKind, MetricSite, METRICS, METRIC_NAMES, N_COUNTER_SLOTS,
+    SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
+};
 
 use core::mem::{offset_of, size_of};
+use pod::pod_struct;
+pub use pod::Pod;
 
 /// Page size assumed for every mapping and alignment in the file.
 pub const PAGE: u64 = 4096;
@@ -57,66 +92,67 @@ pub const FLAG_TID_KEY_VERIFIED: u32 = 1 << 0;
 /// rewritten program (`ppid` names the parent).
 pub const FLAG_FORK_CHILD: u32 = 1 << 1;
 
-/// Header at offset 0 of the profile file. All fields little-endian integers.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FileHeader {
-    /// `FILE_MAGIC`, written last by the runtime so a reader never sees a half header.
-    pub magic: [u8; 8],
-    pub version: u32,
-    /// `size_of::<FileHeader>()` of the writer.
-    pub header_size: u32,
-    pub pid: u32,
-    pub ppid: u32,
-    pub flags: u32,
-    /// Number of instrumentation points (the length of each gate row and counter row).
-    pub n_points: u32,
-    /// Number of metrics (rows in the control region).
-    pub n_metrics: u32,
-    /// Number of counter slots per point in a column (metrics that count per point).
-    pub n_counter_slots: u32,
-    pub ctl_offset: u64,
-    pub ctl_len: u64,
-    pub meta_offset: u64,
-    pub meta_len: u64,
-    pub columns_offset: u64,
-    pub column_size: u64,
-    /// Columns handed out so far; a column is complete once its `state` is `COLUMN_LIVE`.
-    pub n_columns: u32,
-    /// Columns that fit in the file as currently sized.
-    pub capacity_columns: u32,
-    /// CLOCK_REALTIME at start, ns since the epoch.
-    pub start_realtime_ns: u64,
-    /// CLOCK_MONOTONIC at start, ns.
-    pub start_monotonic_ns: u64,
-    /// Events skipped because the thread already held a runtime lock (a signal handler
-    /// interrupted the runtime), D7.
-    pub skipped_reentrant: u64,
-    /// Threads that could not get a column (the file could not grow).
-    pub lost_threads: u64,
-    /// Thread-conscious lock word guarding column allocation: 0 or the holder's tid.
-    pub reg_lock: u32,
-    /// The fs-relative offset of libc's thread-id word the runtime was built to check.
-    pub tid_offset: u32,
-    /// Size of the whole file as last grown by the runtime.
-    pub file_len: u64,
-    /// TSC ticks per second, calibrated against CLOCK_MONOTONIC at start (0: unknown).
-    pub tsc_hz: u64,
-    /// The sync-object table (seeds/000 Figure 4): `obj_buckets` × [`ObjBucket`], then
-    /// `obj_cap` × [`SyncObject`], at this file offset.
-    pub objects_offset: u64,
-    pub obj_buckets: u32,
-    pub obj_cap: u32,
-    /// Objects handed out so far (entries `0..min(n_objects, obj_cap)`; an entry is
-    /// complete once its `kind` is non-zero).
-    pub n_objects: u32,
-    pub _pad1: u32,
-    /// Objects not recorded because the table was full.
-    pub objects_lost: u64,
-    /// TSC at start (the zero of every `*_tsc` field).
-    pub start_tsc: u64,
-    /// The [`Control`] page, at this file offset.
-    pub control_offset: u64,
+pod_struct! {
+    /// Header at offset 0 of the profile file. All fields little-endian integers.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct FileHeader {
+        /// `FILE_MAGIC`, written last by the runtime so a reader never sees a half header.
+        pub magic: [u8; 8],
+        pub version: u32,
+        /// `size_of::<FileHeader>()` of the writer.
+        pub header_size: u32,
+        pub pid: u32,
+        pub ppid: u32,
+        pub flags: u32,
+        /// Number of instrumentation points (the length of each gate row and counter row).
+        pub n_points: u32,
+        /// Number of metrics (rows in the control region).
+        pub n_metrics: u32,
+        /// Number of counter slots per point in a column (metrics that count per point).
+        pub n_counter_slots: u32,
+        pub ctl_offset: u64,
+        pub ctl_len: u64,
+        pub meta_offset: u64,
+        pub meta_len: u64,
+        pub columns_offset: u64,
+        pub column_size: u64,
+        /// Columns handed out so far; a column is complete once its `state` is `COLUMN_LIVE`.
+        pub n_columns: u32,
+        /// Columns that fit in the file as currently sized.
+        pub capacity_columns: u32,
+        /// CLOCK_REALTIME at start, ns since the epoch.
+        pub start_realtime_ns: u64,
+        /// CLOCK_MONOTONIC at start, ns.
+        pub start_monotonic_ns: u64,
+        /// Events skipped because the thread already held a runtime lock (a signal handler
+        /// interrupted the runtime), D7.
+        pub skipped_reentrant: u64,
+        /// Threads that could not get a column (the file could not grow).
+        pub lost_threads: u64,
+        /// Thread-conscious lock word guarding column allocation: 0 or the holder's tid.
+        pub reg_lock: u32,
+        /// The fs-relative offset of libc's thread-id word the runtime was built to check.
+        pub tid_offset: u32,
+        /// Size of the whole file as last grown by the runtime.
+        pub file_len: u64,
+        /// TSC ticks per second, calibrated against CLOCK_MONOTONIC at start (0: unknown).
+        pub tsc_hz: u64,
+        /// The sync-object table (seeds/000 Figure 4): `obj_buckets` × [`ObjBucket`], then
+        /// `obj_cap` × [`SyncObject`], at this file offset.
+        pub objects_offset: u64,
+        pub obj_buckets: u32,
+        pub obj_cap: u32,
+        /// Objects handed out so far (entries `0..min(n_objects, obj_cap)`; an entry is
+        /// complete once its `kind` is non-zero).
+        pub n_objects: u32,
+        pub _pad1: u32,
+        /// Objects not recorded because the table was full.
+        pub objects_lost: u64,
+        /// TSC at start (the zero of every `*_tsc` field).
+        pub start_tsc: u64,
+        /// The [`Control`] page, at this file offset.
+        pub control_offset: u64,
+    }
 }
 
 /// Size reserved for the header at the start of the file.
@@ -126,136 +162,138 @@ const _: () = assert!(size_of::<FileHeader>() as u64 <= HEADER_RESERVED);
 pub const CONTROL_OFFSET: u64 = HEADER_RESERVED;
 pub const GATES_OFFSET: u64 = CONTROL_OFFSET + PAGE;
 
-/// `ColumnHeader::state` values.
-pub const COLUMN_EMPTY: u32 = 0;
-pub const COLUMN_LIVE: u32 = 1;
+/// [`ColumnState`] values (`ColumnHeader::state`).
+pub const COLUMN_EMPTY: u32 = ColumnState::Empty as u32;
+pub const COLUMN_LIVE: u32 = ColumnState::Live as u32;
 
-/// Start of every column: who owns it, and a record of the thread that outlives it.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ColumnHeader {
-    /// Address of this column in the writer's mapping (`gs:[0]`): the slow path uses it to
-    /// find the column the thread currently points at.
-    pub self_addr: u64,
-    /// Thread pointer (`fs:[0]`) of the owning thread.
-    pub owner_tp: u64,
-    /// Value of the 32-bit word at `fs:[tid_offset]` when the key was last refreshed.
-    pub owner_key: u32,
-    /// Kernel thread id (gettid) of the owner.
-    pub tid: u32,
-    /// Index of this column in the file.
-    pub index: u32,
-    /// `COLUMN_EMPTY` or `COLUMN_LIVE` (published with release ordering).
-    pub state: u32,
-    /// Process id of the owner.
-    pub pid: u32,
-    /// Point whose event registered the thread (`u32::MAX` if none).
-    pub first_point: u32,
-    /// CLOCK_MONOTONIC at registration, ns.
-    pub registered_monotonic_ns: u64,
-    /// Start routine address in the input ELF's address space, 0 if unknown.
-    pub start_routine: u64,
-    /// Thread name (NUL-padded), empty if unknown.
-    pub name: [u8; 16],
-    // ---- the virtual timers and the shadow stack (hot path: trampolines use these) ----
-    /// Address of a u32 that changes whenever the thread is scheduled in: the `lock` word of
-    /// the thread's perf task-clock page, or `seq_never` when there is none (every timer event
-    /// then re-synchronises with the syscall).
-    pub seq_ptr: u64,
-    /// `rdtsc − CPU time in TSC ticks`, valid while `*seq_ptr == seq`.
-    pub cpu_off: u64,
-    /// `*seq_ptr` at the last synchronisation.
-    pub seq: u32,
-    /// Never equal to `seq` (see `seq_ptr`).
-    pub seq_never: u32,
-    /// Non-zero while the thread is inside a timer routine; an event that finds it set came
-    /// from a signal handler that interrupted the routine, and is skipped (D7).
-    pub busy: u32,
-    /// Frames on the shadow stack (may exceed `SHADOW_CAP`: the deeper ones are not kept).
-    pub depth: u32,
-    /// `CLOCK_SOURCE_*`: how this thread's CPU time is read.
-    pub clock_source: u32,
-    pub _pad0: u32,
-    /// Timer events skipped because a signal handler interrupted a timer routine.
-    pub timer_skipped: u64,
-    /// Exits that matched no frame (function entered while its timers were off, or frames
-    /// lost to overflow).
-    pub unmatched_exits: u64,
-    /// Frames not kept because the shadow stack was full (their calls are counted, not timed).
-    pub shadow_overflow: u64,
-    /// Frames closed by a later event because their function left by exception or longjmp.
-    pub abandoned_frames: u64,
-    /// Re-synchronisations of the CPU timer with CLOCK_THREAD_CPUTIME_ID.
-    pub resyncs: u64,
-    // ---- the thread record (issue 4: thread-library wrappers) ----
-    /// Kernel tid of the thread that created this one with `pthread_create` (0: unknown).
-    pub creator_tid: u32,
-    /// `EXIT_*`: how the thread ended, as far as the runtime saw.
-    pub exit_kind: u32,
-    /// Value the start routine returned or passed to `pthread_exit`.
-    pub exit_value: u64,
-    /// CLOCK_MONOTONIC when the thread ended (0: running, or ended unseen).
-    pub end_monotonic_ns: u64,
-    /// `STATE_*` the thread is in now.
-    pub thread_state: u32,
-    /// The `SyncObject` index the thread is blocked on (`u32::MAX`: none).
-    pub state_object: u32,
-    /// TSC when `state` was entered.
-    pub state_since: u64,
-    /// TSC ticks spent in each state, closed intervals only (the reader adds the open one).
-    pub state_ticks: [u64; N_STATES as usize],
-    /// TSC of the thread's last wrapper event (where a reader ends the open interval of a
-    /// thread that ended unseen, e.g. the main thread returning from `main`).
-    pub last_tsc: u64,
-    /// Transitions written to the ring (`ring[i % RING_CAP]` is transition i).
-    pub ring_head: u64,
-    /// Wrapper events whose bookkeeping was skipped: a signal handler interrupted the
-    /// runtime on this thread (D7), or the wait table was full.
-    pub wrap_skipped: u64,
-    /// Open `lock_hold` intervals on `held` (at most `HELD_CAP` kept).
-    pub n_held: u32,
-    pub _pad2: u32,
-    // ---- the virtual timer's bound on TSC extrapolation ----
-    /// TSC at the last re-synchronisation of the CPU clock.
-    pub sync_tsc: u64,
-    /// Ticks after which a timer event re-synchronises even though the thread was not
-    /// descheduled: time the hypervisor steals from a virtual CPU advances the TSC but not
-    /// the thread's CPU clock, and the guest kernel sees no scheduling (D11).
-    pub sync_ticks: u64,
-    // ---- run-time control (D10) ----
-    /// `metric_bit`s this thread measures: the trampolines AND it with a point's gate once
-    /// the gate says on (`stint ctl --thread`, control-file `threads:`). Written by `stint
-    /// ctl` or the runtime, read by the thread.
-    pub thread_mask: u32,
-    /// The key exits compare (`owner_key` as the runtime last set it). `stint ctl` changes
-    /// `owner_key` to `exit_key ^ KEY_POKE` to send the thread's next entry or wrapper
-    /// into the runtime (a safe point); exits keep working meanwhile.
-    pub exit_key: u32,
-    /// Requests of the control page's ring this thread has handled (`Control::req_head`).
-    pub req_seen: u64,
-    /// `seq` of the snapshot request whose baseline the column holds (0: none).
-    pub snap_seq: u64,
-    /// TSC when the thread took it.
-    pub snap_tsc: u64,
+pod_struct! {
+    /// Start of every column: who owns it, and a record of the thread that outlives it.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct ColumnHeader {
+        /// Address of this column in the writer's mapping (`gs:[0]`): the slow path uses it to
+        /// find the column the thread currently points at.
+        pub self_addr: u64,
+        /// Thread pointer (`fs:[0]`) of the owning thread.
+        pub owner_tp: u64,
+        /// Value of the 32-bit word at `fs:[tid_offset]` when the key was last refreshed.
+        pub owner_key: u32,
+        /// Kernel thread id (gettid) of the owner.
+        pub tid: u32,
+        /// Index of this column in the file.
+        pub index: u32,
+        /// `COLUMN_EMPTY` or `COLUMN_LIVE` (published with release ordering).
+        pub state: u32,
+        /// Process id of the owner.
+        pub pid: u32,
+        /// Point whose event registered the thread (`u32::MAX` if none).
+        pub first_point: u32,
+        /// CLOCK_MONOTONIC at registration, ns.
+        pub registered_monotonic_ns: u64,
+        /// Start routine address in the input ELF's address space, 0 if unknown.
+        pub start_routine: u64,
+        /// Thread name (NUL-padded), empty if unknown.
+        pub name: [u8; 16],
+        // ---- the virtual timers and the shadow stack (hot path: trampolines use these) ----
+        /// Address of a u32 that changes whenever the thread is scheduled in: the `lock` word of
+        /// the thread's perf task-clock page, or `seq_never` when there is none (every timer event
+        /// then re-synchronises with the syscall).
+        pub seq_ptr: u64,
+        /// `rdtsc − CPU time in TSC ticks`, valid while `*seq_ptr == seq`.
+        pub cpu_off: u64,
+        /// `*seq_ptr` at the last synchronisation.
+        pub seq: u32,
+        /// Never equal to `seq` (see `seq_ptr`).
+        pub seq_never: u32,
+        /// Non-zero while the thread is inside a timer routine; an event that finds it set came
+        /// from a signal handler that interrupted the routine, and is skipped (D7).
+        pub busy: u32,
+        /// Frames on the shadow stack (may exceed `SHADOW_CAP`: the deeper ones are not kept).
+        pub depth: u32,
+        /// `CLOCK_SOURCE_*`: how this thread's CPU time is read.
+        pub clock_source: u32,
+        pub _pad0: u32,
+        /// Timer events skipped because a signal handler interrupted a timer routine.
+        pub timer_skipped: u64,
+        /// Exits that matched no frame (function entered while its timers were off, or frames
+        /// lost to overflow).
+        pub unmatched_exits: u64,
+        /// Frames not kept because the shadow stack was full (their calls are counted, not timed).
+        pub shadow_overflow: u64,
+        /// Frames closed by a later event because their function left by exception or longjmp.
+        pub abandoned_frames: u64,
+        /// Re-synchronisations of the CPU timer with CLOCK_THREAD_CPUTIME_ID.
+        pub resyncs: u64,
+        // ---- the thread record (issue 4: thread-library wrappers) ----
+        /// Kernel tid of the thread that created this one with `pthread_create` (0: unknown).
+        pub creator_tid: u32,
+        /// `EXIT_*`: how the thread ended, as far as the runtime saw.
+        pub exit_kind: u32,
+        /// Value the start routine returned or passed to `pthread_exit`.
+        pub exit_value: u64,
+        /// CLOCK_MONOTONIC when the thread ended (0: running, or ended unseen).
+        pub end_monotonic_ns: u64,
+        /// `STATE_*` the thread is in now.
+        pub thread_state: u32,
+        /// The `SyncObject` index the thread is blocked on (`u32::MAX`: none).
+        pub state_object: u32,
+        /// TSC when `state` was entered.
+        pub state_since: u64,
+        /// TSC ticks spent in each state, closed intervals only (the reader adds the open one).
+        pub state_ticks: [u64; N_STATES as usize],
+        /// TSC of the thread's last wrapper event (where a reader ends the open interval of a
+        /// thread that ended unseen, e.g. the main thread returning from `main`).
+        pub last_tsc: u64,
+        /// Transitions written to the ring (`ring[i % RING_CAP]` is transition i).
+        pub ring_head: u64,
+        /// Wrapper events whose bookkeeping was skipped: a signal handler interrupted the
+        /// runtime on this thread (D7), or the wait table was full.
+        pub wrap_skipped: u64,
+        /// Open `lock_hold` intervals on `held` (at most `HELD_CAP` kept).
+        pub n_held: u32,
+        pub _pad2: u32,
+        // ---- the virtual timer's bound on TSC extrapolation ----
+        /// TSC at the last re-synchronisation of the CPU clock.
+        pub sync_tsc: u64,
+        /// Ticks after which a timer event re-synchronises even though the thread was not
+        /// descheduled: time the hypervisor steals from a virtual CPU advances the TSC but not
+        /// the thread's CPU clock, and the guest kernel sees no scheduling (D11).
+        pub sync_ticks: u64,
+        // ---- run-time control (D10) ----
+        /// `metric_bit`s this thread measures: the trampolines AND it with a point's gate once
+        /// the gate says on (`stint ctl --thread`, control-file `threads:`). Written by `stint
+        /// ctl` or the runtime, read by the thread.
+        pub thread_mask: u32,
+        /// The key exits compare (`owner_key` as the runtime last set it). `stint ctl` changes
+        /// `owner_key` to `exit_key ^ KEY_POKE` to send the thread's next entry or wrapper
+        /// into the runtime (a safe point); exits keep working meanwhile.
+        pub exit_key: u32,
+        /// Requests of the control page's ring this thread has handled (`Control::req_head`).
+        pub req_seen: u64,
+        /// `seq` of the snapshot request whose baseline the column holds (0: none).
+        pub snap_seq: u64,
+        /// TSC when the thread took it.
+        pub snap_tsc: u64,
+    }
 }
 
 /// Bytes reserved for the column header; the shadow stack starts here.
 pub const COLUMN_HEADER_RESERVED: u64 = 512;
 
-/// One open function activation on a thread's measurement shadow stack (D3). Control flow
-/// never depends on it.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Frame {
-    /// Stack pointer at the function's entry (pointing at its return address).
-    pub sp: u64,
-    pub point: u32,
-    /// `metric_bit`s of the timers this frame measures (the gate at entry).
-    pub bits: u32,
-    /// TSC at entry.
-    pub wall_start: u64,
-    /// Thread CPU time at entry, in TSC ticks (`rdtsc − cpu_off`).
-    pub cpu_start: u64,
+pod_struct! {
+    /// One open function activation on a thread's measurement shadow stack (D3). Control flow
+    /// never depends on it.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Frame {
+        /// Stack pointer at the function's entry (pointing at its return address).
+        pub sp: u64,
+        pub point: u32,
+        /// `metric_bit`s of the timers this frame measures (the gate at entry).
+        pub bits: u32,
+        /// TSC at entry.
+        pub wall_start: u64,
+        /// Thread CPU time at entry, in TSC ticks (`rdtsc − cpu_off`).
+        pub cpu_start: u64,
+    }
 }
 
 /// Frames a column's shadow stack keeps.
@@ -264,21 +302,14 @@ pub const FRAME_SIZE: u32 = size_of::<Frame>() as u32;
 /// Offset of the shadow stack in a column.
 pub const SHADOW_OFFSET: u32 = COLUMN_HEADER_RESERVED as u32;
 
-/// `ColumnHeader::clock_source`: no timer event yet.
-pub const CLOCK_SOURCE_NONE: u32 = 0;
-/// A perf task-clock event's page tells when the thread was scheduled in; between two
-/// schedulings CPU time advances with the TSC (D11).
-pub const CLOCK_SOURCE_PERF_TSC: u32 = 1;
-/// Perf events refused: every timer event reads CLOCK_THREAD_CPUTIME_ID (a system call).
-pub const CLOCK_SOURCE_SYSCALL: u32 = 2;
+/// [`ClockSource`] values (aliases for code written before the enum).
+pub const CLOCK_SOURCE_NONE: u32 = ClockSource::None as u32;
+pub const CLOCK_SOURCE_PERF_TSC: u32 = ClockSource::PerfTsc as u32;
+pub const CLOCK_SOURCE_SYSCALL: u32 = ClockSource::Syscall as u32;
 
-/// Name of a clock source for reports.
+/// Name of a clock source for reports (`None` for "no timer event yet" and unknown values).
 pub fn clock_source_name(s: u32) -> Option<&'static str> {
-    match s {
-        CLOCK_SOURCE_PERF_TSC => Some("perf-task-clock+tsc"),
-        CLOCK_SOURCE_SYSCALL => Some("clock_gettime"),
-        _ => None,
-    }
+    ClockSource::from_u32(s).filter(|&c| c != ClockSource::None).map(ClockSource::name)
 }
 const _: () = assert!(size_of::<ColumnHeader>() as u64 <= COLUMN_HEADER_RESERVED);
 
@@ -317,72 +348,87 @@ pub const RING_CAP: u32 = 256;
 /// Counters start after the ring.
 pub const COUNTERS_OFFSET: u32 = RING_OFFSET + RING_CAP * size_of::<Transition>() as u32;
 
-/// A lock the thread holds, for `lock_hold`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Held {
-    /// `SyncObject` index.
-    pub object: u32,
-    pub _pad: u32,
-    /// TSC when acquired (or when a condition wait gave it back).
-    pub since: u64,
+/// Offset of entry `i` of the wait table from the start of a column.
+pub const fn wait_offset(i: u32) -> u64 {
+    WAITS_OFFSET as u64 + i as u64 * size_of::<WaitEntry>() as u64
 }
 
-/// A thread's record of one sync object: written only by the thread.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WaitEntry {
-    /// `SyncObject` index + 1 (0: free slot). Written last, with release.
-    pub object: u32,
-    /// `OBJ_*`.
-    pub kind: u32,
-    /// Acquisitions (lock, wait, join, post… calls that returned success).
-    pub count: u64,
-    /// Acquisitions that found the object busy (see README "lock_wait").
-    pub contended: u64,
-    /// TSC ticks blocked in the call.
-    pub wait_ticks: u64,
-    /// TSC ticks the lock was held (`lock_hold`).
-    pub hold_ticks: u64,
+/// Offset of entry `i` (`0..RING_CAP`) of the transition ring from the start of a column.
+pub const fn ring_offset(i: u32) -> u64 {
+    RING_OFFSET as u64 + i as u64 * size_of::<Transition>() as u64
 }
 
-/// One entry of the state-transition ring.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Transition {
-    /// TSC of the transition.
-    pub tsc: u64,
-    /// `STATE_*` entered.
-    pub state: u32,
-    /// `SyncObject` index (`u32::MAX`: none).
-    pub object: u32,
+pod_struct! {
+    /// A lock the thread holds, for `lock_hold`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Held {
+        /// `SyncObject` index.
+        pub object: u32,
+        pub _pad: u32,
+        /// TSC when acquired (or when a condition wait gave it back).
+        pub since: u64,
+    }
 }
 
-/// A bucket of the sync-object table: a thread-conscious lock and the head of a chain.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ObjBucket {
-    /// 0 or the holder's tid (`TcLock`).
-    pub lock: u32,
-    /// Index + 1 of the newest object in the chain (0: empty).
-    pub head: u32,
+pod_struct! {
+    /// A thread's record of one sync object: written only by the thread.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct WaitEntry {
+        /// `SyncObject` index + 1 (0: free slot). Written last, with release.
+        pub object: u32,
+        /// `OBJ_*`.
+        pub kind: u32,
+        /// Acquisitions (lock, wait, join, post… calls that returned success).
+        pub count: u64,
+        /// Acquisitions that found the object busy (see README "lock_wait").
+        pub contended: u64,
+        /// TSC ticks blocked in the call.
+        pub wait_ticks: u64,
+        /// TSC ticks the lock was held (`lock_hold`).
+        pub hold_ticks: u64,
+    }
 }
 
-/// A synchronisation object the program used (D14, ThreadMon).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SyncObject {
-    /// Run-time address (for `OBJ_THREAD`: the `pthread_t`, i.e. the thread pointer).
-    pub address: u64,
-    /// Return address of the call that first used it, in the input ELF's address space.
-    pub first_pc: u64,
-    /// `OBJ_*`; 0 until the entry is complete (written last, release).
-    pub kind: u32,
-    /// tid of the thread that first used it.
-    pub first_tid: u32,
-    /// Index + 1 of the next object in the bucket chain (0: end).
-    pub next: u32,
-    pub _pad: u32,
+pod_struct! {
+    /// One entry of the state-transition ring.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Transition {
+        /// TSC of the transition.
+        pub tsc: u64,
+        /// `STATE_*` entered.
+        pub state: u32,
+        /// `SyncObject` index (`u32::MAX`: none).
+        pub object: u32,
+    }
+}
+
+pod_struct! {
+    /// A bucket of the sync-object table: a thread-conscious lock and the head of a chain.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct ObjBucket {
+        /// 0 or the holder's tid (`TcLock`).
+        pub lock: u32,
+        /// Index + 1 of the newest object in the chain (0: empty).
+        pub head: u32,
+    }
+}
+
+pod_struct! {
+    /// A synchronisation object the program used (D14, ThreadMon).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct SyncObject {
+        /// Run-time address (for `OBJ_THREAD`: the `pthread_t`, i.e. the thread pointer).
+        pub address: u64,
+        /// Return address of the call that first used it, in the input ELF's address space.
+        pub first_pc: u64,
+        /// `OBJ_*`; 0 until the entry is complete (written last, release).
+        pub kind: u32,
+        /// tid of the thread that first used it.
+        pub first_tid: u32,
+        /// Index + 1 of the next object in the bucket chain (0: end).
+        pub next: u32,
+        pub _pad: u32,
+    }
 }
 
 /// A power of two (the hash is masked).
@@ -390,237 +436,162 @@ pub const OBJ_BUCKETS: u32 = 4096;
 pub const OBJ_CAP: u32 = 32768;
 /// Bytes of the sync-object table in the file.
 pub const fn objects_len(buckets: u32, cap: u32) -> u64 {
-    align_up(buckets as u64 * size_of::<ObjBucket>() as u64 + cap as u64 * size_of::<SyncObject>() as u64, PAGE)
+    align_up(object_entry_offset(buckets, cap), PAGE)
 }
 
-/// `SyncObject::kind` values.
-pub const OBJ_MUTEX: u32 = 1;
-pub const OBJ_CONDVAR: u32 = 2;
-pub const OBJ_RWLOCK: u32 = 3;
-pub const OBJ_SEMAPHORE: u32 = 4;
-pub const OBJ_BARRIER: u32 = 5;
-/// A thread, as the object of `pthread_join`.
-pub const OBJ_THREAD: u32 = 6;
+/// Offset of entry `i` of the sync-object table from the table's start: `buckets` ×
+/// [`ObjBucket`], then the entries.
+pub const fn object_entry_offset(buckets: u32, i: u32) -> u64 {
+    buckets as u64 * size_of::<ObjBucket>() as u64 + i as u64 * size_of::<SyncObject>() as u64
+}
 
+/// [`ObjectKind`] values (`SyncObject::kind`), aliases for code written before the enum.
+pub const OBJ_MUTEX: u32 = ObjectKind::Mutex as u32;
+pub const OBJ_CONDVAR: u32 = ObjectKind::Condvar as u32;
+pub const OBJ_RWLOCK: u32 = ObjectKind::Rwlock as u32;
+pub const OBJ_SEMAPHORE: u32 = ObjectKind::Semaphore as u32;
+pub const OBJ_BARRIER: u32 = ObjectKind::Barrier as u32;
+pub const OBJ_THREAD: u32 = ObjectKind::Thread as u32;
+
+/// Name of an object kind (`None`: not a kind this version knows).
 pub fn object_kind_name(k: u32) -> Option<&'static str> {
-    Some(match k {
-        OBJ_MUTEX => "mutex",
-        OBJ_CONDVAR => "condvar",
-        OBJ_RWLOCK => "rwlock",
-        OBJ_SEMAPHORE => "semaphore",
-        OBJ_BARRIER => "barrier",
-        OBJ_THREAD => "thread",
-        _ => return None,
-    })
+    ObjectKind::from_u32(k).map(ObjectKind::name)
 }
 
-/// Thread states (JIS Table 1); `ColumnHeader::thread_state`, index of `state_ticks`.
-pub const STATE_RUN: u32 = 0;
-pub const STATE_BLOCKED_MUTEX: u32 = 1;
-pub const STATE_BLOCKED_CONDVAR: u32 = 2;
-pub const STATE_BLOCKED_RWLOCK: u32 = 3;
-pub const STATE_BLOCKED_SEMAPHORE: u32 = 4;
-pub const STATE_BLOCKED_JOIN: u32 = 5;
-pub const STATE_BLOCKED_BARRIER: u32 = 6;
-pub const STATE_EXITED: u32 = 7;
-pub const N_STATES: u32 = 8;
+/// [`ThreadState`] values (`ColumnHeader::thread_state`, index of `state_ticks`), aliases.
+pub const STATE_RUN: u32 = ThreadState::Run as u32;
+pub const STATE_BLOCKED_MUTEX: u32 = ThreadState::BlockedMutex as u32;
+pub const STATE_BLOCKED_CONDVAR: u32 = ThreadState::BlockedCondvar as u32;
+pub const STATE_BLOCKED_RWLOCK: u32 = ThreadState::BlockedRwlock as u32;
+pub const STATE_BLOCKED_SEMAPHORE: u32 = ThreadState::BlockedSemaphore as u32;
+pub const STATE_BLOCKED_JOIN: u32 = ThreadState::BlockedJoin as u32;
+pub const STATE_BLOCKED_BARRIER: u32 = ThreadState::BlockedBarrier as u32;
+pub const STATE_EXITED: u32 = ThreadState::Exited as u32;
+pub const N_STATES: u32 = ThreadState::ALL.len() as u32;
 
+/// Name of a thread state (`None`: not a state this version knows).
 pub fn state_name(s: u32) -> Option<&'static str> {
-    Some(match s {
-        STATE_RUN => "RUN",
-        STATE_BLOCKED_MUTEX => "BLOCKED_MUTEX",
-        STATE_BLOCKED_CONDVAR => "BLOCKED_CONDVAR",
-        STATE_BLOCKED_RWLOCK => "BLOCKED_RWLOCK",
-        STATE_BLOCKED_SEMAPHORE => "BLOCKED_SEMAPHORE",
-        STATE_BLOCKED_JOIN => "BLOCKED_JOIN",
-        STATE_BLOCKED_BARRIER => "BLOCKED_BARRIER",
-        STATE_EXITED => "EXITED",
-        _ => return None,
-    })
+    ThreadState::from_u32(s).map(ThreadState::name)
 }
 
-/// `ColumnHeader::exit_kind` values.
-pub const EXIT_UNKNOWN: u32 = 0;
-/// The start routine returned (`exit_value` is its result).
-pub const EXIT_RETURNED: u32 = 1;
-/// The thread called `pthread_exit` (`exit_value` is its argument).
-pub const EXIT_PTHREAD_EXIT: u32 = 2;
-/// A join returned `PTHREAD_CANCELED` for it (its end time is the join's).
-pub const EXIT_CANCELED: u32 = 3;
+/// [`ExitKind`] values (`ColumnHeader::exit_kind`), aliases.
+pub const EXIT_UNKNOWN: u32 = ExitKind::Unknown as u32;
+pub const EXIT_RETURNED: u32 = ExitKind::Returned as u32;
+pub const EXIT_PTHREAD_EXIT: u32 = ExitKind::PthreadExit as u32;
+pub const EXIT_CANCELED: u32 = ExitKind::Canceled as u32;
 
+/// Name of an exit kind (`unknown` for values this version does not know).
 pub fn exit_kind_name(k: u32) -> &'static str {
-    match k {
-        EXIT_RETURNED => "returned",
-        EXIT_PTHREAD_EXIT => "pthread_exit",
-        EXIT_CANCELED => "canceled",
-        _ => "unknown",
-    }
+    ExitKind::from_u32(k).unwrap_or(ExitKind::Unknown).name()
 }
 
-/// Thread-library functions the rewriter wraps (D4): `(name, WRAP_* id)`. In a dynamic
-/// program their PLT stubs jump to a wrapper; in a static one their entries do.
-pub const WRAP_PTHREAD_CREATE: u32 = 1;
-pub const WRAP_PTHREAD_EXIT: u32 = 2;
-pub const WRAP_PTHREAD_JOIN: u32 = 3;
-pub const WRAP_MUTEX_LOCK: u32 = 4;
-pub const WRAP_MUTEX_TIMEDLOCK: u32 = 5;
-pub const WRAP_MUTEX_TRYLOCK: u32 = 6;
-pub const WRAP_MUTEX_UNLOCK: u32 = 7;
-pub const WRAP_COND_WAIT: u32 = 8;
-pub const WRAP_COND_TIMEDWAIT: u32 = 9;
-pub const WRAP_COND_SIGNAL: u32 = 10;
-pub const WRAP_COND_BROADCAST: u32 = 11;
-pub const WRAP_RWLOCK_RDLOCK: u32 = 12;
-pub const WRAP_RWLOCK_WRLOCK: u32 = 13;
-pub const WRAP_RWLOCK_TIMEDRDLOCK: u32 = 14;
-pub const WRAP_RWLOCK_TIMEDWRLOCK: u32 = 15;
-pub const WRAP_RWLOCK_UNLOCK: u32 = 16;
-pub const WRAP_SEM_WAIT: u32 = 17;
-pub const WRAP_SEM_TIMEDWAIT: u32 = 18;
-pub const WRAP_SEM_POST: u32 = 19;
-pub const WRAP_BARRIER_WAIT: u32 = 20;
-pub const WRAP_SETNAME_NP: u32 = 21;
-pub const WRAP_TIMEDJOIN_NP: u32 = 22;
-pub const WRAP_RWLOCK_TRYRDLOCK: u32 = 23;
-pub const WRAP_RWLOCK_TRYWRLOCK: u32 = 24;
-pub const WRAP_SEM_TRYWAIT: u32 = 25;
-pub const WRAP_COND_CLOCKWAIT: u32 = 26;
+/// [`WrappedFn`] values (`WrapSite::func`), aliases.
+pub const WRAP_PTHREAD_CREATE: u32 = WrappedFn::PthreadCreate as u32;
+pub const WRAP_PTHREAD_EXIT: u32 = WrappedFn::PthreadExit as u32;
+pub const WRAP_PTHREAD_JOIN: u32 = WrappedFn::PthreadJoin as u32;
+pub const WRAP_MUTEX_LOCK: u32 = WrappedFn::MutexLock as u32;
+pub const WRAP_MUTEX_TIMEDLOCK: u32 = WrappedFn::MutexTimedlock as u32;
+pub const WRAP_MUTEX_TRYLOCK: u32 = WrappedFn::MutexTrylock as u32;
+pub const WRAP_MUTEX_UNLOCK: u32 = WrappedFn::MutexUnlock as u32;
+pub const WRAP_COND_WAIT: u32 = WrappedFn::CondWait as u32;
+pub const WRAP_COND_TIMEDWAIT: u32 = WrappedFn::CondTimedwait as u32;
+pub const WRAP_COND_SIGNAL: u32 = WrappedFn::CondSignal as u32;
+pub const WRAP_COND_BROADCAST: u32 = WrappedFn::CondBroadcast as u32;
+pub const WRAP_RWLOCK_RDLOCK: u32 = WrappedFn::RwlockRdlock as u32;
+pub const WRAP_RWLOCK_WRLOCK: u32 = WrappedFn::RwlockWrlock as u32;
+pub const WRAP_RWLOCK_TIMEDRDLOCK: u32 = WrappedFn::RwlockTimedrdlock as u32;
+pub const WRAP_RWLOCK_TIMEDWRLOCK: u32 = WrappedFn::RwlockTimedwrlock as u32;
+pub const WRAP_RWLOCK_UNLOCK: u32 = WrappedFn::RwlockUnlock as u32;
+pub const WRAP_SEM_WAIT: u32 = WrappedFn::SemWait as u32;
+pub const WRAP_SEM_TIMEDWAIT: u32 = WrappedFn::SemTimedwait as u32;
+pub const WRAP_SEM_POST: u32 = WrappedFn::SemPost as u32;
+pub const WRAP_BARRIER_WAIT: u32 = WrappedFn::BarrierWait as u32;
+pub const WRAP_SETNAME_NP: u32 = WrappedFn::SetnameNp as u32;
+pub const WRAP_TIMEDJOIN_NP: u32 = WrappedFn::TimedjoinNp as u32;
+pub const WRAP_RWLOCK_TRYRDLOCK: u32 = WrappedFn::RwlockTryrdlock as u32;
+pub const WRAP_RWLOCK_TRYWRLOCK: u32 = WrappedFn::RwlockTrywrlock as u32;
+pub const WRAP_SEM_TRYWAIT: u32 = WrappedFn::SemTrywait as u32;
+pub const WRAP_COND_CLOCKWAIT: u32 = WrappedFn::CondClockwait as u32;
 
-pub const WRAPPED: &[(&str, u32)] = &[
-    ("pthread_create", WRAP_PTHREAD_CREATE),
-    ("pthread_exit", WRAP_PTHREAD_EXIT),
-    ("pthread_join", WRAP_PTHREAD_JOIN),
-    ("pthread_timedjoin_np", WRAP_TIMEDJOIN_NP),
-    ("pthread_mutex_lock", WRAP_MUTEX_LOCK),
-    ("pthread_mutex_timedlock", WRAP_MUTEX_TIMEDLOCK),
-    ("pthread_mutex_trylock", WRAP_MUTEX_TRYLOCK),
-    ("pthread_mutex_unlock", WRAP_MUTEX_UNLOCK),
-    ("pthread_cond_wait", WRAP_COND_WAIT),
-    ("pthread_cond_timedwait", WRAP_COND_TIMEDWAIT),
-    ("pthread_cond_clockwait", WRAP_COND_CLOCKWAIT),
-    ("pthread_cond_signal", WRAP_COND_SIGNAL),
-    ("pthread_cond_broadcast", WRAP_COND_BROADCAST),
-    ("pthread_rwlock_rdlock", WRAP_RWLOCK_RDLOCK),
-    ("pthread_rwlock_wrlock", WRAP_RWLOCK_WRLOCK),
-    ("pthread_rwlock_timedrdlock", WRAP_RWLOCK_TIMEDRDLOCK),
-    ("pthread_rwlock_timedwrlock", WRAP_RWLOCK_TIMEDWRLOCK),
-    ("pthread_rwlock_tryrdlock", WRAP_RWLOCK_TRYRDLOCK),
-    ("pthread_rwlock_trywrlock", WRAP_RWLOCK_TRYWRLOCK),
-    ("pthread_rwlock_unlock", WRAP_RWLOCK_UNLOCK),
-    ("sem_wait", WRAP_SEM_WAIT),
-    ("sem_timedwait", WRAP_SEM_TIMEDWAIT),
-    ("sem_trywait", WRAP_SEM_TRYWAIT),
-    ("sem_post", WRAP_SEM_POST),
-    ("pthread_barrier_wait", WRAP_BARRIER_WAIT),
-    ("pthread_setname_np", WRAP_SETNAME_NP),
-];
+/// Every wrapped function as `(name, WRAP_* id)`, derived from [`WrappedFn`].
+pub const WRAPPED: &[(&str, u32)] = &{
+    let mut out = [("", 0u32); WrappedFn::ALL.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = (WrappedFn::ALL[i].name(), WrappedFn::ALL[i] as u32);
+        i += 1;
+    }
+    out
+};
 
 /// The `WRAP_*` id of a thread-library function name (`None`: not wrapped).
 pub fn wrap_id(name: &str) -> Option<u32> {
-    WRAPPED.iter().find(|w| w.0 == name).map(|w| w.1)
+    WrappedFn::from_name(name).map(|w| w as u32)
 }
 
-/// Read-only descriptor of one wrapped function, emitted by the rewriter; the wrapper thunk
-/// passes its address to `stint_rt_wrap`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WrapSite {
-    /// The program's `RtConfig`, relative to this descriptor.
-    pub config_rel: i64,
-    /// Where the real function is, relative to this descriptor: a GOT slot to load
-    /// (`indirect` = 1, dynamic programs) or code that runs it (a relocated prologue that
-    /// jumps back into the original, static programs).
-    pub real_rel: i64,
-    pub indirect: u32,
-    /// `WRAP_*`.
-    pub func: u32,
-    /// The point whose gate and `calls` counter the wrapper uses.
-    pub point: u32,
-    /// The GOT slot's value before lazy binding resolves it (the PLT's resolver entry),
-    /// relative to this descriptor; 0 if none. A call made while the slot still holds it
-    /// runs the dynamic linker's resolver first, which is not a wait on the object.
-    pub lazy_rel: i32,
+pod_struct! {
+    /// Read-only descriptor of one wrapped function, emitted by the rewriter; the wrapper thunk
+    /// passes its address to `stint_rt_wrap`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct WrapSite {
+        /// The program's `RtConfig`, relative to this descriptor.
+        pub config_rel: i64,
+        /// Where the real function is, relative to this descriptor: a GOT slot to load
+        /// (`indirect` = 1, dynamic programs) or code that runs it (a relocated prologue that
+        /// jumps back into the original, static programs).
+        pub real_rel: i64,
+        pub indirect: u32,
+        /// `WRAP_*`.
+        pub func: u32,
+        /// The point whose gate and `calls` counter the wrapper uses.
+        pub point: u32,
+        /// The GOT slot's value before lazy binding resolves it (the PLT's resolver entry),
+        /// relative to this descriptor; 0 if none. A call made while the slot still holds it
+        /// runs the dynamic linker's resolver first, which is not a wait on the object.
+        pub lazy_rel: i32,
+    }
 }
 
-/// The control page (D10): written by `stint ctl` (the file's owner), read by the runtime,
-/// which validates everything it reads here before using it.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Control {
-    /// `metric_bit`s a thread measures when it registers, unless a thread rule names it.
-    pub new_thread_mask: u32,
-    /// Valid entries of `thread_rules` (readers clamp to `THREAD_RULES_CAP`).
-    pub n_thread_rules: u32,
-    /// Threads the control file's `threads:` named; a registering thread that matches one
-    /// gets `new_thread_mask | rule.mask` (names are matched again when a thread is named).
-    pub thread_rules: [ThreadRule; THREAD_RULES_CAP],
-    /// Requests posted so far: request `i` is `requests[i % REQ_CAP]`. The poster writes
-    /// the entry (its `seq` last), then raises `req_head` (release).
-    pub req_head: u64,
-    pub requests: [Request; REQ_CAP],
-    /// `seq` of the newest snapshot request (0: none); a registering thread's baseline is
-    /// zero as of it.
-    pub last_snapshot: u64,
-    /// `CONTROL_FILE_*`: what the runtime did with `STINT_CONTROL` at start.
-    pub control_file: u32,
-    pub _pad: u32,
-    /// The control file's path, or why it was rejected (UTF-8, NUL-padded).
-    pub control_message: [u8; 256],
-    /// Changes `stint ctl` made, and CLOCK_REALTIME of the last one.
-    pub changes: u64,
-    pub last_change_realtime_ns: u64,
+pod_struct! {
+    /// The control page (D10): written by `stint ctl` (the file's owner), read by the runtime,
+    /// which validates everything it reads here before using it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Control {
+        /// `metric_bit`s a thread measures when it registers, unless a thread rule names it.
+        pub new_thread_mask: u32,
+        /// Valid entries of `thread_rules` (readers clamp to `THREAD_RULES_CAP`).
+        pub n_thread_rules: u32,
+        /// Threads the control file's `threads:` named; a registering thread that matches one
+        /// gets `new_thread_mask | rule.mask` (names are matched again when a thread is named).
+        pub thread_rules: [ThreadRule; THREAD_RULES_CAP],
+        /// Requests posted so far: request `i` is `requests[i % REQ_CAP]`. The poster writes
+        /// the entry (its `seq` last), then raises `req_head` (release).
+        pub req_head: u64,
+        pub requests: [Request; REQ_CAP],
+        /// `seq` of the newest snapshot request (0: none); a registering thread's baseline is
+        /// zero as of it.
+        pub last_snapshot: u64,
+        /// `CONTROL_FILE_*`: what the runtime did with `STINT_CONTROL` at start.
+        pub control_file: u32,
+        pub _pad: u32,
+        /// The control file's path, or why it was rejected (UTF-8, NUL-padded).
+        pub control_message: [u8; 256],
+        /// Changes `stint ctl` made, and CLOCK_REALTIME of the last one.
+        pub changes: u64,
+        pub last_change_realtime_ns: u64,
+    }
 }
 
 impl Default for Control {
     fn default() -> Self {
-        Control {
-            new_thread_mask: 0,
-            n_thread_rules: 0,
-            thread_rules: [ThreadRule::default(); THREAD_RULES_CAP],
-            req_head: 0,
-            requests: [Request::default(); REQ_CAP],
-            last_snapshot: 0,
-            control_file: 0,
-            _pad: 0,
-            control_message: [0; 256],
-            changes: 0,
-            last_change_realtime_ns: 0,
-        }
+        Control::zeroed()
     }
 }
 
 impl Control {
     /// Parse the control page from its bytes (at least `size_of::<Control>()`).
     pub fn parse(b: &[u8]) -> Result<Control, FormatError> {
-        if b.len() < size_of::<Control>() {
-            return Err(FormatError::Truncated);
-        }
-        let mut c = Control {
-            new_thread_mask: u32_at(b, offset_of!(Control, new_thread_mask)),
-            n_thread_rules: u32_at(b, offset_of!(Control, n_thread_rules)),
-            req_head: u64_at(b, offset_of!(Control, req_head)),
-            last_snapshot: u64_at(b, offset_of!(Control, last_snapshot)),
-            control_file: u32_at(b, offset_of!(Control, control_file)),
-            changes: u64_at(b, offset_of!(Control, changes)),
-            last_change_realtime_ns: u64_at(b, offset_of!(Control, last_change_realtime_ns)),
-            ..Control::default()
-        };
-        for (i, r) in c.thread_rules.iter_mut().enumerate() {
-            let o = offset_of!(Control, thread_rules) + i * size_of::<ThreadRule>();
-            r.mask = u32_at(b, o + offset_of!(ThreadRule, mask));
-            r.tid = u32_at(b, o + offset_of!(ThreadRule, tid));
-            let n = o + offset_of!(ThreadRule, name);
-            r.name.copy_from_slice(&b[n..n + 24]);
-        }
-        for (i, r) in c.requests.iter_mut().enumerate() {
-            let o = offset_of!(Control, requests) + i * size_of::<Request>();
-            r.seq = u64_at(b, o + offset_of!(Request, seq));
-            r.op = u32_at(b, o + offset_of!(Request, op));
-            r.realtime_ns = u64_at(b, o + offset_of!(Request, realtime_ns));
-        }
-        let m = offset_of!(Control, control_message);
-        c.control_message.copy_from_slice(&b[m..m + 256]);
-        Ok(c)
+        Control::read_from(b, 0).ok_or(FormatError::Truncated)
     }
 
     /// The newest request `seq` of kind `op` still on the ring.
@@ -637,56 +608,45 @@ pub const THREAD_RULES_CAP: usize = 8;
 pub const REQ_CAP: usize = 16;
 const _: () = assert!(size_of::<Control>() as u64 <= PAGE);
 
-/// A thread the control file names: by tid (non-zero) or by a glob on its name.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ThreadRule {
-    /// `metric_bit`s the thread measures when it matches.
-    pub mask: u32,
-    /// Kernel tid, or 0 to match by `name`.
-    pub tid: u32,
-    /// Glob (`*`, `?`) on the thread name, NUL-padded.
-    pub name: [u8; 24],
+pod_struct! {
+    /// A thread the control file names: by tid (non-zero) or by a glob on its name.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct ThreadRule {
+        /// `metric_bit`s the thread measures when it matches.
+        pub mask: u32,
+        /// Kernel tid, or 0 to match by `name`.
+        pub tid: u32,
+        /// Glob (`*`, `?`) on the thread name, NUL-padded.
+        pub name: [u8; 24],
+    }
 }
 
-/// A request on the control page's ring.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Request {
-    /// The request's number + 1 (ring index `seq - 1`), written last: an entry whose seq
-    /// does not match its place is torn or stale and ignored.
-    pub seq: u64,
-    /// `REQ_*`.
-    pub op: u32,
-    pub _pad: u32,
-    /// CLOCK_REALTIME when posted.
-    pub realtime_ns: u64,
+pod_struct! {
+    /// A request on the control page's ring.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Request {
+        /// The request's number + 1 (ring index `seq - 1`), written last: an entry whose seq
+        /// does not match its place is torn or stale and ignored.
+        pub seq: u64,
+        /// `REQ_*`.
+        pub op: u32,
+        pub _pad: u32,
+        /// CLOCK_REALTIME when posted.
+        pub realtime_ns: u64,
+    }
 }
 
-/// Each live thread, at its next safe point, copies its counters, waits and state times
-/// into its baseline (open frames and the open state counted up to that moment).
-pub const REQ_SNAPSHOT: u32 = 1;
+/// [`RequestOp::Snapshot`] (alias).
+pub const REQ_SNAPSHOT: u32 = RequestOp::Snapshot as u32;
 
-/// `Control::control_file`.
-pub const CONTROL_FILE_NONE: u32 = 0;
-/// Read and applied (`control_message` holds the path).
-pub const CONTROL_FILE_APPLIED: u32 = 1;
-/// Rejected: every metric is off (`control_message` says why).
-pub const CONTROL_FILE_REJECTED: u32 = 2;
-/// Ignored: setuid or AT_SECURE process.
-pub const CONTROL_FILE_IGNORED: u32 = 3;
+/// [`ControlFileStatus`] values (`Control::control_file`), aliases.
+pub const CONTROL_FILE_NONE: u32 = ControlFileStatus::None as u32;
+pub const CONTROL_FILE_APPLIED: u32 = ControlFileStatus::Applied as u32;
+pub const CONTROL_FILE_REJECTED: u32 = ControlFileStatus::Rejected as u32;
+pub const CONTROL_FILE_IGNORED: u32 = ControlFileStatus::Ignored as u32;
 
 /// Environment variable naming the control file.
 pub const ENV_CONTROL: &str = "STINT_CONTROL";
-
-/// Metric names (index = metric id = gate bit), as specs and control files spell them.
-pub const METRIC_NAMES: [&str; N_METRICS as usize] =
-    ["calls", "cpu_time", "wall_time", "lock_wait", "lock_hold", "state_trace"];
-
-/// The id of a metric name.
-pub fn metric_id(name: &[u8]) -> Option<u32> {
-    METRIC_NAMES.iter().position(|m| m.as_bytes() == name).map(|i| i as u32)
-}
 
 /// `RtConfig::info_rel` byte of a point: the `metric_bit`s it can measure, and this flag
 /// for a thread-library wrapper (its name is the import's).
@@ -695,6 +655,115 @@ pub const POINT_INFO_WRAP: u8 = 0x80;
 /// Offset of `tid` in glibc's `struct pthread` on x86-64 (glibc 2.26 and later); the
 /// runtime verifies it against gettid() in the main thread before trusting it.
 pub const GLIBC_TID_OFFSET: u32 = 0x2d0;
+
+/// What a profile file's layout depends on: the program's points and metrics (from the
+/// `RtConfig` the rewriter emitted) and the size of the sync-object table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileShape {
+    pub n_points: u32,
+    pub n_metrics: u32,
+    pub n_counter_slots: u32,
+    /// Length of the control region (`RtConfig::ctl_len`, which is `ctl_len(n_points)`).
+    pub ctl_len: u64,
+    /// Length of the meta JSON.
+    pub meta_len: u64,
+    pub obj_buckets: u32,
+    pub obj_cap: u32,
+}
+
+/// Where everything lies in a profile file: the one computation of the file's offsets, used
+/// by the runtime when it creates the file and by the synthetic profiles of the tests.
+///
+/// ```text
+/// 0                  FileHeader                 HEADER_RESERVED bytes
+/// control_offset     Control                    one page      (CONTROL_OFFSET)
+/// ctl_offset         gate bytes                 ctl_len       (GATES_OFFSET)
+/// meta_offset        meta JSON                  meta_len
+/// objects_offset     sync-object table          objects_len(obj_buckets, obj_cap), page aligned
+/// columns_offset     capacity_columns × column  column_size each
+/// ```
+///
+/// For the runtime's `create_profile` the swap is mechanical: `FileLayout::new(FileShape {
+/// n_points, n_metrics, n_counter_slots, ctl_len: config.ctl_len, meta_len: config.meta_len,
+/// obj_buckets: OBJ_BUCKETS, obj_cap: OBJ_CAP })`, size the file to
+/// `file_len(INITIAL_COLUMNS)` and let [`FileLayout::apply`] fill the header's layout fields;
+/// growing the file is `file_len(new_capacity)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileLayout {
+    pub shape: FileShape,
+    pub control_offset: u64,
+    pub ctl_offset: u64,
+    pub meta_offset: u64,
+    pub objects_offset: u64,
+    pub columns_offset: u64,
+    pub column_size: u64,
+}
+
+impl FileLayout {
+    pub const fn new(shape: FileShape) -> FileLayout {
+        let ctl_offset = GATES_OFFSET;
+        let meta_offset = ctl_offset + shape.ctl_len;
+        let objects_offset = align_up(meta_offset + shape.meta_len, PAGE);
+        FileLayout {
+            shape,
+            control_offset: CONTROL_OFFSET,
+            ctl_offset,
+            meta_offset,
+            objects_offset,
+            columns_offset: objects_offset + objects_len(shape.obj_buckets, shape.obj_cap),
+            column_size: column_size(shape.n_points, shape.n_counter_slots),
+        }
+    }
+
+    /// Length of the file with room for `capacity_columns` columns.
+    pub const fn file_len(&self, capacity_columns: u32) -> u64 {
+        self.columns_offset + capacity_columns as u64 * self.column_size
+    }
+
+    /// Set every field of `h` the layout determines (counts, offsets, lengths, the object
+    /// table, `capacity_columns` and `file_len`); identity, clocks and counters stay as they are.
+    pub fn apply(&self, h: &mut FileHeader, capacity_columns: u32) {
+        let s = &self.shape;
+        h.n_points = s.n_points;
+        h.n_metrics = s.n_metrics;
+        h.n_counter_slots = s.n_counter_slots;
+        h.control_offset = self.control_offset;
+        h.ctl_offset = self.ctl_offset;
+        h.ctl_len = s.ctl_len;
+        h.meta_offset = self.meta_offset;
+        h.meta_len = s.meta_len;
+        h.objects_offset = self.objects_offset;
+        h.obj_buckets = s.obj_buckets;
+        h.obj_cap = s.obj_cap;
+        h.columns_offset = self.columns_offset;
+        h.column_size = self.column_size;
+        h.capacity_columns = capacity_columns;
+        h.file_len = self.file_len(capacity_columns);
+    }
+
+    /// Whether header `h` lays its file out as this layout does (a check for tests that read
+    /// what the runtime wrote: `FileLayout::new(h.shape()).agrees_with(&h)`).
+    pub fn agrees_with(&self, h: &FileHeader) -> bool {
+        let mut expected = *h;
+        self.apply(&mut expected, h.capacity_columns);
+        expected == *h
+    }
+}
+
+impl FileHeader {
+    /// What this header's layout was computed from.
+    pub fn shape(&self) -> FileShape {
+        FileShape {
+            n_points: self.n_points,
+            n_metrics: self.n_metrics,
+            n_counter_slots: self.n_counter_slots,
+            ctl_len: self.ctl_len,
+            meta_len: self.meta_len,
+            obj_buckets: self.obj_buckets,
+            obj_cap: self.obj_cap,
+        }
+    }
+}
 
 /// Column size for `n_points` points and `n_counter_slots` 8-byte counters per point,
 /// rounded to whole pages so columns never share a cache line or page (D7).
@@ -720,6 +789,21 @@ pub const fn baseline_len(n_points: u32, n_counter_slots: u32) -> u64 {
 pub const BASELINE_WAITS: u64 = 0;
 pub const BASELINE_STATES: u64 = WAIT_CAP as u64 * size_of::<WaitEntry>() as u64;
 pub const BASELINE_COUNTERS: u64 = BASELINE_STATES + N_STATES as u64 * 8;
+
+/// Offset of the baseline's copy of counter (`slot`, `point`) from the start of a column.
+pub const fn baseline_counter_offset(n_points: u32, n_counter_slots: u32, slot: u32, point: u32) -> u64 {
+    baseline_offset(n_points, n_counter_slots) + BASELINE_COUNTERS + (slot as u64 * n_points as u64 + point as u64) * 8
+}
+
+/// Offset of the baseline's copy of wait-table entry `i` from the start of a column.
+pub const fn baseline_wait_offset(n_points: u32, n_counter_slots: u32, i: u32) -> u64 {
+    baseline_offset(n_points, n_counter_slots) + BASELINE_WAITS + i as u64 * size_of::<WaitEntry>() as u64
+}
+
+/// Offset of the baseline's copy of `state_ticks[state]` from the start of a column.
+pub const fn baseline_state_offset(n_points: u32, n_counter_slots: u32, state: u32) -> u64 {
+    baseline_offset(n_points, n_counter_slots) + BASELINE_STATES + state as u64 * 8
+}
 
 /// Offset of the counter for (`slot`, `point`) from the start of a column.
 pub const fn counter_offset(n_points: u32, slot: u32, point: u32) -> u64 {
@@ -749,100 +833,83 @@ pub const fn align_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
-/// Metric ids known to the runtime (the bit number in a gate byte). The spec names metrics;
-/// these are the ones the code generator knows how to build.
-pub const METRIC_CALLS: u32 = 0;
-/// Inclusive CPU time of the thread in the function (virtual timer, D11).
-pub const METRIC_CPU_TIME: u32 = 1;
-/// Inclusive wall time in the function (TSC).
-pub const METRIC_WALL_TIME: u32 = 2;
-/// Wall time blocked in thread-library calls, per thread and sync object, with counts of
-/// acquisitions and contended acquisitions; also drives the thread states.
-pub const METRIC_LOCK_WAIT: u32 = 3;
-/// Time a mutex or rwlock is held, per thread and object.
-pub const METRIC_LOCK_HOLD: u32 = 4;
-/// The per-thread ring of state transitions (for timelines).
-pub const METRIC_STATE_TRACE: u32 = 5;
+/// Metric ids (the bit number in a gate byte): aliases of [`Metric`] for code written
+/// before it. The spec names metrics; [`METRICS`] lists the ones the code generator knows.
+pub const METRIC_CALLS: u32 = Metric::Calls as u32;
+pub const METRIC_CPU_TIME: u32 = Metric::CpuTime as u32;
+pub const METRIC_WALL_TIME: u32 = Metric::WallTime as u32;
+pub const METRIC_LOCK_WAIT: u32 = Metric::LockWait as u32;
+pub const METRIC_LOCK_HOLD: u32 = Metric::LockHold as u32;
+pub const METRIC_STATE_TRACE: u32 = Metric::StateTrace as u32;
 /// Number of metrics (bits used in a gate byte) for this layout version.
-pub const N_METRICS: u32 = 6;
-/// Gate bits a wrapper point can have.
-pub const WRAP_BITS: u8 = metric_bit(METRIC_CALLS)
-    | metric_bit(METRIC_LOCK_WAIT)
-    | metric_bit(METRIC_LOCK_HOLD)
-    | metric_bit(METRIC_STATE_TRACE);
+pub const N_METRICS: u32 = METRICS.len() as u32;
+/// Gate bits a wrapper point can have: calls, and the metrics the wrappers measure.
+pub const WRAP_BITS: u8 = metric_bit(METRIC_CALLS) | site_bits(MetricSite::SyncCalls);
 /// A gate bit that is no metric: run the wrapper even with every metric off. The rewriter
 /// gives it to `pthread_create` and `pthread_setname_np`, which name threads for the thread
 /// focus (`threads:` in a control file); nothing is counted for it.
 pub const GATE_HOOK: u8 = 1 << 6;
+const _: () = assert!(GATE_HOOK & ((1 << N_METRICS) - 1) == 0);
 /// Gate bits of the timer metrics: a frame is pushed when any of them is on.
-pub const TIMER_BITS: u8 = metric_bit(METRIC_CPU_TIME) | metric_bit(METRIC_WALL_TIME);
+pub const TIMER_BITS: u8 = kind_bits(MetricKind::Timer);
 
-/// Counter slots per point in a column.
-pub const SLOT_CALLS: u32 = 0;
-/// Inclusive CPU time, TSC ticks (`FileHeader::tsc_hz` converts).
-pub const SLOT_CPU_TICKS: u32 = 1;
-/// Inclusive wall time, TSC ticks.
-pub const SLOT_WALL_TICKS: u32 = 2;
-/// Open frames of the point on this thread (recursion depth); time is added when the
-/// outermost closes, so recursion is not counted twice. State, not a metric.
-pub const SLOT_ACTIVE: u32 = 3;
-pub const N_COUNTER_SLOTS: u32 = 4;
-
-/// Read-only block the rewriter emits into the new code segment and passes to every
-/// runtime entry. Addresses are stored relative to the block's own address, so it needs
-/// no relocation in a PIE.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RtConfig {
-    /// `CONFIG_MAGIC`.
-    pub magic: [u8; 8],
-    pub version: u32,
-    pub n_points: u32,
-    pub n_metrics: u32,
-    pub n_counter_slots: u32,
-    /// fs-relative offset of libc's thread-id word, 0 if the program's libc is unknown.
-    pub tid_offset: u32,
-    pub _pad: u32,
-    /// Control region in the program's address space (page aligned), relative to this block.
-    pub ctl_rel: i64,
-    pub ctl_len: u64,
-    /// Self-description JSON, relative to this block.
-    pub meta_rel: i64,
-    pub meta_len: u64,
-    /// Initial gate bytes (`ctl_len` bytes is not required: `n_metrics * n_points`).
-    pub gates_rel: i64,
-    /// Program name (UTF-8, no NUL) used in the default profile path.
-    pub name_rel: i64,
-    pub name_len: u64,
-    /// Address of the runtime state (`RT_STATE_SIZE` bytes, zero-initialised), relative.
-    pub state_rel: i64,
-    /// Trap table (`n_traps` × [`TrapEntry`], sorted by site), relative to this block.
-    pub traps_rel: i64,
-    pub n_traps: u64,
-    /// The SIGTRAP handler stub the rewriter generated (valid when `n_traps > 0`), relative.
-    pub trap_handler_rel: i64,
-    /// This block's own address in the input ELF's address space: the run-time address
-    /// minus this is the load bias.
-    pub link_addr: u64,
-    /// Per point: one byte of `metric_bit`s it can measure | `POINT_INFO_WRAP`, relative.
-    pub info_rel: i64,
-    /// Point names, NUL-terminated, in point order (for control-file globs), relative.
-    pub names_rel: i64,
-    pub names_len: u64,
+pod_struct! {
+    /// Read-only block the rewriter emits into the new code segment and passes to every
+    /// runtime entry. Addresses are stored relative to the block's own address, so it needs
+    /// no relocation in a PIE.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct RtConfig {
+        /// `CONFIG_MAGIC`.
+        pub magic: [u8; 8],
+        pub version: u32,
+        pub n_points: u32,
+        pub n_metrics: u32,
+        pub n_counter_slots: u32,
+        /// fs-relative offset of libc's thread-id word, 0 if the program's libc is unknown.
+        pub tid_offset: u32,
+        pub _pad: u32,
+        /// Control region in the program's address space (page aligned), relative to this block.
+        pub ctl_rel: i64,
+        pub ctl_len: u64,
+        /// Self-description JSON, relative to this block.
+        pub meta_rel: i64,
+        pub meta_len: u64,
+        /// Initial gate bytes (`ctl_len` bytes is not required: `n_metrics * n_points`).
+        pub gates_rel: i64,
+        /// Program name (UTF-8, no NUL) used in the default profile path.
+        pub name_rel: i64,
+        pub name_len: u64,
+        /// Address of the runtime state (`RT_STATE_SIZE` bytes, zero-initialised), relative.
+        pub state_rel: i64,
+        /// Trap table (`n_traps` × [`TrapEntry`], sorted by site), relative to this block.
+        pub traps_rel: i64,
+        pub n_traps: u64,
+        /// The SIGTRAP handler stub the rewriter generated (valid when `n_traps > 0`), relative.
+        pub trap_handler_rel: i64,
+        /// This block's own address in the input ELF's address space: the run-time address
+        /// minus this is the load bias.
+        pub link_addr: u64,
+        /// Per point: one byte of `metric_bit`s it can measure | `POINT_INFO_WRAP`, relative.
+        pub info_rel: i64,
+        /// Point names, NUL-terminated, in point order (for control-file globs), relative.
+        pub names_rel: i64,
+        pub names_len: u64,
+    }
 }
 
 pub const CONFIG_MAGIC: [u8; 8] = *b"STINTCFG";
 pub const CONFIG_VERSION: u32 = 4;
 
-/// A site patched with `int3` (the trap tactic): the runtime's SIGTRAP handler resumes
-/// the thread at the site's trampoline. Both addresses are relative to the `RtConfig` block.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TrapEntry {
-    /// Address of the `int3` byte.
-    pub site_rel: i64,
-    /// Where the thread continues (the trampoline of the site).
-    pub resume_rel: i64,
+pod_struct! {
+    /// A site patched with `int3` (the trap tactic): the runtime's SIGTRAP handler resumes
+    /// the thread at the site's trampoline. Both addresses are relative to the `RtConfig` block.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct TrapEntry {
+        /// Address of the `int3` byte.
+        pub site_rel: i64,
+        /// Where the thread continues (the trampoline of the site).
+        pub resume_rel: i64,
+    }
 }
 
 /// Bytes the rewriter reserves (zero-filled, writable) for the runtime's own state. The
@@ -883,79 +950,21 @@ impl core::fmt::Display for FormatError {
     }
 }
 
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[off..off + 8]);
-    u64::from_le_bytes(x)
-}
-
-macro_rules! read_fields {
-    ($b:expr, $ty:ident { $($f:ident: $kind:ident),* $(,)? }) => {{
-        let mut v = $ty::default();
-        $( v.$f = read_fields!(@read $b, offset_of!($ty, $f), $kind); )*
-        v
-    }};
-    (@read $b:expr, $off:expr, u32) => { u32_at($b, $off) };
-    (@read $b:expr, $off:expr, u64) => { u64_at($b, $off) };
-    (@read $b:expr, $off:expr, bytes8) => {{ let mut a = [0u8; 8]; a.copy_from_slice(&$b[$off..$off + 8]); a }};
-    (@read $b:expr, $off:expr, bytes16) => {{ let mut a = [0u8; 16]; a.copy_from_slice(&$b[$off..$off + 16]); a }};
-    (@read $b:expr, $off:expr, u64x8) => {{ let mut a = [0u64; 8]; for (i, x) in a.iter_mut().enumerate() { *x = u64_at($b, $off + 8 * i); } a }};
-}
-
 impl FileHeader {
     /// Parse and validate the header of a profile file (or a prefix of it at least
     /// `HEADER_RESERVED` bytes long). Checks that every region lies inside `total_len`.
     pub fn parse(b: &[u8], total_len: u64) -> Result<FileHeader, FormatError> {
-        if b.len() < size_of::<FileHeader>() {
-            return Err(FormatError::Truncated);
-        }
-        let h = read_fields!(
-            b,
-            FileHeader {
-                magic: bytes8,
-                version: u32,
-                header_size: u32,
-                pid: u32,
-                ppid: u32,
-                flags: u32,
-                n_points: u32,
-                n_metrics: u32,
-                n_counter_slots: u32,
-                ctl_offset: u64,
-                ctl_len: u64,
-                meta_offset: u64,
-                meta_len: u64,
-                columns_offset: u64,
-                column_size: u64,
-                n_columns: u32,
-                capacity_columns: u32,
-                start_realtime_ns: u64,
-                start_monotonic_ns: u64,
-                skipped_reentrant: u64,
-                lost_threads: u64,
-                reg_lock: u32,
-                tid_offset: u32,
-                file_len: u64,
-                tsc_hz: u64,
-                objects_offset: u64,
-                obj_buckets: u32,
-                obj_cap: u32,
-                n_objects: u32,
-                _pad1: u32,
-                objects_lost: u64,
-                start_tsc: u64,
-                control_offset: u64,
-            }
-        );
+        let h = FileHeader::read_from(b, 0).ok_or(FormatError::Truncated)?;
         if h.magic != FILE_MAGIC {
             return Err(FormatError::BadMagic);
         }
         if h.version != FILE_VERSION {
             return Err(FormatError::Version(h.version));
+        }
+        // column_size() below must not overflow, whatever the header says.
+        let counters = (h.n_points as u64).checked_mul(h.n_counter_slots as u64).and_then(|n| n.checked_mul(8));
+        if counters.and_then(|c| c.checked_add(COUNTERS_OFFSET as u64 + PAGE)).is_none() {
+            return Err(FormatError::Inconsistent("points times counter slots overflows the column size"));
         }
         // The runtime grows the file before it raises file_len, so a shorter file was cut.
         if h.file_len > total_len {
@@ -968,7 +977,6 @@ impl FileHeader {
         {
             return Err(FormatError::Truncated);
         }
-        let counters = (h.n_points as u64).checked_mul(h.n_counter_slots as u64).and_then(|n| n.checked_mul(8));
         if counters.is_none_or(|c| c > u32::MAX as u64) {
             return Err(FormatError::Inconsistent("point and counter counts out of range"));
         }
@@ -993,90 +1001,36 @@ impl FileHeader {
         let start = (self.columns_offset + i as u64 * self.column_size) as usize;
         start..start + self.column_size as usize
     }
+
+    /// File offset of entry `i` of the sync-object table (after the buckets).
+    pub fn object_offset(&self, i: u32) -> u64 {
+        self.objects_offset + object_entry_offset(self.obj_buckets, i)
+    }
 }
 
 impl ColumnHeader {
     /// Parse a column header from the start of a column's bytes.
     pub fn parse(b: &[u8]) -> Result<ColumnHeader, FormatError> {
-        if b.len() < size_of::<ColumnHeader>() {
-            return Err(FormatError::Truncated);
-        }
-        Ok(read_fields!(
-            b,
-            ColumnHeader {
-                self_addr: u64,
-                owner_tp: u64,
-                owner_key: u32,
-                tid: u32,
-                index: u32,
-                state: u32,
-                pid: u32,
-                first_point: u32,
-                registered_monotonic_ns: u64,
-                start_routine: u64,
-                name: bytes16,
-                seq_ptr: u64,
-                cpu_off: u64,
-                seq: u32,
-                seq_never: u32,
-                busy: u32,
-                depth: u32,
-                clock_source: u32,
-                _pad0: u32,
-                timer_skipped: u64,
-                unmatched_exits: u64,
-                shadow_overflow: u64,
-                abandoned_frames: u64,
-                resyncs: u64,
-                creator_tid: u32,
-                exit_kind: u32,
-                exit_value: u64,
-                end_monotonic_ns: u64,
-                thread_state: u32,
-                state_object: u32,
-                state_since: u64,
-                state_ticks: u64x8,
-                last_tsc: u64,
-                ring_head: u64,
-                wrap_skipped: u64,
-                n_held: u32,
-                _pad2: u32,
-                sync_tsc: u64,
-                sync_ticks: u64,
-                thread_mask: u32,
-                exit_key: u32,
-                req_seen: u64,
-                snap_seq: u64,
-                snap_tsc: u64,
-            }
-        ))
+        ColumnHeader::read_from(b, 0).ok_or(FormatError::Truncated)
     }
 
     /// Counter (`slot`, `point`) of a column given the column's bytes.
     pub fn counter(col: &[u8], n_points: u32, slot: u32, point: u32) -> Option<u64> {
-        let off = counter_offset(n_points, slot, point) as usize;
-        col.get(off..off + 8).map(|_| u64_at(col, off))
+        u64::read_from(col, usize::try_from(counter_offset(n_points, slot, point)).ok()?)
     }
 }
 
 impl WaitEntry {
     /// Parse entry `i` of a column's wait table given the column's bytes.
     pub fn parse(col: &[u8], i: u32) -> Option<WaitEntry> {
-        let off = WAITS_OFFSET as usize + i as usize * size_of::<WaitEntry>();
-        let b = col.get(off..off + size_of::<WaitEntry>())?;
-        Some(read_fields!(
-            b,
-            WaitEntry { object: u32, kind: u32, count: u64, contended: u64, wait_ticks: u64, hold_ticks: u64 }
-        ))
+        WaitEntry::read_from(col, wait_offset(i) as usize)
     }
 }
 
 impl Transition {
     /// Parse ring entry `i` (`0..RING_CAP`) of a column given the column's bytes.
     pub fn parse(col: &[u8], i: u32) -> Option<Transition> {
-        let off = RING_OFFSET as usize + i as usize * size_of::<Transition>();
-        let b = col.get(off..off + size_of::<Transition>())?;
-        Some(read_fields!(b, Transition { tsc: u64, state: u32, object: u32 }))
+        Transition::read_from(col, ring_offset(i) as usize)
     }
 }
 
@@ -1086,14 +1040,7 @@ impl SyncObject {
         if i >= h.obj_cap {
             return None;
         }
-        let off = h.objects_offset as usize
-            + h.obj_buckets as usize * size_of::<ObjBucket>()
-            + i as usize * size_of::<SyncObject>();
-        let b = file.get(off..off + size_of::<SyncObject>())?;
-        Some(read_fields!(
-            b,
-            SyncObject { address: u64, first_pc: u64, kind: u32, first_tid: u32, next: u32, _pad: u32 }
-        ))
+        SyncObject::read_from(file, usize::try_from(h.object_offset(i)).ok()?)
     }
 }
 
@@ -1101,12 +1048,7 @@ impl WrapSite {
     /// The descriptor as bytes, as the rewriter writes it into the output.
     pub fn to_bytes(&self) -> [u8; size_of::<WrapSite>()] {
         let mut out = [0u8; size_of::<WrapSite>()];
-        out[offset_of!(WrapSite, config_rel)..][..8].copy_from_slice(&self.config_rel.to_le_bytes());
-        out[offset_of!(WrapSite, real_rel)..][..8].copy_from_slice(&self.real_rel.to_le_bytes());
-        out[offset_of!(WrapSite, indirect)..][..4].copy_from_slice(&self.indirect.to_le_bytes());
-        out[offset_of!(WrapSite, func)..][..4].copy_from_slice(&self.func.to_le_bytes());
-        out[offset_of!(WrapSite, point)..][..4].copy_from_slice(&self.point.to_le_bytes());
-        out[offset_of!(WrapSite, lazy_rel)..][..4].copy_from_slice(&self.lazy_rel.to_le_bytes());
+        out.copy_from_slice(self.as_bytes());
         out
     }
 }
@@ -1115,34 +1057,7 @@ impl RtConfig {
     /// The config block as bytes, as the rewriter writes it into the output.
     pub fn to_bytes(&self) -> [u8; size_of::<RtConfig>()] {
         let mut out = [0u8; size_of::<RtConfig>()];
-        macro_rules! put {
-            ($f:ident, $v:expr) => {{
-                let bytes = $v;
-                let off = offset_of!(RtConfig, $f);
-                out[off..off + bytes.len()].copy_from_slice(&bytes);
-            }};
-        }
-        put!(magic, self.magic);
-        put!(version, self.version.to_le_bytes());
-        put!(n_points, self.n_points.to_le_bytes());
-        put!(n_metrics, self.n_metrics.to_le_bytes());
-        put!(n_counter_slots, self.n_counter_slots.to_le_bytes());
-        put!(tid_offset, self.tid_offset.to_le_bytes());
-        put!(ctl_rel, self.ctl_rel.to_le_bytes());
-        put!(ctl_len, self.ctl_len.to_le_bytes());
-        put!(meta_rel, self.meta_rel.to_le_bytes());
-        put!(meta_len, self.meta_len.to_le_bytes());
-        put!(gates_rel, self.gates_rel.to_le_bytes());
-        put!(name_rel, self.name_rel.to_le_bytes());
-        put!(name_len, self.name_len.to_le_bytes());
-        put!(state_rel, self.state_rel.to_le_bytes());
-        put!(traps_rel, self.traps_rel.to_le_bytes());
-        put!(n_traps, self.n_traps.to_le_bytes());
-        put!(trap_handler_rel, self.trap_handler_rel.to_le_bytes());
-        put!(link_addr, self.link_addr.to_le_bytes());
-        put!(info_rel, self.info_rel.to_le_bytes());
-        put!(names_rel, self.names_rel.to_le_bytes());
-        put!(names_len, self.names_len.to_le_bytes());
+        out.copy_from_slice(self.as_bytes());
         out
     }
 }
@@ -1167,6 +1082,34 @@ mod tests {
         assert_eq!(size_of::<SyncObject>(), 32);
         assert_eq!(counter_offset(10, 0, 3), COUNTERS_OFFSET as u64 + 24);
         assert_eq!(counter_offset(10, SLOT_WALL_TICKS, 3), COUNTERS_OFFSET as u64 + 8 * 23);
+    }
+
+    /// The layout is what the runtime computed by hand before (runtime.rs `create_profile`).
+    #[test]
+    fn file_layout_is_the_runtime_layout() {
+        let shape = FileShape {
+            n_points: 5000,
+            n_metrics: N_METRICS,
+            n_counter_slots: N_COUNTER_SLOTS,
+            ctl_len: ctl_len(5000),
+            meta_len: 12345,
+            obj_buckets: OBJ_BUCKETS,
+            obj_cap: OBJ_CAP,
+        };
+        let l = FileLayout::new(shape);
+        assert_eq!((l.control_offset, l.ctl_offset), (PAGE, 2 * PAGE));
+        assert_eq!(l.meta_offset, 2 * PAGE + 2 * PAGE);
+        assert_eq!(l.objects_offset, align_up(4 * PAGE + 12345, PAGE));
+        assert_eq!(l.columns_offset, l.objects_offset + objects_len(OBJ_BUCKETS, OBJ_CAP));
+        assert_eq!(l.column_size, column_size(5000, N_COUNTER_SLOTS));
+        assert_eq!(l.file_len(16), l.columns_offset + 16 * l.column_size);
+        let mut h = FileHeader { pid: 7, ..FileHeader::default() };
+        l.apply(&mut h, 16);
+        assert_eq!((h.pid, h.file_len, h.capacity_columns), (7, l.file_len(16), 16));
+        assert_eq!(h.shape(), shape);
+        assert!(FileLayout::new(h.shape()).agrees_with(&h));
+        h.meta_offset += 1;
+        assert!(!FileLayout::new(h.shape()).agrees_with(&h));
     }
 
     #[test]

@@ -1,0 +1,123 @@
+//! The self-description a profile file carries (`stint-meta/1`, DESIGN D9: reports need
+//! neither the binary nor the spec): the program, its metrics and its points. The rewriter
+//! serialises a [`Meta`] into the output (the runtime copies the bytes into the file without
+//! reading them) and `stint-profile` deserialises the same type, so writer and reader cannot
+//! disagree about a field.
+//!
+//! ```json
+//! {"schema":"stint-meta/1","program":"pigz",
+//!  "metrics":[{"name":"calls","kind":"counter","slot":0,"bit":0}, …],
+//!  "points":[{"id":0,"kind":"entry","function":"main","address":"0x1189","bits":7,"size":52}]}
+//! ```
+//!
+//! Compatibility: readers ignore fields they do not know, and every field added after the
+//! first version is optional (`#[serde(default)]`), so an older or newer rewriter's meta
+//! still reads. Only with the cargo feature `serde` (the runtime image is built without it).
+
+extern crate alloc;
+
+use crate::{MetricDef, METRICS};
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+/// The `schema` of the meta this version writes and reads.
+pub const META_SCHEMA: &str = "stint-meta/1";
+
+/// `PointMeta::kind` of a function's entry point.
+pub const POINT_ENTRY: &str = "entry";
+/// `PointMeta::kind` of a wrapped thread-library function (`function` is its name, e.g.
+/// `pthread_mutex_lock`).
+pub const POINT_WRAP: &str = "wrap";
+
+/// The whole self-description.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// [`META_SCHEMA`].
+    pub schema: String,
+    /// Program name given to the rewriter.
+    pub program: String,
+    /// Path of the input the rewriter read, if it names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    pub metrics: Vec<MetricMeta>,
+    /// Indexed by point id.
+    pub points: Vec<PointMeta>,
+}
+
+impl Meta {
+    /// The meta of a program rewritten by this version: every metric of [`METRICS`].
+    pub fn new(program: &str, points: Vec<PointMeta>) -> Meta {
+        Meta {
+            schema: META_SCHEMA.into(),
+            program: program.into(),
+            input: None,
+            metrics: METRICS.iter().map(MetricMeta::of).collect(),
+            points,
+        }
+    }
+}
+
+/// A metric as the meta describes it (a row of [`METRICS`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricMeta {
+    pub name: String,
+    /// `counter`, `timer`, `wait` or `trace` ([`crate::MetricKind`]).
+    pub kind: String,
+    /// Counter slot of the metric in each column, for metrics counted per point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// Metric id: its bit in a gate byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bit: Option<u32>,
+    /// Unit of the values if not a count (`tsc`: TSC ticks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+}
+
+impl MetricMeta {
+    pub fn of(def: &MetricDef) -> MetricMeta {
+        MetricMeta {
+            name: def.name().into(),
+            kind: def.kind.name().into(),
+            slot: def.slot,
+            bit: Some(def.id()),
+            unit: def.unit.map(String::from),
+        }
+    }
+}
+
+/// An instrumentation point as the meta describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointMeta {
+    /// Equal to the point's index in `Meta::points`.
+    pub id: u32,
+    /// [`POINT_ENTRY`] or [`POINT_WRAP`] (a reader keeps kinds it does not know).
+    pub kind: String,
+    /// Demangled function name (D14).
+    pub function: String,
+    /// The function's address in the input ELF, as the rewriter wrote it (`0x1189`).
+    pub address: String,
+    /// `metric_bit`s of the metrics the point can measure.
+    #[serde(default, skip_serializing_if = "is_zero_u8")]
+    pub bits: u8,
+    /// Size of the function in bytes (0: unknown).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub size: u64,
+}
+
+impl PointMeta {
+    /// `address` as a number, if it is `0x` followed by hex digits.
+    pub fn address_value(&self) -> Option<u64> {
+        let hex = self.address.strip_prefix("0x").or_else(|| self.address.strip_prefix("0X"))?;
+        u64::from_str_radix(hex, 16).ok()
+    }
+}
+
+fn is_zero_u8(x: &u8) -> bool {
+    *x == 0
+}
+
+fn is_zero_u64(x: &u64) -> bool {
+    *x == 0
+}
