@@ -15,8 +15,8 @@
 //! program's zero-filled bss: every gate is off, so code that runs before our entry stub (a
 //! library constructor calling back into the program, an IFUNC resolver) is never measured.
 //!
-//! Where each part of the file goes is computed by [`file_layout`] alone (to be replaced by
-//! the shared computation of `stint_layout`).
+//! Where each part of the file goes is computed by `stint_layout::FileLayout` (through
+//! [`file_layout`]), the same computation the tests' synthetic profiles use.
 //!
 //! Layering: uses `sys`, `text`, `state`, `clock` and `control` (the control file is applied
 //! before the gates go live); used by `threads` (growth, fork) and `start`.
@@ -29,8 +29,8 @@ use crate::sys::{self, Errno};
 use crate::text::copy_into;
 use core::mem::size_of;
 use stint_layout::{
-    align_up, column_size, objects_len, Control, FileHeader, CONTROL_OFFSET, FILE_MAGIC, FILE_VERSION,
-    FLAG_TID_KEY_VERIFIED, GATES_OFFSET, OBJ_BUCKETS, OBJ_CAP, PAGE,
+    Control, FileHeader, FileLayout, FileShape, RtConfig, CONTROL_OFFSET, FILE_MAGIC, FILE_VERSION,
+    FLAG_TID_KEY_VERIFIED, OBJ_BUCKETS, OBJ_CAP,
 };
 
 /// Address space reserved for the profile mapping; the file grows inside it.
@@ -38,33 +38,18 @@ const RESERVE: usize = 1 << 36;
 /// Columns the file holds at first; it doubles when full.
 const INITIAL_COLUMNS: u32 = 16;
 
-/// Where the parts of a new profile file go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FileLayout {
-    ctl_off: u64,
-    meta_off: u64,
-    objects_off: u64,
-    columns_off: u64,
-    column_size: u64,
-    file_len: u64,
-}
-
-/// The file layout for `n_points` points of `n_slots` counters, a control region of
-/// `ctl_len` bytes and `meta_len` bytes of meta.
-fn file_layout(n_points: u32, n_slots: u32, ctl_len: u64, meta_len: u64) -> FileLayout {
-    let ctl_off = GATES_OFFSET;
-    let meta_off = ctl_off + ctl_len;
-    let objects_off = align_up(meta_off + meta_len, PAGE);
-    let columns_off = objects_off + objects_len(OBJ_BUCKETS, OBJ_CAP);
-    let col_size = column_size(n_points, n_slots);
-    FileLayout {
-        ctl_off,
-        meta_off,
-        objects_off,
-        columns_off,
-        column_size: col_size,
-        file_len: columns_off + INITIAL_COLUMNS as u64 * col_size,
-    }
+/// Where the parts of a new profile file go: the one computation of stint-layout, which the
+/// synthetic profiles of the tests use too.
+fn file_layout(cfg: &RtConfig) -> FileLayout {
+    FileLayout::new(FileShape {
+        n_points: cfg.n_points,
+        n_metrics: cfg.n_metrics,
+        n_counter_slots: cfg.n_counter_slots,
+        ctl_len: cfg.ctl_len,
+        meta_len: cfg.meta_len,
+        obj_buckets: OBJ_BUCKETS,
+        obj_cap: OBJ_CAP,
+    })
 }
 
 /// Expand `%p` (pid) and `%%` in the template into `su.path`, NUL-terminated; returns the
@@ -162,9 +147,9 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
                 return false;
             }
         };
-    let n_points = cfg.n_points;
     let ctl_len = cfg.ctl_len;
-    let lay = file_layout(n_points, cfg.n_counter_slots, ctl_len, cfg.meta_len);
+    let lay = file_layout(&cfg);
+    let file_len = lay.file_len(INITIAL_COLUMNS);
 
     let fail = |what: &[u8], e: Errno| {
         warn(rt, what, path, Some(e));
@@ -174,7 +159,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
         st.set_active(false);
         false
     };
-    if let Err(e) = sys::ftruncate(fd, lay.file_len) {
+    if let Err(e) = sys::ftruncate(fd, file_len) {
         return fail(b"cannot size profile", e);
     }
     let flags = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE;
@@ -185,13 +170,13 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     };
     let rw = sys::PROT_READ | sys::PROT_WRITE;
     // Safety: MAP_FIXED inside the range we just reserved, which nothing uses yet.
-    if let Err(e) = unsafe { sys::mmap(base, lay.file_len as usize, rw, sys::MAP_SHARED | sys::MAP_FIXED, fd, 0) } {
+    if let Err(e) = unsafe { sys::mmap(base, file_len as usize, rw, sys::MAP_SHARED | sys::MAP_FIXED, fd, 0) } {
         // Safety: our reservation; nothing refers to it.
         let _ = unsafe { sys::munmap(base, RESERVE) };
         return fail(b"cannot map profile", e);
     }
     st.set_base(base);
-    st.set_mapped(lay.file_len as usize);
+    st.set_mapped(file_len as usize);
     st.set_fd(fd);
 
     // Safety: the header page is mapped read-write at `base`; the file is not published
@@ -203,30 +188,16 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     hdr.ppid = sys::getppid();
     su.flags = extra_flags | if su.tid_key_ok != 0 { FLAG_TID_KEY_VERIFIED } else { 0 };
     hdr.flags = su.flags;
-    hdr.n_points = n_points;
-    hdr.n_metrics = cfg.n_metrics;
-    hdr.n_counter_slots = cfg.n_counter_slots;
-    hdr.ctl_offset = lay.ctl_off;
-    hdr.ctl_len = ctl_len;
-    hdr.meta_offset = lay.meta_off;
-    hdr.meta_len = cfg.meta_len;
-    hdr.columns_offset = lay.columns_off;
-    hdr.column_size = lay.column_size;
+    lay.apply(hdr, INITIAL_COLUMNS);
     hdr.n_columns = 0;
-    hdr.capacity_columns = INITIAL_COLUMNS;
     hdr.start_realtime_ns = sys::clock_ns(sys::CLOCK_REALTIME);
     hdr.start_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
     hdr.tid_offset = cfg.tid_offset;
-    hdr.file_len = lay.file_len;
     if st.tsc_hz() == 0 {
         st.set_tsc_hz(clock::calibrate_tsc());
     }
     hdr.tsc_hz = st.tsc_hz();
-    hdr.objects_offset = lay.objects_off;
-    hdr.obj_buckets = OBJ_BUCKETS;
-    hdr.obj_cap = OBJ_CAP;
     hdr.start_tsc = sys::rdtsc();
-    hdr.control_offset = CONTROL_OFFSET;
     // Safety: the control page lies inside the mapped file, after the header page; not
     // published yet.
     let control = unsafe { &mut *((base + CONTROL_OFFSET as usize) as *mut Control) };
@@ -236,8 +207,8 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     // Safety: both regions lie inside the mapped file (the meta after the control region,
     // the gates at its start, `n_points ≤ ctl_len` bytes) and are not published yet.
     let gates = unsafe {
-        core::ptr::copy_nonoverlapping(meta.as_ptr(), (base + lay.meta_off as usize) as *mut u8, meta.len());
-        core::slice::from_raw_parts_mut((base + lay.ctl_off as usize) as *mut u8, init_gates.len())
+        core::ptr::copy_nonoverlapping(meta.as_ptr(), (base + lay.meta_offset as usize) as *mut u8, meta.len());
+        core::slice::from_raw_parts_mut((base + lay.ctl_offset as usize) as *mut u8, init_gates.len())
     };
     gates.copy_from_slice(init_gates);
     if su.control_len != 0 {
@@ -251,7 +222,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     let shared = sys::MAP_SHARED | sys::MAP_FIXED;
     // Safety: the rewriter reserved `ctl_len` bytes at `ctl_rel` for exactly this; the
     // runtime holds no reference into them (gates are read with volatile loads).
-    if let Err(e) = unsafe { sys::mmap(ctl_addr, ctl_len as usize, rw, shared, fd, lay.ctl_off) } {
+    if let Err(e) = unsafe { sys::mmap(ctl_addr, ctl_len as usize, rw, shared, fd, lay.ctl_offset) } {
         st.set_active(false);
         // Safety: no thread has a column yet (registration needs `active`), and the header
         // and control references above are dead.
@@ -271,11 +242,11 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
 /// it) and `hdr` is this process's mapped header.
 pub unsafe fn grow(rt: &Rt, hdr: *mut FileHeader) -> bool {
     let st = rt.st;
-    // Safety: fields of the mapped header that only the lock holder writes.
-    let (cap, columns_offset, column_size) =
-        unsafe { ((*hdr).capacity_columns, (*hdr).columns_offset, (*hdr).column_size) };
+    // Safety: a field of the mapped header that only the lock holder writes.
+    let cap = unsafe { (*hdr).capacity_columns };
     let new_cap = cap.saturating_mul(2);
-    let new_len = columns_offset + new_cap as u64 * column_size;
+    // From our own config, not the header's fields: the file is shared with other processes.
+    let new_len = file_layout(&rt.cfg).file_len(new_cap);
     if new_len as usize > RESERVE || sys::ftruncate(st.fd(), new_len).is_err() {
         return false;
     }
@@ -328,6 +299,7 @@ pub fn fork_child(rt: &Rt, su: &mut Startup, extra_flags: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stint_layout::{column_size, objects_len, GATES_OFFSET, PAGE};
 
     #[test]
     fn path_template_expands_pid() {
@@ -364,12 +336,13 @@ mod tests {
 
     #[test]
     fn layout_puts_parts_in_order_on_page_bounds() {
-        let l = file_layout(100, 4, 4096, 123);
-        assert_eq!(l.ctl_off, GATES_OFFSET);
-        assert_eq!(l.meta_off, GATES_OFFSET + 4096);
-        assert_eq!(l.objects_off % PAGE, 0);
-        assert!(l.objects_off >= l.meta_off + 123);
-        assert_eq!(l.columns_off, l.objects_off + objects_len(OBJ_BUCKETS, OBJ_CAP));
-        assert_eq!(l.file_len, l.columns_off + 16 * column_size(100, 4));
+        let cfg = RtConfig { n_points: 100, n_counter_slots: 4, ctl_len: 4096, meta_len: 123, ..RtConfig::default() };
+        let l = file_layout(&cfg);
+        assert_eq!(l.ctl_offset, GATES_OFFSET);
+        assert_eq!(l.meta_offset, GATES_OFFSET + 4096);
+        assert_eq!(l.objects_offset % PAGE, 0);
+        assert!(l.objects_offset >= l.meta_offset + 123);
+        assert_eq!(l.columns_offset, l.objects_offset + objects_len(OBJ_BUCKETS, OBJ_CAP));
+        assert_eq!(l.file_len(INITIAL_COLUMNS), l.columns_offset + 16 * column_size(100, 4));
     }
 }

@@ -17,12 +17,12 @@ use crate::control;
 use crate::state::Rt;
 use crate::sys;
 use stint_layout::{
-    metric_bit, Frame, METRIC_CPU_TIME, METRIC_WALL_TIME, SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
-    TIMER_BITS,
+    metric_bit, Frame, TimerOp, METRIC_CPU_TIME, METRIC_WALL_TIME, SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS,
+    SLOT_WALL_TICKS, TIMER_BITS,
 };
 
-pub const TIMER_OP_ENTER: u32 = 0;
-pub const TIMER_OP_EXIT: u32 = 1;
+const TIMER_OP_ENTER: u32 = TimerOp::Enter as u32;
+const TIMER_OP_EXIT: u32 = TimerOp::Exit as u32;
 
 /// Enter (`op` [`TIMER_OP_ENTER`]) or leave ([`TIMER_OP_EXIT`]) `point` with the function-entry
 /// stack pointer `sp` at TSC `tsc`, on the calling thread's column `col`.

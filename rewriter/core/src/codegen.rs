@@ -49,7 +49,7 @@ use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
 use stint_layout::{
-    counter_offset, gate_offset, metric_bit, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET,
+    counter_offset, gate_offset, metric_bit, TimerOp, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET,
     COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET,
     COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET, COL_TIMER_SKIPPED_OFFSET,
     COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET,
@@ -205,8 +205,8 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         PieceKind::EntryStub => entry_stub(at, t.config, rt(rtimage::STINT_RT_INIT), t.program_entry),
         PieceKind::SlowStub => slow_stub(at, t.config, rt(rtimage::STINT_RT_SLOW)),
         PieceKind::TimerStub => timer_stub(at, t.config, rt(rtimage::STINT_RT_TIMER)),
-        PieceKind::TimerEnter => timer_routine(at, TIMER_OP_ENTER, t.timer_env()),
-        PieceKind::TimerExit => timer_routine(at, TIMER_OP_EXIT, t.timer_env()),
+        PieceKind::TimerEnter => timer_routine(at, TimerOp::Enter, t.timer_env()),
+        PieceKind::TimerExit => timer_routine(at, TimerOp::Exit, t.timer_env()),
         PieceKind::TrapStub => trap_stub(at, t.config, rt(rtimage::STINT_RT_TRAP)),
         PieceKind::Trampoline(i) => {
             let p = point(i)?;
@@ -516,10 +516,6 @@ pub struct TimerEnv {
     pub timer_stub: u64,
 }
 
-/// Operation codes of `stint_rt_timer`.
-pub const TIMER_OP_ENTER: u32 = 0;
-pub const TIMER_OP_EXIT: u32 = 1;
-
 /// Stack pointer at the function entry / exit, seen from inside a timer routine: the
 /// trampoline pushed rax and called (16 bytes), the routine pushed rcx, rdx, rsi, rdi.
 const SP_FROM_ROUTINE: i64 = 16 + 32;
@@ -536,13 +532,13 @@ const SP_FROM_ROUTINE: i64 = 16 + 32;
 /// at or below its stack pointer (left by exception or longjmp), an exit does not match the
 /// top frame. `busy` is set for the duration: an event from a signal handler that
 /// interrupted the routine is skipped and counted, never mixed into the frame being written.
-pub fn timer_routine(at: u64, op: u32, env: TimerEnv) -> Result<Vec<u8>> {
+pub fn timer_routine(at: u64, op: TimerOp, env: TimerEnv) -> Result<Vec<u8>> {
     timer_routine_asm(at, op, env).map_err(|e| Error::Internal(format!("timer routine at 0x{at:x}: {e}")))
 }
 
 /// [`timer_routine`] written with iced-x86's `CodeAssembler` (STYLE 6: its bytes depend on
 /// the addresses and offsets it is given, so BlockEncoder picks the encodings).
-fn timer_routine_asm(at: u64, op: u32, env: TimerEnv) -> std::result::Result<Vec<u8>, iced_x86::IcedError> {
+fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result<Vec<u8>, iced_x86::IcedError> {
     use iced_x86::code_asm::*;
     let mut a = CodeAssembler::new(64)?;
     let (mut reent, mut out, mut slow, mut done) =
@@ -578,7 +574,7 @@ fn timer_routine_asm(at: u64, op: u32, env: TimerEnv) -> std::result::Result<Vec
     a.cmp(edx, gs32(COL_EXIT_KEY_OFFSET))?; // sent to a safe point?
     a.jne(slow)?;
     a.mov(edx, gs32(COL_DEPTH_OFFSET))?;
-    if op == TIMER_OP_ENTER {
+    if op == TimerOp::Enter {
         let mut push = a.create_label();
         a.cmp(edx, SHADOW_CAP)?;
         a.jae(slow)?;
@@ -650,7 +646,7 @@ fn timer_routine_asm(at: u64, op: u32, env: TimerEnv) -> std::result::Result<Vec
     // rax = TSC, rcx = point, rdi = S → rax = op, rcx = point, rdx = S, rsi = TSC.
     a.mov(rsi, rax)?;
     a.mov(rdx, rdi)?;
-    a.mov(eax, op)?;
+    a.mov(eax, op as u32)?;
     a.call(env.timer_stub)?;
     a.jmp(out)?;
     a.assemble(at)
