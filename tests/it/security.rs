@@ -2,9 +2,7 @@
 //! without following symlinks. A rewritten program that cannot create its profile says so in
 //! one line on stderr and otherwise runs exactly like the original, unmeasured.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -51,9 +51,7 @@
 //! their CPU clock (a system call, where a thread switch is likely) outside it, so a switch
 //! there does not count as wall time of the call (`testbins/timing.h`).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -80,9 +78,6 @@ fn tol_shadow(ns: f64) -> f64 {
     0.10 * ns.abs() + 2.0 * MS
 }
 const TOL_SHADOW: &str = "10 % + 2 ms";
-
-/// Serialises the cases of this test binary (build, rewrite and runs).
-static TIMED: Mutex<()> = Mutex::new(());
 
 // ---------------------------------------------------------------------------------------
 // Programs, builds, runs
@@ -113,13 +108,13 @@ fn run_case(name: &str, variant: Variant, args: &[&str]) -> Case {
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
     // One case at a time, builds included: on a small machine a compiler running next to a
     // measured program adds milliseconds of preemption to its wall times.
-    let _turn = TIMED.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = cpu_turn();
     let bin = build(&p, variant);
     let syms = text_symbols(&bin);
     check_program_shape(&ctx, name, variant, &bin);
 
     let label = format!("{name}-{variant}{}", if mode.is_empty() { String::new() } else { format!("-{mode}") });
-    let out = run_root().join("rewritten").join(&label).join(name);
+    let out = run_root().join("timers").join("rewritten").join(&label).join(name);
     // -O0 code returns through `leave; ret` epilogues that are jump targets and too short for
     // a jump: only the trap tactic times those functions, so the -O0 variants are rewritten
     // with --traps and test it end to end (every function's exits must be patched).

@@ -40,7 +40,8 @@
 //! | a thread's lifetime | RUN + all BLOCKED_* ≤ end_ns − start_ns + max(2 ms, 5 %) |
 //!
 //! The cases of this file take turns (one lock around build, rewrite and runs), as in
-//! `tests/timers.rs`, so they do not steal each other's CPU.
+//! `timers.rs`, so they do not steal each other's CPU (`common::cpu_turn`, shared with
+//! `timers`, `control` and `top`).
 //!
 //! | test | program | what it checks |
 //! | --- | --- | --- |
@@ -57,13 +58,10 @@
 //! | `pigz_locks` | `/usr/bin/pigz` | a real program: identical output, mutex and condvar objects, waits; prints `--by lock` |
 //! | `originals_behave` | all | needs no rewriter: every original builds, runs deterministically and writes its side file |
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// A run that takes longer is killed (a deadlock in a wrapper) and fails the test.
@@ -71,9 +69,6 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One millisecond in ns.
 const MS: u64 = 1_000_000;
-
-/// Serialises the cases of this test binary (build, rewrite and runs).
-static TURN: Mutex<()> = Mutex::new(());
 
 const STATES: [&str; 8] = [
     "RUN",
@@ -251,11 +246,11 @@ fn run_case(name: &str, variant: Variant, spec: SpecChoice) -> Case {
         SpecChoice::LocksOff => format!("{name} {variant} (lock metrics off at start)"),
     };
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = cpu_turn();
     let bin = build(&p, variant);
     let label = format!("{name}-{variant}-{spec:?}");
     let dir = fresh_dir(&format!("locks-{label}"));
-    let out = run_root().join("rewritten").join(&label).join(name);
+    let out = run_root().join("locks").join("rewritten").join(&label).join(name);
     match spec {
         SpecChoice::Default => rewrite(&bin, &out),
         SpecChoice::LocksOff => {
@@ -1331,7 +1326,7 @@ fn check_pigz() {
         eprintln!("\n!!!!!!!!!! SKIPPED: /usr/bin/pigz is not installed (apt-get install pigz); this test checks nothing here !!!!!!!!!!\n");
         return;
     }
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = cpu_turn();
     let dir = fresh_dir("locks-pigz");
     let input = pigz_input(&dir);
     let out = dir.join("rewritten").join("pigz");
@@ -1491,7 +1486,7 @@ fn originals_behave() {
         for &v in &p.variants {
             let ctx = format!("{name} {v}");
             let bin = {
-                let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+                let _turn = cpu_turn();
                 build(&p, v)
             };
             let dir = fresh_dir(&format!("locks-original-{name}-{v}"));

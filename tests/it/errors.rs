@@ -2,9 +2,7 @@
 //! status 2 and one line on stderr that starts with the file's path, print nothing on
 //! stdout, and `rewrite` leaves no output file (nor a temporary one) behind.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 
 /// A small real executable (PIE, dynamically linked), built once per test.

@@ -4,17 +4,15 @@
 //!
 //! Addresses, pids, tids, times and temporary paths are redacted, so a snapshot changes
 //! only when what stint finds, plans or counts changes. Snapshots live in
-//! `tests/snapshots/`; after an intended change, regenerate them with
+//! `tests/it/snapshots/`; after an intended change, regenerate them with
 //!
 //! ```text
-//! INSTA_UPDATE=always cargo test --release -p stint --test snapshots
+//! INSTA_UPDATE=always cargo test --release -p stint --test it -- snapshots::
 //! ```
 //!
 //! and review the diff before committing.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -184,7 +182,7 @@ fn inspect_calltree_pie_o0() {
 fn calltree_profile() -> PathBuf {
     let p = program("calltree");
     let bin = build(&p, Variant::PieO0);
-    let out = run_root().join("rewritten").join("pie-O0").join("calltree");
+    let out = run_root().join("snapshots").join("rewritten").join("pie-O0").join("calltree");
     static REWRITE: std::sync::Once = std::sync::Once::new();
     REWRITE.call_once(|| rewrite(&bin, &out));
     let profiles = fresh_dir("profiles-snapshot");

@@ -10,9 +10,7 @@
 //! One `#[test]` per program and variant, so a failure names both; `every_program_is_tested`
 //! keeps the list below in step with `testbins/`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -27,7 +25,7 @@ fn check_behaviour(name: &str, variant_name: &str) {
     let syms = symbols(&p, variant);
     let addr_of = resolve_counted(&p, &syms, &ctx);
 
-    let out = run_root().join("rewritten").join(variant.name()).join(name);
+    let out = run_root().join("behaviour").join("rewritten").join(variant.name()).join(name);
     rewrite(&bin, &out);
 
     // The original, twice: its behaviour must be what the directives say and deterministic,

@@ -10,10 +10,9 @@
 //! The `--once` text is read the way a script would: a section starts at its title line
 //! (`THREADS`, `TOP FUNCTIONS`, `LOCK WAITS`) and ends at a blank line; its first line is
 //! the heading (one word per column), every cell but the last column's has no blanks.
+//! The live test holds the CPU turn (`common::cpu_turn`) while its program runs.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -82,6 +81,7 @@ fn ls_json() -> Vec<serde_json::Value> {
 
 #[test]
 fn live_program_in_top_and_ls() {
+    let _turn = cpu_turn();
     let p = program("top_spin");
     let bin = build(&p, Variant::PieO2);
     let dir = fresh_dir("top-live");
@@ -199,7 +199,7 @@ fn live_program_in_top_and_ls() {
 /// A synthetic profile of a process that does not exist: main, a named worker, a thread
 /// without calls.
 fn synthetic(dir: &Path) -> std::path::PathBuf {
-    use stint_profile::profile::{patch_column, synthetic_meta, write_synthetic};
+    use crate::common::synthetic::{patch_column, synthetic_meta, write_synthetic};
     let pid = 4_000_000_000u32; // beyond any pid_max; the first thread is the main thread
     let meta = synthetic_meta("srv", &[("main", "0x1139"), ("worker", "0x1189"), ("leaf", "0x1200")]);
     let mut b = write_synthetic(

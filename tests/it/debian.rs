@@ -7,9 +7,7 @@
 //! A missing binary skips its test with a loud message on a developer's machine, and fails
 //! it under CI (`CI=true`), where `.ci/run` installs the packages.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -32,7 +30,7 @@ fn rewritten(bin: &Path) -> PathBuf {
     let name = bin.file_name().unwrap().to_string_lossy().into_owned();
     let inspect = inspect_json(bin);
     eprintln!("{name}: stint inspect summary: {}", field(&inspect, "summary", "stint inspect --json"));
-    let out = run_root().join("rewritten").join(&name);
+    let out = run_root().join("debian").join("rewritten").join(&name);
     rewrite(bin, &out);
     out
 }

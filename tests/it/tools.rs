@@ -2,9 +2,7 @@
 //! rebuild a file from its sections, so the memory stint adds must be described by sections
 //! (`.stint`, `.stint.bss`) or it is dropped and the program crashes.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 #[test]

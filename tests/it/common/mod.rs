@@ -45,7 +45,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The `stint` binary under test.
@@ -64,12 +64,29 @@ pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
 }
 
+/// The turn of a CPU-sensitive test: the checks of `timers`, `locks`, `control` and `top`
+/// compare times and run programs that must not share the CPU with another of them, so each
+/// holds this around its build, rewrite and runs. They used to be separate test binaries
+/// that cargo ran one after another; in one process the harness runs tests in parallel.
+/// A test that failed while holding the turn does not poison it for the others.
+pub fn cpu_turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The synthetic-profile writers of `stint_profile`, for tests that need a profile no
+/// process wrote: the one place the tests name their module.
+pub mod synthetic {
+    pub use stint_profile::profile::{patch_column, synthetic_meta, write_synthetic};
+}
+
 // ---------------------------------------------------------------------------------------
 // Directories
 // ---------------------------------------------------------------------------------------
 
 /// This test process's own directory under `CARGO_TARGET_TMPDIR`, named after the test
-/// crate and the pid. Directories of earlier runs whose process is gone are removed the
+/// crate (`it`) and the pid; modules that name paths in it themselves use a subdirectory
+/// named after the module. Directories of earlier runs whose process is gone are removed the
 /// first time this is called, so failed runs stay inspectable until the next run.
 pub fn run_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();

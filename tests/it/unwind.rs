@@ -1,6 +1,6 @@
 //! Unwind information for everything stint adds (DESIGN D5): the rewritten program's
 //! `PT_GNU_EH_FRAME` and `.eh_frame` cover the program's own code, rt-lib and every piece of
-//! generated code (`rewriter/src/unwind.rs`).
+//! generated code (`rewriter/core/src/unwind.rs`).
 //!
 //! `testbins/unwind_cancel.cpp` (built here with g++; modes in its header) is rewritten with
 //! the default spec and must behave exactly like the original, measuring and not:
@@ -15,9 +15,7 @@
 //! | strip | a stripped rewritten program still throws and cancels |
 //! | no header | a program linked without `.eh_frame_hdr` is rewritten and runs, headers unchanged |
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use object::read::elf::{FileHeader as _, ProgramHeader as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
