@@ -1,0 +1,126 @@
+//! One `#[test]` per (program, variant, check) over one run of each (program, variant).
+//!
+//! Running a test program (build, rewrite, three runs, the report) takes seconds, and a
+//! program's checks are many independent facts about the same run. So the run happens once
+//! per test process, in whichever of its check tests comes first ([`cached_run`]), and each
+//! check is its own `#[test]` that reads the cached outcome: a failure names the program,
+//! the variant and the check, and one failing check hides none of the others.
+//!
+//! A program's checks live in one function over the run; it marks where each check begins
+//! ([`Findings::section`]) and records failures instead of panicking. Every check test runs
+//! that function (microseconds) and fails only on the failures of its own section
+//! ([`Findings::verdict`]). The list of sections the tests name and the sections the
+//! function enters must agree, so a check can neither be left out of the tests nor named
+//! in them without existing.
+//!
+//! If the run itself failed (a build, the rewrite, a missing profile), every check of it
+//! fails with the run's error.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The cells of one module's runs, by key.
+pub type RunCache<K, T> = OnceLock<Mutex<HashMap<K, Arc<OnceLock<Result<Arc<T>, String>>>>>>;
+
+/// The outcome of `run` for `key`, computed once per process (by the first caller; the
+/// others wait for it). A run that panics is kept as its panic message, and every caller
+/// fails with it, naming `what`.
+pub fn cached_run<K, T>(cache: &'static RunCache<K, T>, key: K, what: &str, run: impl FnOnce() -> T) -> Arc<T>
+where
+    K: Eq + Hash,
+{
+    let cell = {
+        let mut map = cache.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(key).or_default().clone()
+    };
+    let outcome = cell.get_or_init(|| catch_unwind(AssertUnwindSafe(run)).map(Arc::new).map_err(panic_text));
+    match outcome {
+        Ok(t) => t.clone(),
+        Err(e) => panic!("{what}: the run failed, so this check cannot be made:\n{e}"),
+    }
+}
+
+/// The message of a panic payload.
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    match (p.downcast_ref::<String>(), p.downcast_ref::<&str>()) {
+        (Some(s), _) => s.clone(),
+        (None, Some(s)) => s.to_string(),
+        (None, None) => "(a panic without a message)".into(),
+    }
+}
+
+/// The failures of a program's checks, each under the section (check) it was found in.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// The section failures are recorded under now.
+    current: String,
+    /// Sections entered, in order.
+    seen: Vec<String>,
+    /// (section, message), without repeats.
+    bad: Vec<(String, String)>,
+}
+
+impl Findings {
+    /// Findings that start in section `first`.
+    pub fn new(first: &str) -> Findings {
+        let mut f = Findings::default();
+        f.section(first);
+        f
+    }
+
+    /// From here on, failures belong to the check `name`.
+    pub fn section(&mut self, name: &str) {
+        self.current = name.to_string();
+        if !self.seen.iter().any(|s| s == name) {
+            self.seen.push(name.to_string());
+        }
+    }
+
+    /// Record a failure of the current check.
+    pub fn fail(&mut self, msg: String) {
+        let entry = (self.current.clone(), msg);
+        if !self.bad.contains(&entry) {
+            self.bad.push(entry);
+        }
+    }
+
+    /// Whether nothing failed, in any section.
+    pub fn all_passed(&self) -> bool {
+        self.bad.is_empty()
+    }
+
+    /// Fail the test of check `section` if that check failed; `listed` are the checks the
+    /// tests name for this program, `ctx` names the run, `detail` is shown under a failure
+    /// (the report, the side file). Fails too if the checks the function entered and the
+    /// listed ones differ, or if the check was never reached because an earlier one
+    /// stopped the function (a thread missing from the report).
+    pub fn verdict(&self, ctx: &str, section: &str, listed: &[&str], detail: impl FnOnce() -> String) {
+        let unlisted: Vec<&String> = self.seen.iter().filter(|s| !listed.contains(&s.as_str())).collect();
+        assert!(unlisted.is_empty(), "{ctx}: checks {unlisted:?} have no #[test]; add them to the test list");
+        if !self.seen.iter().any(|s| s == section) {
+            let all: Vec<String> = self.bad.iter().map(|(s, m)| format!("[{s}] {m}")).collect();
+            assert!(
+                !all.is_empty(),
+                "{ctx}: the check function has no check {section:?} (it has {:?}); fix the test list",
+                self.seen
+            );
+            panic!(
+                "{ctx}: check {section} was not reached; the checks stopped after these failures:\n  - {}\n{}",
+                all.join("\n  - "),
+                detail()
+            );
+        }
+        let mine: Vec<&str> = self.bad.iter().filter(|(s, _)| s == section).map(|(_, m)| m.as_str()).collect();
+        if mine.is_empty() {
+            return;
+        }
+        const SHOWN: usize = 80;
+        let mut list = mine[..mine.len().min(SHOWN)].join("\n  - ");
+        if mine.len() > SHOWN {
+            list += &format!("\n  ... and {} more", mine.len() - SHOWN);
+        }
+        panic!("{ctx}: {section}: {} check(s) failed:\n  - {list}\n{}", mine.len(), detail());
+    }
+}
