@@ -124,3 +124,70 @@ impl Findings {
         panic!("{ctx}: {section}: {} check(s) failed:\n  - {list}\n{}", mine.len(), detail());
     }
 }
+
+/// Needs no program: the verdicts and the cache do what the module doc says.
+mod tests {
+    use super::*;
+
+    /// The panic message of `f`, or None if it returns.
+    fn panics(f: impl FnOnce()) -> Option<String> {
+        catch_unwind(AssertUnwindSafe(f)).err().map(panic_text)
+    }
+
+    fn findings() -> Findings {
+        let mut f = Findings::new("a");
+        f.section("b");
+        f.fail("b is wrong".into());
+        f.fail("b is wrong".into());
+        f.section("c");
+        f
+    }
+
+    #[test]
+    fn a_failure_fails_only_its_check() {
+        let f = findings();
+        let listed = ["a", "b", "c"];
+        assert_eq!(panics(|| f.verdict("prog", "a", &listed, String::new)), None);
+        assert_eq!(panics(|| f.verdict("prog", "c", &listed, String::new)), None);
+        let msg = panics(|| f.verdict("prog", "b", &listed, || "DETAIL".into())).expect("check b fails");
+        assert!(msg.contains("prog: b: 1 check(s) failed") && msg.contains("b is wrong"), "{msg}");
+        assert!(msg.contains("DETAIL"), "{msg}");
+    }
+
+    #[test]
+    fn the_test_list_and_the_checks_agree() {
+        let f = findings();
+        let msg = panics(|| f.verdict("prog", "a", &["a", "b"], String::new)).expect("c is not listed");
+        assert!(msg.contains("\"c\"") && msg.contains("no #[test]"), "{msg}");
+        let mut ok = Findings::new("a");
+        ok.section("b");
+        let msg = panics(|| ok.verdict("prog", "d", &["a", "b", "d"], String::new)).expect("d does not exist");
+        assert!(msg.contains("has no check \"d\""), "{msg}");
+    }
+
+    #[test]
+    fn a_check_not_reached_fails_with_the_failures_that_stopped_it() {
+        let mut f = Findings::new("a");
+        f.fail("thread x is missing".into());
+        let msg = panics(|| f.verdict("prog", "b", &["a", "b"], String::new)).expect("b was not reached");
+        assert!(msg.contains("b was not reached") && msg.contains("[a] thread x is missing"), "{msg}");
+    }
+
+    #[test]
+    fn a_failed_run_fails_every_check_with_its_error() {
+        static CACHE: RunCache<u32, u32> = OnceLock::new();
+        let runs = Mutex::new(0);
+        for _ in 0..2 {
+            let msg = panics(|| {
+                cached_run(&CACHE, 1, "prog v", || {
+                    *runs.lock().unwrap() += 1;
+                    panic!("gcc failed")
+                });
+            })
+            .expect("the run failed");
+            assert!(msg.contains("prog v: the run failed") && msg.contains("gcc failed"), "{msg}");
+        }
+        assert_eq!(*runs.lock().unwrap(), 1, "a failed run is not made again");
+        assert_eq!(*cached_run(&CACHE, 2, "prog w", || 7), 7);
+    }
+}
