@@ -43,18 +43,25 @@
 //! `timers.rs`, so they do not steal each other's CPU (`common::cpu_turn`, shared with
 //! `timers`, `control` and `top`).
 //!
-//! | test | program | what it checks |
+//! Each (program, variant) runs once, in whichever of its tests comes first, and each check
+//! is its own `#[test]` (`common::checks`): `locks::mutex_hold::pie_o2::same_output`, …
+//! `::waiter_wait`. Every case has the checks of its runs (`exit_status`, `same_output`,
+//! `same_output_off`, `no_files_left`, `side_files_agree`) and of its report
+//! (`report_invariants`, `lock_invariants`, `threads_directive`), then those its program's
+//! check function names (the list in `lock_tests!`).
+//!
+//! | tests | program | what it checks |
 //! | --- | --- | --- |
-//! | `mutex_hold_*` | `locks_mutex.c` | a 200 ms hold: the waiter's wait, contended, BLOCKED_MUTEX; the holder's `hold_ns` |
-//! | `condvar_queue_*` | `locks_condvar.c` | bounded queue: exact lock and cond-wait counts, BLOCKED_CONDVAR, objects with `first_used_in` |
-//! | `rwlock_writer_*` | `locks_rwlock.c` | readers blocked behind a 100 ms write lock: BLOCKED_RWLOCK, counts, writer's hold |
-//! | `semaphore_pipeline_*` | `locks_sem.c` | 3 stages × 500 tokens: exact `sem_wait` counts, posts are no waits |
-//! | `joins_and_names_*` | `locks_join.c` | start routines, names, creators, exits, exit values, joins (kind `thread`), BLOCKED_JOIN |
-//! | `barrier_rounds_*` | `locks_barrier.c` | 4 threads × 100 rounds: exact barrier counts, BLOCKED_BARRIER |
-//! | `cancel_cleanup_*` | `locks_cancel.c` | `pthread_cancel` in `pthread_cond_wait`, cleanup handler; exit `canceled` |
-//! | `cancel_destructor_*` | `locks_cancelpp.cpp` | the same in C++: a destructor runs in the forced unwinding through the wrapper |
-//! | `mutex_call_counts_*` | `locks_counts.c` | exact calls of lock/trylock/timedlock/unlock per thread, exact `contended` |
-//! | `lock_metrics_off_at_start` | `locks_mutex.c` | spec with lock_wait, lock_hold, state_trace off at start: no waits, same output |
+//! | `mutex_hold::*` | `locks_mutex.c` | a 200 ms hold: the waiter's wait, contended, BLOCKED_MUTEX; the holder's `hold_ns` |
+//! | `condvar_queue::*` | `locks_condvar.c` | bounded queue: exact lock and cond-wait counts, BLOCKED_CONDVAR, objects with `first_used_in` |
+//! | `rwlock_writer::*` | `locks_rwlock.c` | readers blocked behind a 100 ms write lock: BLOCKED_RWLOCK, counts, writer's hold |
+//! | `semaphore_pipeline::*` | `locks_sem.c` | 3 stages × 500 tokens: exact `sem_wait` counts, posts are no waits |
+//! | `joins_and_names::*` | `locks_join.c` | start routines, names, creators, exits, exit values, joins (kind `thread`), BLOCKED_JOIN |
+//! | `barrier_rounds::*` | `locks_barrier.c` | 4 threads × 100 rounds: exact barrier counts, BLOCKED_BARRIER |
+//! | `cancel_cleanup::*` | `locks_cancel.c` | `pthread_cancel` in `pthread_cond_wait`, cleanup handler; exit `canceled` |
+//! | `cancel_destructor::*` | `locks_cancelpp.cpp` | the same in C++: a destructor runs in the forced unwinding through the wrapper |
+//! | `mutex_call_counts::*` | `locks_counts.c` | exact calls of lock/trylock/timedlock/unlock per thread, exact `contended` |
+//! | `lock_metrics_off_at_start::*` | `locks_mutex.c` | spec with lock_wait, lock_hold, state_trace off at start: no waits, same output |
 //! | `pigz_locks` | `/usr/bin/pigz` | a real program: identical output, mutex and condvar objects, waits; prints `--by lock` |
 //! | `originals_behave` | all | needs no rewriter: every original builds, runs deterministically and writes its side file |
 

@@ -43,11 +43,17 @@
 //! | `unwind.cpp` | a C++ exception thrown through 3 instrumented frames, a destructor run by the unwinder; `abandoned_frames` = 3 per throw. Built here with g++ (the harness builds `*.c` only) |
 //! | `sigstorm.c` | a 10 kHz SIGALRM storm whose handler runs instrumented code, while 200 threads come and go; no deadlock, exact calls, lost events accounted for |
 //!
-//! One `#[test]` per program and variant; every program runs in `pie-O2` (which also has the
-//! sibling calls `recurse` needs) and `nopie-O0`, as its `//# variants:` directive says;
-//! `every_timer_program_is_tested` keeps the list in step with the directives. The cases
-//! of this file take turns (one lock around build, rewrite and runs), so the tests do not
-//! steal each other's CPU. The programs read their wall clock nearest the measured call and
+//! Every program runs in `pie-O2` (which also has the sibling calls `recurse` needs) and
+//! `nopie-O0`, as its `//# variants:` directive says; `every_timer_program_is_tested` keeps
+//! the list in step with the directives. Each (program, variant, mode) runs once, in
+//! whichever of its tests comes first, and each check is its own `#[test]`
+//! (`common::checks`): `timers::recurse::pie_o2::same_output`, `…::tail_calls`. Every case
+//! has the checks of its runs (`exit_status`, `same_output`, `same_output_off`,
+//! `side_files_agree`) and those `check_common` makes on every report (`report_invariants`,
+//! `tsc_hz`, `thread_fields`, `inside_root`, `cpu_within_wall`), then those its program's
+//! check function names (the list in `timer_tests!`). The cases take turns (one lock around
+//! build, rewrite and runs: `common::cpu_turn`, shared with `locks`, `control` and `top`),
+//! so the tests do not steal each other's CPU. The programs read their wall clock nearest the measured call and
 //! their CPU clock (a system call, where a thread switch is likely) outside it, so a switch
 //! there does not count as wall time of the call (`testbins/timing.h`).
 

@@ -19,25 +19,73 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError};
 
-/// The cells of one module's runs, by key.
-pub type RunCache<K, T> = OnceLock<Mutex<HashMap<K, Arc<OnceLock<Result<Arc<T>, String>>>>>>;
+/// The runs of one module, by key: each slot is empty until its run is made, and locked
+/// while it is being made.
+pub type RunCache<K, T> = OnceLock<Mutex<HashMap<K, Slot<T>>>>;
 
-/// The outcome of `run` for `key`, computed once per process (by the first caller; the
-/// others wait for it). A run that panics is kept as its panic message, and every caller
-/// fails with it, naming `what`.
+/// The outcome of one run, once made: the value, or the panic message of the run.
+pub type Slot<T> = Arc<Mutex<Option<Result<Arc<T>, String>>>>;
+
+fn slot<K: Eq + Hash + Clone, T>(cache: &'static RunCache<K, T>, key: &K) -> Slot<T> {
+    let mut map = cache.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    map.entry(key.clone()).or_default().clone()
+}
+
+/// Make a run, keeping a panic as its message.
+fn make<T>(run: impl FnOnce() -> T) -> Result<Arc<T>, String> {
+    catch_unwind(AssertUnwindSafe(run)).map(Arc::new).map_err(panic_text)
+}
+
+/// The outcome of `run` for `key`, made once per process (by the first caller; the others
+/// wait for it). A run that panics is kept as its panic message, and every caller fails
+/// with it, naming `what`.
 pub fn cached_run<K, T>(cache: &'static RunCache<K, T>, key: K, what: &str, run: impl FnOnce() -> T) -> Arc<T>
 where
-    K: Eq + Hash,
+    K: Eq + Hash + Clone,
 {
-    let cell = {
-        let mut map = cache.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(key).or_default().clone()
+    cached_run_helping(cache, key, what, run, &[], |_| unreachable!("nothing to help with"))
+}
+
+/// [`cached_run`], but while another thread makes the run of `key`, make the runs of
+/// `others` not yet started (with `run_other`) instead of waiting. The harness runs a
+/// program's check tests one after another (they sort together), so without this the
+/// test threads would mostly wait for the same run.
+pub fn cached_run_helping<K, T>(
+    cache: &'static RunCache<K, T>,
+    key: K,
+    what: &str,
+    run: impl FnOnce() -> T,
+    others: &[K],
+    run_other: impl Fn(&K) -> T,
+) -> Arc<T>
+where
+    K: Eq + Hash + Clone,
+{
+    let mine = slot(cache, &key);
+    let outcome = loop {
+        match mine.try_lock() {
+            Ok(mut g) => break g.get_or_insert_with(|| make(run)).clone(),
+            Err(TryLockError::Poisoned(e)) => break e.into_inner().get_or_insert_with(|| make(run)).clone(),
+            Err(TryLockError::WouldBlock) => {}
+        }
+        let helped = others.iter().filter(|k| **k != key).any(|k| {
+            let other = slot(cache, k);
+            let Ok(mut g) = other.try_lock() else { return false };
+            if g.is_some() {
+                return false;
+            }
+            *g = Some(make(|| run_other(k)));
+            true
+        });
+        if !helped {
+            let mut g = mine.lock().unwrap_or_else(|e| e.into_inner());
+            break g.get_or_insert_with(|| make(run)).clone();
+        }
     };
-    let outcome = cell.get_or_init(|| catch_unwind(AssertUnwindSafe(run)).map(Arc::new).map_err(panic_text));
     match outcome {
-        Ok(t) => t.clone(),
+        Ok(t) => t,
         Err(e) => panic!("{what}: the run failed, so this check cannot be made:\n{e}"),
     }
 }
