@@ -91,10 +91,12 @@ fn behaviour_check(name: &'static str, variant: &str, check: &str) {
     panic!("{}: {check}:\n  {}{report}", case.ctx, mine.join("\n  "));
 }
 
-/// Build, rewrite and run one program in one variant and make every check of [`CHECKS`].
+/// Build, rewrite and run one program in one variant and make every check of [`CHECKS`],
+/// holding a share of the CPU (`common::cpu_share`: not next to the timed tests).
 /// Panics (failing every check) only where nothing can be checked: a build, the rewrite,
 /// or the measured run's profile missing.
 fn run_behaviour(name: &str, variant: Variant) -> Case {
+    let _share = cpu_share();
     let p = program(name);
     let ctx = format!("{name} {variant}");
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
@@ -480,6 +482,7 @@ fn every_program_is_tested() {
 /// builds start every counted function with endbr64.
 #[test]
 fn originals_build_and_run() {
+    let _share = cpu_share();
     let (mut some_stderr, mut some_failure) = (false, false);
     for name in all_programs() {
         let p = program(&name);

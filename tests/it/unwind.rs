@@ -105,6 +105,7 @@ fn check(variant: Variant, check: &str) {
 /// added code reached its caller every time (`samples_unwind`), and the one profile's
 /// report passes `report_invariants`.
 fn behaves_the_same(variant: Variant) -> Case {
+    let _share = cpu_share();
     let ctx = format!("{NAME} {variant}");
     let mut problems: Vec<(&'static str, String)> = Vec::new();
     let mut want = |check: &'static str, ok: bool, msg: &dyn Fn() -> String| {

@@ -48,7 +48,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 /// The `stint` binary under test.
@@ -67,14 +67,26 @@ pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
 }
 
-/// The turn of a CPU-sensitive test: the checks of `timers`, `locks`, `control` and `top`
-/// compare times and run programs that must not share the CPU with another of them, so each
-/// holds this around its build, rewrite and runs. They used to be separate test binaries
-/// that cargo ran one after another; in one process the harness runs tests in parallel.
-/// A test that failed while holding the turn does not poison it for the others.
-pub fn cpu_turn() -> MutexGuard<'static, ()> {
-    static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
+/// The CPU, shared between the tests of one process. The checks of `timers`, `locks`,
+/// `control` and `top` compare times and run programs that must not share the CPU with
+/// other busy tests, so each holds the turn (exclusive) around its build, rewrite and runs;
+/// they used to be separate test binaries that cargo ran one after another, and in one
+/// process the harness runs tests in parallel. Busy tests that measure nothing (the
+/// behaviour runs: gcc, the rewriter, three runs of a program) hold a share
+/// ([`cpu_share`]): they run next to each other, never next to a turn. Both are taken
+/// before any build, so no thread waits for the lock while it builds a program another
+/// thread waits for. A test that failed while holding either does not poison it.
+static CPU: RwLock<()> = RwLock::new(());
+
+/// The exclusive turn of a CPU-sensitive test (see [`CPU`]).
+pub fn cpu_turn() -> RwLockWriteGuard<'static, ()> {
+    CPU.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A share of the CPU for a busy test that measures nothing (see [`CPU`]); not to be
+/// taken twice by one thread (a turn waiting in between would deadlock it).
+pub fn cpu_share() -> RwLockReadGuard<'static, ()> {
+    CPU.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The synthetic-profile writers of `stint_profile`, for tests that need a profile no
