@@ -131,6 +131,7 @@ fn big_text() -> &'static Path {
 
 #[test]
 fn pigz_compresses_and_decompresses() {
+    let _share = cpu_share();
     let Some(pigz) = debian_binary("/usr/bin/pigz", "pigz") else { return };
     let pigz_st = rewritten(&pigz);
     let input = big_text();
@@ -182,6 +183,7 @@ SELECT group_concat(label, ',') FROM (SELECT label FROM g ORDER BY grp DESC LIMI
 
 #[test]
 fn sqlite3_runs_a_script() {
+    let _share = cpu_share();
     let Some(sqlite3) = debian_binary("/usr/bin/sqlite3", "sqlite3") else { return };
     let st = rewritten(&sqlite3);
     let (want, _, report) = compare("sqlite3", &sqlite3, &st, &[":memory:"], Some(SQL.as_bytes().to_vec()));
@@ -245,6 +247,7 @@ os.exit(5)
 
 #[test]
 fn lua_runs_a_script() {
+    let _share = cpu_share();
     let Some(lua) = debian_binary("/usr/bin/lua5.4", "lua5.4") else { return };
     let st = rewritten(&lua);
     let (want, _, report) = compare("lua5.4", &lua, &st, &["-e", LUA], None);

@@ -4,8 +4,8 @@
 //! run one area with `cargo test --release -p stint --test it -- locks::`.
 //!
 //! The modules whose checks measure time (`timers`, `locks`, `control`, `top`) take turns
-//! through [`common::cpu_turn`], and the busy runs that measure nothing (`behaviour`, the
-//! runs of `unwind`) hold a [`common::cpu_share`] so they never run next to a turn: the
+//! through [`common::cpu_turn`], and the other tests that run programs hold a
+//! [`common::cpu_share`] so they never run next to a turn: the
 //! modules used to be separate test binaries that cargo ran one after another, and now
 //! share one process whose harness runs tests in parallel.
 //!

@@ -170,6 +170,7 @@ fn with_snapshot_settings(f: impl FnOnce()) {
 /// The plan of calltree pie-O0: functions found, points and tactics, summary.
 #[test]
 fn inspect_calltree_pie_o0() {
+    let _share = cpu_share();
     let p = program("calltree");
     let bin = build(&p, Variant::PieO0);
     let mut v = inspect_json(&bin);
@@ -200,6 +201,7 @@ fn calltree_profile() -> PathBuf {
 /// The profile of one run of calltree pie-O0 as JSON.
 #[test]
 fn report_json_calltree_pie_o0() {
+    let _share = cpu_share();
     let file = calltree_profile();
     let mut json = report_json(&file);
     redact_json(&mut json, None, &run_root().to_string_lossy());
@@ -209,6 +211,7 @@ fn report_json_calltree_pie_o0() {
 /// The profile of one run of calltree pie-O0 as a table (`stint report`).
 #[test]
 fn report_table_calltree_pie_o0() {
+    let _share = cpu_share();
     let file = calltree_profile();
     let json = report_json(&file);
     let pids: Vec<u64> = ["pid", "ppid"].iter().filter_map(|k| json.get(*k).and_then(|x| x.as_u64())).collect();

@@ -7,6 +7,7 @@ use std::process::Command;
 
 #[test]
 fn rewritten_program_survives_strip_and_objcopy() {
+    let _share = cpu_share();
     let dir = fresh_dir("tools-strip");
     let p = program("matmul");
     let variant = p.variants.iter().copied().find(|v| v.name() == "pie-O2").expect("matmul has pie-O2");

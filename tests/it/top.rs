@@ -291,6 +291,7 @@ fn synthetic(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn synthetic_profile_frame() {
+    let _share = cpu_share();
     let dir = fresh_dir("top-synthetic");
     let path = synthetic(&dir);
     let o = top_once(&path, "0");
@@ -334,6 +335,7 @@ one reading: totals since the start; rates need two readings
 
 #[test]
 fn errors_name_the_file() {
+    let _share = cpu_share();
     let dir = fresh_dir("top-errors");
     let missing = dir.join("missing.stint");
     let junk = dir.join("junk.stint");
@@ -379,6 +381,7 @@ fn errors_name_the_file() {
 
 #[test]
 fn help_has_examples() {
+    let _share = cpu_share();
     for cmd in ["top", "ls"] {
         let o = stint(&[cmd, "--help"]);
         assert!(o.status == 0, "{o:?}");

@@ -234,6 +234,7 @@ fn sections(file: &Path, name: &str) -> Vec<(u64, u64)> {
 
 #[test]
 fn headers_describe_the_new_tables() {
+    let _share = cpu_share();
     for variant in [Variant::PieO2, Variant::NopieO0] {
         let ctx = format!("{NAME} {variant}");
         let bin = build_cpp(variant);
@@ -287,6 +288,7 @@ fn headers_describe_the_new_tables() {
 
 #[test]
 fn stripped_rewritten_program_still_unwinds() {
+    let _share = cpu_share();
     let bin = build_cpp(Variant::PieO2);
     let dir = fresh_dir("unwind-strip");
     let out = rewrite_into(&bin, &dir, false);
@@ -311,6 +313,7 @@ fn stripped_rewritten_program_still_unwinds() {
 /// they are (no PT_GNU_EH_FRAME appears) and runs.
 #[test]
 fn program_without_eh_frame_hdr() {
+    let _share = cpu_share();
     let dir = fresh_dir("unwind-nohdr");
     let src = testbins_dir().join("calltree.c");
     let bin = dir.join("calltree");
@@ -372,6 +375,7 @@ fn backtraces(out: &str) -> Vec<Vec<&str>> {
 
 #[test]
 fn gdb_backtraces_through_added_code() {
+    let _share = cpu_share();
     if std::process::Command::new("gdb").arg("--version").output().is_err() {
         assert!(!under_ci(), "gdb is not installed");
         eprintln!("no gdb; skipped");

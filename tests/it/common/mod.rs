@@ -71,9 +71,9 @@ pub fn under_ci() -> bool {
 /// `control` and `top` compare times and run programs that must not share the CPU with
 /// other busy tests, so each holds the turn (exclusive) around its build, rewrite and runs;
 /// they used to be separate test binaries that cargo ran one after another, and in one
-/// process the harness runs tests in parallel. Busy tests that measure nothing (the
-/// behaviour runs: gcc, the rewriter, three runs of a program) hold a share
-/// ([`cpu_share`]): they run next to each other, never next to a turn. Both are taken
+/// process the harness runs tests in parallel. The other tests that run programs (gcc,
+/// the rewriter, the test programs, gdb) measure nothing and hold a share ([`cpu_share`]):
+/// they run next to each other, never next to a turn. Both are taken
 /// before any build, so no thread waits for the lock while it builds a program another
 /// thread waits for. A test that failed while holding either does not poison it.
 static CPU: RwLock<()> = RwLock::new(());
