@@ -2,13 +2,12 @@
 //! rebuild a file from its sections, so the memory stint adds must be described by sections
 //! (`.stint`, `.stint.bss`) or it is dropped and the program crashes.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 #[test]
 fn rewritten_program_survives_strip_and_objcopy() {
+    let _share = cpu_share();
     let dir = fresh_dir("tools-strip");
     let p = program("matmul");
     let variant = p.variants.iter().copied().find(|v| v.name() == "pie-O2").expect("matmul has pie-O2");

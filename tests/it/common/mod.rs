@@ -38,6 +38,9 @@
 //! function a check names is a *counted* function: its entry must be patched, not skipped.
 #![allow(dead_code)]
 
+mod checks;
+pub use checks::*;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{Read, Write};
@@ -45,7 +48,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 /// The `stint` binary under test.
@@ -64,12 +67,41 @@ pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
 }
 
+/// The CPU, shared between the tests of one process. The checks of `timers`, `locks`,
+/// `control` and `top` compare times and run programs that must not share the CPU with
+/// other busy tests, so each holds the turn (exclusive) around its build, rewrite and runs;
+/// they used to be separate test binaries that cargo ran one after another, and in one
+/// process the harness runs tests in parallel. The other tests that run programs (gcc,
+/// the rewriter, the test programs, gdb) measure nothing and hold a share ([`cpu_share`]):
+/// they run next to each other, never next to a turn. Both are taken
+/// before any build, so no thread waits for the lock while it builds a program another
+/// thread waits for. A test that failed while holding either does not poison it.
+static CPU: RwLock<()> = RwLock::new(());
+
+/// The exclusive turn of a CPU-sensitive test (see [`CPU`]).
+pub fn cpu_turn() -> RwLockWriteGuard<'static, ()> {
+    CPU.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A share of the CPU for a busy test that measures nothing (see [`CPU`]); not to be
+/// taken twice by one thread (a turn waiting in between would deadlock it).
+pub fn cpu_share() -> RwLockReadGuard<'static, ()> {
+    CPU.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The synthetic-profile writers of `stint_profile`, for tests that need a profile no
+/// process wrote: the one place the tests name their module.
+pub mod synthetic {
+    pub use stint_profile::profile::{patch_column, synthetic_meta, write_synthetic};
+}
+
 // ---------------------------------------------------------------------------------------
 // Directories
 // ---------------------------------------------------------------------------------------
 
 /// This test process's own directory under `CARGO_TARGET_TMPDIR`, named after the test
-/// crate and the pid. Directories of earlier runs whose process is gone are removed the
+/// crate (`it`) and the pid; modules that name paths in it themselves use a subdirectory
+/// named after the module. Directories of earlier runs whose process is gone are removed the
 /// first time this is called, so failed runs stay inspectable until the next run.
 pub fn run_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();

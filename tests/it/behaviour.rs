@@ -7,136 +7,244 @@
 //!
 //! The directive grammar is documented at the top of `common/mod.rs`.
 //!
-//! One `#[test]` per program and variant, so a failure names both; `every_program_is_tested`
-//! keeps the list below in step with `testbins/`.
+//! Each program runs once per variant, in whichever of its tests comes first, and each check
+//! of `CHECKS` is its own `#[test]` (`common::checks`), so a failure names the program, the
+//! variant and the check: `behaviour::calltree::pie_o2::same_output`. `every_program_is_tested`
+//! keeps the list below in step with `testbins/`, `every_check_is_tested` the tests with
+//! `CHECKS`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
-/// Run the whole behaviour check of one program in one variant.
-fn check_behaviour(name: &str, variant_name: &str) {
+/// The checks of every (program, variant), each one `#[test]`:
+///
+/// | check | what it asserts |
+/// | --- | --- |
+/// | `exit_status` | the original exits as the directives say |
+/// | `prints` | the original prints to stdout (test programs must) |
+/// | `deterministic` | the original behaves the same twice |
+/// | `same_output` | the rewritten program, measuring, behaves like the original |
+/// | `same_output_off` | the rewritten program with `STINT_PROFILE=` (off) behaves like the original |
+/// | `no_files_left` | no run leaves files in its working directory |
+/// | `profile_files` | as many profiles as the directives say, each mode 600 |
+/// | `patched` | `stint inspect`: every counted function's entry is patched |
+/// | `report_invariants` | the report passes the checks every report must pass |
+/// | `expects` | the `//# expect:` directives on the report of the process started |
+/// | `child_profile` | the fork child's profile and its `expect: child` directives (nothing to check without them) |
+const CHECKS: [&str; 11] = [
+    "exit_status",
+    "prints",
+    "deterministic",
+    "same_output",
+    "same_output_off",
+    "no_files_left",
+    "profile_files",
+    "patched",
+    "report_invariants",
+    "expects",
+    "child_profile",
+];
+
+/// The outcome of one program in one variant: the failures of its checks.
+struct Case {
+    /// `program variant`, for messages.
+    ctx: String,
+    /// (check, failure), checks from [`CHECKS`].
+    problems: Vec<(&'static str, String)>,
+    /// The report of the measured run, shown under a failure of a report check.
+    report: String,
+}
+
+/// The behaviour run of `name` in `variant`: made once per test process by the first of
+/// its checks; a test waiting for a run another thread makes meanwhile makes runs of other
+/// programs.
+fn case(name: &'static str, variant: &str) -> Arc<Case> {
+    static CASES: RunCache<(&'static str, Variant), Case> = OnceLock::new();
+    let v = Variant::parse(variant).unwrap_or_else(|| panic!("unknown variant {variant}"));
+    let all: Vec<(&'static str, Variant)> =
+        LISTED.iter().map(|(p, v)| (*p, Variant::parse(v).unwrap_or_else(|| panic!("unknown variant {v}")))).collect();
+    cached_run_helping(
+        &CASES,
+        (name, v),
+        &format!("{name} {variant}"),
+        || run_behaviour(name, v),
+        &all,
+        |(p, v)| run_behaviour(p, *v),
+    )
+}
+
+/// The test of `check` on `name` in `variant`.
+fn behaviour_check(name: &'static str, variant: &str, check: &str) {
+    assert!(CHECKS.contains(&check), "no behaviour check {check:?}");
+    let case = case(name, variant);
+    let mine: Vec<&str> = case.problems.iter().filter(|(c, _)| *c == check).map(|(_, m)| m.as_str()).collect();
+    if mine.is_empty() {
+        return;
+    }
+    let report = if ["report_invariants", "expects", "child_profile", "patched"].contains(&check) {
+        format!("\nreport:\n{}", case.report)
+    } else {
+        String::new()
+    };
+    panic!("{}: {check}:\n  {}{report}", case.ctx, mine.join("\n  "));
+}
+
+/// Build, rewrite and run one program in one variant and make every check of [`CHECKS`],
+/// holding a share of the CPU (`common::cpu_share`: not next to the timed tests).
+/// Panics (failing every check) only where nothing can be checked: a build, the rewrite,
+/// or the measured run's profile missing.
+fn run_behaviour(name: &str, variant: Variant) -> Case {
+    let _share = cpu_share();
     let p = program(name);
-    let variant = Variant::parse(variant_name).unwrap_or_else(|| panic!("unknown variant {variant_name}"));
     let ctx = format!("{name} {variant}");
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
+    let mut problems: Vec<(&'static str, String)> = Vec::new();
+    let mut want = |check: &'static str, ok: bool, msg: &dyn Fn() -> String| {
+        debug_assert!(CHECKS.contains(&check));
+        if !ok {
+            problems.push((check, msg()));
+        }
+    };
 
     let bin = build(&p, variant);
     let syms = symbols(&p, variant);
     let addr_of = resolve_counted(&p, &syms, &ctx);
 
-    let out = run_root().join("rewritten").join(variant.name()).join(name);
+    let out = run_root().join("behaviour").join("rewritten").join(variant.name()).join(name);
     rewrite(&bin, &out);
 
     // The original, twice: its behaviour must be what the directives say and deterministic,
     // or comparing it with the rewritten program would prove nothing.
-    let original = run_program(&bin, &p, None);
-    assert!(
-        original.status == p.exit,
-        "{ctx}: the original exits with {}, the directives say `exit: {}`\n{original:?}",
-        original.status,
-        p.exit
-    );
-    assert!(!original.stdout.is_empty(), "{ctx}: the original prints nothing to stdout; test programs must print");
-    let again = run_program(&bin, &p, None);
-    assert!(
-        original.same_behaviour(&again),
-        "{ctx}: the original is not deterministic\n{}",
-        describe_difference("run 1", &original, "run 2", &again)
-    );
+    let mut left = Vec::new();
+    let original = run_program_in(&bin, &p, None, &mut left);
+    want("exit_status", original.status == p.exit, &|| {
+        format!(
+            "{ctx}: the original exits with {}, the directives say `exit: {}`\n{original:?}",
+            original.status, p.exit
+        )
+    });
+    want("prints", !original.stdout.is_empty(), &|| {
+        format!("{ctx}: the original prints nothing to stdout; test programs must print")
+    });
+    let again = run_program_in(&bin, &p, None, &mut left);
+    want("deterministic", original.same_behaviour(&again), &|| {
+        format!(
+            "{ctx}: the original is not deterministic\n{}",
+            describe_difference("run 1", &original, "run 2", &again)
+        )
+    });
 
     // Rewritten, measuring.
     let profile_dir = fresh_dir(&format!("profiles-{name}-{variant}"));
     let template = profile_template(&profile_dir, name);
-    let measured = run_program(&out, &p, Some(&template));
-    assert!(
-        original.same_behaviour(&measured),
-        "{ctx}: the rewritten program (STINT_PROFILE={template}) behaves differently\n{}",
-        describe_difference("original", &original, "rewritten", &measured)
-    );
+    let measured = run_program_in(&out, &p, Some(&template), &mut left);
+    want("same_output", original.same_behaviour(&measured), &|| {
+        format!(
+            "{ctx}: the rewritten program (STINT_PROFILE={template}) behaves differently\n{}",
+            describe_difference("original", &original, "rewritten", &measured)
+        )
+    });
 
     // Rewritten, not measuring.
-    let quiet = run_program(&out, &p, Some(""));
-    assert!(
-        original.same_behaviour(&quiet),
-        "{ctx}: the rewritten program with STINT_PROFILE= (off) behaves differently\n{}",
-        describe_difference("original", &original, "rewritten, off", &quiet)
-    );
+    let quiet = run_program_in(&out, &p, Some(""), &mut left);
+    want("same_output_off", original.same_behaviour(&quiet), &|| {
+        format!(
+            "{ctx}: the rewritten program with STINT_PROFILE= (off) behaves differently\n{}",
+            describe_difference("original", &original, "rewritten, off", &quiet)
+        )
+    });
+    for l in &left {
+        want("no_files_left", false, &|| format!("{ctx}: {l}"));
+    }
 
     // The profile files: how many, their mode, whose.
     let files = dir_entries(&profile_dir);
-    assert!(
-        files.len() as u64 == p.profiles(),
-        "{ctx}: {} profile files in {} ({files:?}), want {}",
-        files.len(),
-        profile_dir.display(),
-        p.profiles()
-    );
+    want("profile_files", files.len() as u64 == p.profiles(), &|| {
+        format!("{ctx}: {} profile files in {} ({files:?}), want {}", files.len(), profile_dir.display(), p.profiles())
+    });
     for f in &files {
         let mode = file_mode(&profile_dir.join(f));
-        assert!(mode == 0o600, "{ctx}: profile {f} has mode {mode:o}, want 600");
+        want("profile_files", mode == 0o600, &|| format!("{ctx}: profile {f} has mode {mode:o}, want 600"));
     }
     let parent_file = format!("{name}.{}.stint", measured.pid);
     assert!(files.contains(&parent_file), "{ctx}: no profile {parent_file} for pid {} among {files:?}", measured.pid);
 
     let parent = report_json(&profile_dir.join(&parent_file));
     // Every counted function must be patched, not skipped: a skipped entry shows up as a
-    // wrong count below, and this says why.
-    let mut problems = check_inspect(&bin, &addr_of);
-    problems.extend(report_invariants(&parent, name, measured.pid, false).into_iter().map(|m| format!("report: {m}")));
-    problems.extend(check_expects(&p, Scope::Main, &parent, variant, &addr_of));
+    // wrong count in `expects`, and this says why.
+    for m in check_inspect(&bin, &addr_of) {
+        want("patched", false, &|| m.clone());
+    }
+    for m in report_invariants(&parent, name, measured.pid, false) {
+        want("report_invariants", false, &|| format!("report: {m}"));
+    }
+    for m in check_expects(&p, Scope::Main, &parent, variant, &addr_of) {
+        want("expects", false, &|| m.clone());
+    }
 
     if p.expects_in(Scope::Child).next().is_some() {
+        let mut child_problems = Vec::new();
         let others: Vec<&String> = files.iter().filter(|f| **f != parent_file).collect();
         if others.len() != 1 {
-            problems.push(format!("want exactly one fork-child profile besides {parent_file}, found {others:?}"));
+            child_problems.push(format!("want exactly one fork-child profile besides {parent_file}, found {others:?}"));
         } else {
             let child = report_json(&profile_dir.join(others[0]));
             let child_pid = child.get("pid").and_then(|x| x.as_u64()).unwrap_or(0) as u32;
             if others[0] != &format!("{name}.{child_pid}.stint") {
-                problems.push(format!("child profile {} does not carry the child's pid {child_pid}", others[0]));
+                child_problems.push(format!("child profile {} does not carry the child's pid {child_pid}", others[0]));
             }
-            problems.extend(
+            child_problems.extend(
                 report_invariants(&child, name, child_pid, true).into_iter().map(|m| format!("child report: {m}")),
             );
             if child.get("ppid").and_then(|x| x.as_u64()) != Some(measured.pid as u64) {
-                problems.push(format!(
+                child_problems.push(format!(
                     "child report: ppid is {:?}, want the parent's pid {}",
                     child.get("ppid"),
                     measured.pid
                 ));
             }
-            problems.extend(check_expects(&p, Scope::Child, &child, variant, &addr_of));
+            child_problems.extend(check_expects(&p, Scope::Child, &child, variant, &addr_of));
+        }
+        for m in child_problems {
+            want("child_profile", false, &|| m.clone());
         }
     }
-    if !problems.is_empty() {
-        panic!(
-            "{ctx}: the profile is not what the directives say:\n  {}\nreport of pid {}:\n{}",
-            problems.join("\n  "),
-            measured.pid,
-            excerpt(serde_json::to_string_pretty(&parent).unwrap_or_default().as_bytes(), 12000)
-        );
-    }
+    let report = format!(
+        "report of pid {}:\n{}",
+        measured.pid,
+        excerpt(serde_json::to_string_pretty(&parent).unwrap_or_default().as_bytes(), 12000)
+    );
+    Case { ctx, problems, report }
 }
 
 /// Run a build of `p` in a fresh working directory. `profile`: None for the original (no
 /// STINT_PROFILE at all), Some(template) for a rewritten build. The program must leave its
 /// working directory empty (in particular no default `./<program>.<pid>.stint`).
 fn run_program(bin: &Path, p: &Program, profile: Option<&str>) -> Outcome {
+    let mut left = Vec::new();
+    let o = run_program_in(bin, p, profile, &mut left);
+    assert!(left.is_empty(), "{}", left.join("\n"));
+    o
+}
+
+/// [`run_program`], adding what the program left in its working directory to `left`
+/// instead of failing.
+fn run_program_in(bin: &Path, p: &Program, profile: Option<&str>, left: &mut Vec<String>) -> Outcome {
     let cwd = fresh_dir(&format!("cwd-{}", p.name));
     let mut run = Run::new(bin, &cwd).args(&p.args);
     if let Some(t) = profile {
         run = run.env(stint_layout::ENV_PROFILE, t);
     }
     let o = run.run();
-    let left = dir_entries(&cwd);
-    assert!(
-        left.is_empty(),
-        "{} (STINT_PROFILE={profile:?}) left files in its working directory: {left:?}",
-        bin.display()
-    );
+    let files = dir_entries(&cwd);
+    if !files.is_empty() {
+        left.push(format!(
+            "{} (STINT_PROFILE={profile:?}) left files in its working directory: {files:?}",
+            bin.display()
+        ));
+    }
     o
 }
 
@@ -281,84 +389,77 @@ fn check_expects(
     bad
 }
 
+/// Calls `$m!(ARGS... CHECK...)` with the names of [`CHECKS`]: the one list of check tests.
+macro_rules! with_behaviour_checks {
+    ($m:ident!($($args:tt)*)) => {
+        $m! {
+            $($args)* exit_status prints deterministic same_output same_output_off no_files_left profile_files
+            patched report_invariants expects child_profile
+        }
+    };
+}
+
+/// One module per program and in it one per variant, holding one `#[test]` per check of
+/// [`CHECKS`]; `LISTED` names every (program, variant).
 macro_rules! behaviour_tests {
-    ($($test:ident: $prog:literal $variant:literal;)*) => {
+    ($($prog:ident: [$($v:ident: $vname:literal),*];)*) => {
         $(
-            #[test]
-            fn $test() {
-                check_behaviour($prog, $variant);
+            mod $prog {
+                $(
+                    mod $v {
+                        with_behaviour_checks!(behaviour_tests!(@checks $prog $vname));
+                    }
+                )*
             }
         )*
         /// (program, variant) of every test above.
-        const LISTED: &[(&str, &str)] = &[$(($prog, $variant)),*];
+        const LISTED: &[(&str, &str)] = &[$($((stringify!($prog), $vname)),*),*];
+        with_behaviour_checks!(behaviour_tests!(@list));
+    };
+    (@checks $prog:ident $vname:literal $($check:ident)*) => {
+        $(
+            #[test]
+            fn $check() {
+                super::super::behaviour_check(stringify!($prog), $vname, stringify!($check));
+            }
+        )*
+    };
+    (@list $($check:ident)*) => {
+        /// The checks each (program, variant) has a test for.
+        const TESTED_CHECKS: &[&str] = &[$(stringify!($check)),*];
     };
 }
 
 behaviour_tests! {
-    timers_pie_o2: "timers" "pie-O2";
-    timers_nopie_o0: "timers" "nopie-O0";
-    recurse_pie_o2: "recurse" "pie-O2";
-    recurse_nopie_o0: "recurse" "nopie-O0";
-    longjmp_pie_o2: "longjmp" "pie-O2";
-    longjmp_nopie_o0: "longjmp" "nopie-O0";
-    sigstorm_pie_o2: "sigstorm" "pie-O2";
-    sigstorm_nopie_o0: "sigstorm" "nopie-O0";
-    selfcopy_pie_o0: "selfcopy" "pie-O0";
-    selfcopy_pie_o2: "selfcopy" "pie-O2";
-    selfcopy_nopie_o0: "selfcopy" "nopie-O0";
-    selfcopy_nopie_o2: "selfcopy" "nopie-O2";
-    selfcopy_pie_o2_stripped: "selfcopy" "pie-O2-stripped";
-    calltree_pie_o0: "calltree" "pie-O0";
-    calltree_pie_o2: "calltree" "pie-O2";
-    calltree_nopie_o0: "calltree" "nopie-O0";
-    calltree_nopie_o2: "calltree" "nopie-O2";
-    calltree_pie_o2_stripped: "calltree" "pie-O2-stripped";
-    matmul_pie_o0: "matmul" "pie-O0";
-    matmul_pie_o2: "matmul" "pie-O2";
-    matmul_nopie_o0: "matmul" "nopie-O0";
-    matmul_nopie_o2: "matmul" "nopie-O2";
-    matmul_pie_o2_stripped: "matmul" "pie-O2-stripped";
-    churn_pie_o0: "churn" "pie-O0";
-    churn_pie_o2: "churn" "pie-O2";
-    churn_nopie_o0: "churn" "nopie-O0";
-    churn_nopie_o2: "churn" "nopie-O2";
-    churn_pie_o2_stripped: "churn" "pie-O2-stripped";
-    cet_pie_o2: "cet" "pie-O2";
-    cet_nopie_o2: "cet" "nopie-O2";
-    forker_pie_o0: "forker" "pie-O0";
-    forker_pie_o2: "forker" "pie-O2";
-    forker_nopie_o0: "forker" "nopie-O0";
-    forker_nopie_o2: "forker" "nopie-O2";
-    forker_pie_o2_stripped: "forker" "pie-O2-stripped";
-    bench_calls_pie_o0: "bench_calls" "pie-O0";
-    bench_calls_pie_o2: "bench_calls" "pie-O2";
-    bench_calls_nopie_o0: "bench_calls" "nopie-O0";
-    bench_calls_nopie_o2: "bench_calls" "nopie-O2";
-    bench_calls_pie_o2_stripped: "bench_calls" "pie-O2-stripped";
-    bench_locks_pie_o0: "bench_locks" "pie-O0";
-    bench_locks_pie_o2: "bench_locks" "pie-O2";
-    bench_locks_nopie_o0: "bench_locks" "nopie-O0";
-    bench_locks_nopie_o2: "bench_locks" "nopie-O2";
-    bench_locks_pie_o2_stripped: "bench_locks" "pie-O2-stripped";
-    ctl_loop_pie_o2: "ctl_loop" "pie-O2";
-    top_spin_pie_o2: "top_spin" "pie-O2";
-    ctl_loop_nopie_o0: "ctl_loop" "nopie-O0";
-    locks_mutex_pie_o2: "locks_mutex" "pie-O2";
-    locks_mutex_nopie_o0: "locks_mutex" "nopie-O0";
-    locks_condvar_pie_o2: "locks_condvar" "pie-O2";
-    locks_condvar_nopie_o0: "locks_condvar" "nopie-O0";
-    locks_rwlock_pie_o2: "locks_rwlock" "pie-O2";
-    locks_rwlock_nopie_o0: "locks_rwlock" "nopie-O0";
-    locks_sem_pie_o2: "locks_sem" "pie-O2";
-    locks_sem_nopie_o0: "locks_sem" "nopie-O0";
-    locks_join_pie_o2: "locks_join" "pie-O2";
-    locks_join_nopie_o0: "locks_join" "nopie-O0";
-    locks_barrier_pie_o2: "locks_barrier" "pie-O2";
-    locks_barrier_nopie_o0: "locks_barrier" "nopie-O0";
-    locks_cancel_pie_o2: "locks_cancel" "pie-O2";
-    locks_cancel_nopie_o0: "locks_cancel" "nopie-O0";
-    locks_counts_pie_o2: "locks_counts" "pie-O2";
-    locks_counts_nopie_o0: "locks_counts" "nopie-O0";
+    timers: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    recurse: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    longjmp: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    sigstorm: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    selfcopy: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
+    calltree: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
+    matmul: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
+    churn: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
+    cet: [pie_o2: "pie-O2", nopie_o2: "nopie-O2"];
+    forker: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
+    bench_calls: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
+    bench_locks: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
+    ctl_loop: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    top_spin: [pie_o2: "pie-O2"];
+    locks_mutex: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    locks_condvar: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    locks_rwlock: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    locks_sem: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    locks_join: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    locks_barrier: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    locks_cancel: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    locks_counts: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+}
+
+/// Every check of `CHECKS` has its test in every (program, variant), and no test names a
+/// check that does not exist.
+#[test]
+fn every_check_is_tested() {
+    assert_eq!(TESTED_CHECKS, CHECKS, "with_behaviour_checks! must name exactly the checks of CHECKS");
 }
 
 /// The list above names every program of `testbins/` in exactly the variants its
@@ -381,6 +482,7 @@ fn every_program_is_tested() {
 /// builds start every counted function with endbr64.
 #[test]
 fn originals_build_and_run() {
+    let _share = cpu_share();
     let (mut some_stderr, mut some_failure) = (false, false);
     for name in all_programs() {
         let p = program(&name);

@@ -7,9 +7,7 @@
 //! A missing binary skips its test with a loud message on a developer's machine, and fails
 //! it under CI (`CI=true`), where `.ci/run` installs the packages.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -32,7 +30,7 @@ fn rewritten(bin: &Path) -> PathBuf {
     let name = bin.file_name().unwrap().to_string_lossy().into_owned();
     let inspect = inspect_json(bin);
     eprintln!("{name}: stint inspect summary: {}", field(&inspect, "summary", "stint inspect --json"));
-    let out = run_root().join("rewritten").join(&name);
+    let out = run_root().join("debian").join("rewritten").join(&name);
     rewrite(bin, &out);
     out
 }
@@ -133,6 +131,7 @@ fn big_text() -> &'static Path {
 
 #[test]
 fn pigz_compresses_and_decompresses() {
+    let _share = cpu_share();
     let Some(pigz) = debian_binary("/usr/bin/pigz", "pigz") else { return };
     let pigz_st = rewritten(&pigz);
     let input = big_text();
@@ -184,6 +183,7 @@ SELECT group_concat(label, ',') FROM (SELECT label FROM g ORDER BY grp DESC LIMI
 
 #[test]
 fn sqlite3_runs_a_script() {
+    let _share = cpu_share();
     let Some(sqlite3) = debian_binary("/usr/bin/sqlite3", "sqlite3") else { return };
     let st = rewritten(&sqlite3);
     let (want, _, report) = compare("sqlite3", &sqlite3, &st, &[":memory:"], Some(SQL.as_bytes().to_vec()));
@@ -247,6 +247,7 @@ os.exit(5)
 
 #[test]
 fn lua_runs_a_script() {
+    let _share = cpu_share();
     let Some(lua) = debian_binary("/usr/bin/lua5.4", "lua5.4") else { return };
     let st = rewritten(&lua);
     let (want, _, report) = compare("lua5.4", &lua, &st, &["-e", LUA], None);

@@ -2,9 +2,7 @@
 //! status 2 and one line on stderr that starts with the file's path, print nothing on
 //! stdout, and `rewrite` leaves no output file (nor a temporary one) behind.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 
 /// A small real executable (PIE, dynamically linked), built once per test.
@@ -50,6 +48,7 @@ fn patched(src: &Path, dst: &Path, patch: impl FnOnce(&mut Vec<u8>)) -> PathBuf 
 
 #[test]
 fn rewrite_rejects_a_text_file() {
+    let _share = cpu_share();
     let dir = fresh_dir("text");
     let f = dir.join("notes.txt");
     std::fs::write(&f, "this is not an executable\n").unwrap();
@@ -58,6 +57,7 @@ fn rewrite_rejects_a_text_file() {
 
 #[test]
 fn rewrite_rejects_an_empty_file() {
+    let _share = cpu_share();
     let dir = fresh_dir("empty");
     let f = dir.join("empty");
     std::fs::write(&f, b"").unwrap();
@@ -66,6 +66,7 @@ fn rewrite_rejects_an_empty_file() {
 
 #[test]
 fn rewrite_rejects_truncated_elfs() {
+    let _share = cpu_share();
     let dir = fresh_dir("truncated");
     let bin = hello(&dir);
     let len = std::fs::metadata(&bin).unwrap().len() as usize;
@@ -79,6 +80,7 @@ fn rewrite_rejects_truncated_elfs() {
 
 #[test]
 fn rewrite_rejects_a_32_bit_elf() {
+    let _share = cpu_share();
     let dir = fresh_dir("elf32");
     let bin = hello(&dir);
     // EI_CLASS (byte 4): ELFCLASS32. The rest of the file is a 64-bit ELF, so this
@@ -90,6 +92,7 @@ fn rewrite_rejects_a_32_bit_elf() {
 
 #[test]
 fn rewrite_rejects_an_aarch64_elf() {
+    let _share = cpu_share();
     let dir = fresh_dir("aarch64");
     let bin = hello(&dir);
     // e_machine (bytes 18-19, little-endian): EM_AARCH64 = 183.
@@ -99,6 +102,7 @@ fn rewrite_rejects_an_aarch64_elf() {
 
 #[test]
 fn rewrite_rejects_a_shared_library() {
+    let _share = cpu_share();
     let dir = fresh_dir("shlib");
     let src = dir.join("lib.c");
     std::fs::write(&src, "int answer(void) { return 42; }\n").unwrap();
@@ -109,6 +113,7 @@ fn rewrite_rejects_a_shared_library() {
 
 #[test]
 fn rewrite_rejects_its_own_output() {
+    let _share = cpu_share();
     let dir = fresh_dir("twice");
     let bin = hello(&dir);
     let once = dir.join("hello.stint");
@@ -119,12 +124,14 @@ fn rewrite_rejects_its_own_output() {
 
 #[test]
 fn rewrite_rejects_a_missing_input() {
+    let _share = cpu_share();
     let dir = fresh_dir("missing");
     assert_rewrite_refuses(&dir.join("no-such-program"), "nonexistent input");
 }
 
 #[test]
 fn rewrite_rejects_a_directory() {
+    let _share = cpu_share();
     let dir = fresh_dir("dir-input");
     let d = dir.join("a-directory");
     std::fs::create_dir(&d).unwrap();
@@ -156,6 +163,7 @@ fn assert_report_refuses(file: &Path, what: &str) {
 
 #[test]
 fn report_rejects_files_that_are_not_profiles() {
+    let _share = cpu_share();
     let dir = fresh_dir("report-bad");
     let text = dir.join("notes.txt");
     std::fs::write(&text, "not a profile\n").unwrap();
@@ -173,6 +181,7 @@ fn report_rejects_files_that_are_not_profiles() {
 
 #[test]
 fn report_rejects_truncated_profiles() {
+    let _share = cpu_share();
     let dir = fresh_dir("report-truncated");
     let profile = real_profile(&dir);
     let len = std::fs::metadata(&profile).unwrap().len() as usize;

@@ -2,7 +2,7 @@
 //!
 //! | test | what it checks |
 //! | --- | --- |
-//! | `live_program_in_top_and_ls` | `testbins/top_spin.c` rewritten and running: `top --once --interval 0.3` has one THREADS row per live task (with `spin-a`, `spin-b`), `work` with calls in TOP FUNCTIONS, a mutex in LOCK WAITS; `ls --json` and `ls` list the pid, path and program; after the exit `top --once` shows it ended and `ls` no longer lists it |
+//! | `live_program_in_top_and_ls::*` | `testbins/top_spin.c` rewritten and running, observed once: `top --once --interval 0.3` has its `header`, one row per live task in `threads` (with `spin-a`, `spin-b`), `work` with calls in `top_functions`, a mutex in `lock_waits`; `ls --json` and `ls` list the pid, path and program (`ls_json_while_running`, `ls_table_while_running`); `after_exit`, `top --once` shows it ended and `ls` no longer lists it |
 //! | `synthetic_profile_frame` | a profile written by `stint_profile::profile::write_synthetic` (a pid no process has): the exact frame of `top --once --interval 0`, `--thread` |
 //! | `errors_name_the_file` | a missing file, a file that is no profile, a truncated profile, an unknown `--thread`, and no terminal without `--once`: exit 2, one line on stderr |
 //! | `help_has_examples` | `top --help` and `ls --help` |
@@ -10,13 +10,13 @@
 //! The `--once` text is read the way a script would: a section starts at its title line
 //! (`THREADS`, `TOP FUNCTIONS`, `LOCK WAITS`) and ends at a blank line; its first line is
 //! the heading (one word per column), every cell but the last column's has no blanks.
+//! The live observation holds the CPU turn (`common::cpu_turn`) while its program runs.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long `top_spin` runs, ms: long enough for the checks made while it runs.
@@ -80,8 +80,34 @@ fn ls_json() -> Vec<serde_json::Value> {
     v.as_array().unwrap_or_else(|| panic!("not an array: {o:?}")).clone()
 }
 
-#[test]
-fn live_program_in_top_and_ls() {
+/// What `top` and `ls` showed of `testbins/top_spin.c`, rewritten and running, and after
+/// it ended: observed once, checked by the tests of `live_program_in_top_and_ls`.
+struct Live {
+    pid: u32,
+    profile: PathBuf,
+    /// Tasks of the process before and after the `--once` frame.
+    before: BTreeSet<u32>,
+    after: BTreeSet<u32>,
+    /// `top --once --interval 0.3` while it runs.
+    text: String,
+    /// `ls --json` and `ls` while it runs.
+    listed: Vec<serde_json::Value>,
+    table: Outcome,
+    status: ExitStatus,
+    /// `top --once --interval 0.1` after it ended.
+    ended: String,
+    /// `ls --json` after it ended.
+    listed_after: Vec<serde_json::Value>,
+}
+
+/// Run `top_spin` (under the CPU turn) and observe it, once per test process.
+fn live() -> Arc<Live> {
+    static LIVE: RunCache<(), Live> = OnceLock::new();
+    cached_run(&LIVE, (), "top_spin pie-O2 live", observe_live)
+}
+
+fn observe_live() -> Live {
+    let _turn = cpu_turn();
     let p = program("top_spin");
     let bin = build(&p, Variant::PieO2);
     let dir = fresh_dir("top-live");
@@ -118,62 +144,10 @@ fn live_program_in_top_and_ls() {
     let o = top_once(&profile, "0.3");
     let after = tasks(pid);
     let text = o.stdout_str();
-    let header = text.lines().next().unwrap_or_default();
-    assert!(
-        header.starts_with(&format!("program top_spin  pid {pid}  running  uptime ")),
-        "header {header:?}:\n{text}"
-    );
-    assert!(text.contains("\ninterval 0.3"), "{text}");
-
-    let (head, rows) = section(&text, "THREADS").expect("threads");
-    assert_eq!(head[0], "TID");
-    let tids: BTreeSet<u32> = rows.iter().map(|r| cell(&head, r, "TID").parse().expect("a tid")).collect();
-    assert_eq!(rows.len(), tids.len(), "a thread listed twice:\n{text}");
-    assert_eq!(before.len(), 3, "top_spin should run main and two workers: {before:?}");
-    assert!(tids == before && before == after, "THREADS {tids:?}, tasks of {pid}: {before:?} / {after:?}\n{text}");
-    let names: BTreeSet<&str> = rows.iter().map(|r| cell(&head, r, "NAME")).collect();
-    assert!(names.contains("spin-a") && names.contains("spin-b"), "names {names:?}\n{text}");
-    for r in &rows {
-        assert!(r.starts_with(&cell(&head, r, "TID").to_string()), "{r:?}");
-        assert_ne!(cell(&head, r, "CPU%"), "-", "{r:?}: no CPU share over the interval\n{text}");
-    }
-    let main = rows.iter().find(|r| cell(&head, r, "TID") == pid.to_string()).expect("main thread row");
-    assert_eq!(cell(&head, main, "STATE"), "BLOCKED_JOIN", "{text}");
-
-    let (head, rows) = section(&text, "TOP FUNCTIONS").expect("functions");
-    let work = rows.iter().find(|r| cell(&head, r, "FUNCTION") == "work").unwrap_or_else(|| panic!("no work:\n{text}"));
-    let calls: u64 = cell(&head, work, "CALLS").parse().expect("calls");
-    assert!(calls > 0, "{work:?}");
-    assert!(!["-", "0"].contains(&cell(&head, work, "CALLS/S")), "work has no calls in the interval: {work:?}");
-    assert_ne!(cell(&head, work, "CPU-MS"), "-", "work is timed: {work:?}");
-    assert!(rows.len() <= 10, "{text}");
-
-    let (head, rows) = section(&text, "LOCK WAITS").unwrap_or_else(|| panic!("no lock waits:\n{text}"));
-    let mutex = rows.iter().find(|r| cell(&head, r, "KIND") == "mutex").unwrap_or_else(|| panic!("no mutex:\n{text}"));
-    assert!(cell(&head, mutex, "OBJECT").starts_with("0x"), "{mutex:?}");
-    assert_eq!(cell(&head, mutex, "FIRST-USED-IN"), "spin", "{mutex:?}");
-    assert!(cell(&head, mutex, "CALLS").parse::<u64>().expect("calls") > 0, "{mutex:?}");
 
     // stint ls, while it runs.
     let listed = ls_json();
-    let mine: Vec<&serde_json::Value> = listed.iter().filter(|e| e["pid"] == pid).collect();
-    assert_eq!(mine.len(), 1, "stint ls --json: {listed:?}");
-    let e = mine[0];
-    assert_eq!(e["path"], path_str(&profile), "{e}");
-    assert_eq!(e["program"], "top_spin", "{e}");
-    assert_eq!(e["alive"], true, "{e}");
-    assert_eq!(e["threads"], 3, "{e}");
-    assert_eq!(e["fork_child"], false, "{e}");
-    assert!(e["ppid"].as_u64().is_some_and(|p| p == std::process::id() as u64), "{e}");
-    assert!(e["uptime_s"].as_f64().is_some_and(|s| s > 0.0 && s < 60.0), "{e}");
-    let pids: Vec<u64> = listed.iter().filter_map(|e| e["pid"].as_u64()).collect();
-    assert!(pids.windows(2).all(|w| w[0] <= w[1]), "not sorted by pid: {pids:?}");
-    let o = stint(&["ls"]);
-    assert!(o.status == 0, "{o:?}");
-    let table = o.stdout_str();
-    assert!(table.starts_with("PID "), "{table}");
-    let line = table.lines().find(|l| l.starts_with(&format!("{pid} "))).unwrap_or_else(|| panic!("{table}"));
-    assert!(line.ends_with(path_str(&profile)) && line.contains(" top_spin "), "{line:?}");
+    let table = stint(&["ls"]);
 
     // After the exit.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -184,22 +158,122 @@ fn live_program_in_top_and_ls() {
         assert!(Instant::now() < deadline, "top_spin still runs after 60 s");
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(status.success(), "top_spin: {status}");
-    let o = top_once(&profile, "0.1");
-    let text = o.stdout_str();
-    assert!(text.starts_with(&format!("program top_spin  pid {pid}  ended  ")), "{text}");
-    let (head, rows) = section(&text, "THREADS").expect("threads");
-    assert_eq!(rows.len(), 3, "{text}");
-    assert!(rows.iter().all(|r| cell(&head, r, "CPU%") == "-"), "{text}");
-    let (head, rows) = section(&text, "TOP FUNCTIONS").expect("functions");
-    assert!(rows.iter().any(|r| cell(&head, r, "FUNCTION") == "work"), "{text}");
-    assert!(ls_json().iter().all(|e| e["pid"] != pid), "stint ls still lists {pid}");
+    let ended = top_once(&profile, "0.1").stdout_str();
+    let listed_after = ls_json();
+    Live { pid, profile, before, after, text, listed, table, status, ended, listed_after }
+}
+
+/// `testbins/top_spin.c` rewritten and running, then ended: one test per part of what
+/// `top --once` and `ls` show.
+mod live_program_in_top_and_ls {
+    use super::*;
+
+    #[test]
+    fn header() {
+        let l = live();
+        let (pid, text) = (l.pid, &l.text);
+        let header = text.lines().next().unwrap_or_default();
+        assert!(
+            header.starts_with(&format!("program top_spin  pid {pid}  running  uptime ")),
+            "header {header:?}:\n{text}"
+        );
+        assert!(text.contains("\ninterval 0.3"), "{text}");
+    }
+
+    #[test]
+    fn threads() {
+        let l = live();
+        let (pid, text, before, after) = (l.pid, &l.text, &l.before, &l.after);
+        let (head, rows) = section(text, "THREADS").expect("threads");
+        assert_eq!(head[0], "TID");
+        let tids: BTreeSet<u32> = rows.iter().map(|r| cell(&head, r, "TID").parse().expect("a tid")).collect();
+        assert_eq!(rows.len(), tids.len(), "a thread listed twice:\n{text}");
+        assert_eq!(before.len(), 3, "top_spin should run main and two workers: {before:?}");
+        assert!(tids == *before && before == after, "THREADS {tids:?}, tasks of {pid}: {before:?} / {after:?}\n{text}");
+        let names: BTreeSet<&str> = rows.iter().map(|r| cell(&head, r, "NAME")).collect();
+        assert!(names.contains("spin-a") && names.contains("spin-b"), "names {names:?}\n{text}");
+        for r in &rows {
+            assert!(r.starts_with(&cell(&head, r, "TID").to_string()), "{r:?}");
+            assert_ne!(cell(&head, r, "CPU%"), "-", "{r:?}: no CPU share over the interval\n{text}");
+        }
+        let main = rows.iter().find(|r| cell(&head, r, "TID") == pid.to_string()).expect("main thread row");
+        assert_eq!(cell(&head, main, "STATE"), "BLOCKED_JOIN", "{text}");
+    }
+
+    #[test]
+    fn top_functions() {
+        let l = live();
+        let text = &l.text;
+        let (head, rows) = section(text, "TOP FUNCTIONS").expect("functions");
+        let work =
+            rows.iter().find(|r| cell(&head, r, "FUNCTION") == "work").unwrap_or_else(|| panic!("no work:\n{text}"));
+        let calls: u64 = cell(&head, work, "CALLS").parse().expect("calls");
+        assert!(calls > 0, "{work:?}");
+        assert!(!["-", "0"].contains(&cell(&head, work, "CALLS/S")), "work has no calls in the interval: {work:?}");
+        assert_ne!(cell(&head, work, "CPU-MS"), "-", "work is timed: {work:?}");
+        assert!(rows.len() <= 10, "{text}");
+    }
+
+    #[test]
+    fn lock_waits() {
+        let l = live();
+        let text = &l.text;
+        let (head, rows) = section(text, "LOCK WAITS").unwrap_or_else(|| panic!("no lock waits:\n{text}"));
+        let mutex =
+            rows.iter().find(|r| cell(&head, r, "KIND") == "mutex").unwrap_or_else(|| panic!("no mutex:\n{text}"));
+        assert!(cell(&head, mutex, "OBJECT").starts_with("0x"), "{mutex:?}");
+        assert_eq!(cell(&head, mutex, "FIRST-USED-IN"), "spin", "{mutex:?}");
+        assert!(cell(&head, mutex, "CALLS").parse::<u64>().expect("calls") > 0, "{mutex:?}");
+    }
+
+    #[test]
+    fn ls_json_while_running() {
+        let l = live();
+        let (pid, listed) = (l.pid, &l.listed);
+        let mine: Vec<&serde_json::Value> = listed.iter().filter(|e| e["pid"] == pid).collect();
+        assert_eq!(mine.len(), 1, "stint ls --json: {listed:?}");
+        let e = mine[0];
+        assert_eq!(e["path"], path_str(&l.profile), "{e}");
+        assert_eq!(e["program"], "top_spin", "{e}");
+        assert_eq!(e["alive"], true, "{e}");
+        assert_eq!(e["threads"], 3, "{e}");
+        assert_eq!(e["fork_child"], false, "{e}");
+        assert!(e["ppid"].as_u64().is_some_and(|p| p == std::process::id() as u64), "{e}");
+        assert!(e["uptime_s"].as_f64().is_some_and(|s| s > 0.0 && s < 60.0), "{e}");
+        let pids: Vec<u64> = listed.iter().filter_map(|e| e["pid"].as_u64()).collect();
+        assert!(pids.windows(2).all(|w| w[0] <= w[1]), "not sorted by pid: {pids:?}");
+    }
+
+    #[test]
+    fn ls_table_while_running() {
+        let l = live();
+        let (pid, o) = (l.pid, &l.table);
+        assert!(o.status == 0, "{o:?}");
+        let table = o.stdout_str();
+        assert!(table.starts_with("PID "), "{table}");
+        let line = table.lines().find(|l| l.starts_with(&format!("{pid} "))).unwrap_or_else(|| panic!("{table}"));
+        assert!(line.ends_with(path_str(&l.profile)) && line.contains(" top_spin "), "{line:?}");
+    }
+
+    #[test]
+    fn after_exit() {
+        let l = live();
+        let (pid, status, text) = (l.pid, l.status, &l.ended);
+        assert!(status.success(), "top_spin: {status}");
+        assert!(text.starts_with(&format!("program top_spin  pid {pid}  ended  ")), "{text}");
+        let (head, rows) = section(text, "THREADS").expect("threads");
+        assert_eq!(rows.len(), 3, "{text}");
+        assert!(rows.iter().all(|r| cell(&head, r, "CPU%") == "-"), "{text}");
+        let (head, rows) = section(text, "TOP FUNCTIONS").expect("functions");
+        assert!(rows.iter().any(|r| cell(&head, r, "FUNCTION") == "work"), "{text}");
+        assert!(l.listed_after.iter().all(|e| e["pid"] != pid), "stint ls still lists {pid}");
+    }
 }
 
 /// A synthetic profile of a process that does not exist: main, a named worker, a thread
 /// without calls.
 fn synthetic(dir: &Path) -> std::path::PathBuf {
-    use stint_profile::profile::{patch_column, synthetic_meta, write_synthetic};
+    use crate::common::synthetic::{patch_column, synthetic_meta, write_synthetic};
     let pid = 4_000_000_000u32; // beyond any pid_max; the first thread is the main thread
     let meta = synthetic_meta("srv", &[("main", "0x1139"), ("worker", "0x1189"), ("leaf", "0x1200")]);
     let mut b = write_synthetic(
@@ -217,6 +291,7 @@ fn synthetic(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn synthetic_profile_frame() {
+    let _share = cpu_share();
     let dir = fresh_dir("top-synthetic");
     let path = synthetic(&dir);
     let o = top_once(&path, "0");
@@ -260,6 +335,7 @@ one reading: totals since the start; rates need two readings
 
 #[test]
 fn errors_name_the_file() {
+    let _share = cpu_share();
     let dir = fresh_dir("top-errors");
     let missing = dir.join("missing.stint");
     let junk = dir.join("junk.stint");
@@ -305,6 +381,7 @@ fn errors_name_the_file() {
 
 #[test]
 fn help_has_examples() {
+    let _share = cpu_share();
     for cmd in ["top", "ls"] {
         let o = stint(&[cmd, "--help"]);
         assert!(o.status == 0, "{o:?}");

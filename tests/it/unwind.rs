@@ -1,6 +1,6 @@
 //! Unwind information for everything stint adds (DESIGN D5): the rewritten program's
 //! `PT_GNU_EH_FRAME` and `.eh_frame` cover the program's own code, rt-lib and every piece of
-//! generated code (`rewriter/src/unwind.rs`).
+//! generated code (`rewriter/core/src/unwind.rs`).
 //!
 //! `testbins/unwind_cancel.cpp` (built here with g++; modes in its header) is rewritten with
 //! the default spec and must behave exactly like the original, measuring and not:
@@ -14,12 +14,14 @@
 //! | readelf | `PT_GNU_EH_FRAME` lies in a PT_LOAD, no PT_LOAD is writable and executable, `readelf --debug-dump=frames` reads every entry without a complaint, and the section headers name the new copies |
 //! | strip | a stripped rewritten program still throws and cancels |
 //! | no header | a program linked without `.eh_frame_hdr` is rewritten and runs, headers unchanged |
+//!
+//! The run of each variant is made once, and its checks are tests of their own:
+//! `unwind::behaves_the_same::pie_o2::samples_unwind` and the others of `CHECKS`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use object::read::elf::{FileHeader as _, ProgramHeader as _};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -74,10 +76,44 @@ fn read_samples(path: &Path) -> (u64, u64, u64) {
     (num(1, "samples"), num(3, "added"), num(5, "reached"))
 }
 
-/// Original, rewritten measuring, rewritten not measuring: same behaviour, exit 0; and the
-/// signal handler's libgcc unwinding from added code reached its caller every time.
-fn behaves_the_same(variant: Variant) {
+/// The checks of [`behaves_the_same`], each one `#[test]` per variant.
+const CHECKS: [&str; 5] = ["original_runs", "same_output", "same_output_off", "samples_unwind", "report_invariants"];
+
+/// The failures of the checks of one variant: (check, failure).
+struct Case {
+    ctx: String,
+    problems: Vec<(&'static str, String)>,
+}
+
+/// [`behaves_the_same`] in `variant`, once per test process.
+fn case(variant: Variant) -> Arc<Case> {
+    static CASES: RunCache<Variant, Case> = OnceLock::new();
+    cached_run(&CASES, variant, &format!("{NAME} {variant}"), || behaves_the_same(variant))
+}
+
+/// The test of `check` in `variant`.
+fn check(variant: Variant, check: &str) {
+    assert!(CHECKS.contains(&check), "no check {check:?}");
+    let case = case(variant);
+    let mine: Vec<&str> = case.problems.iter().filter(|(c, _)| *c == check).map(|(_, m)| m.as_str()).collect();
+    assert!(mine.is_empty(), "{}: {check}:\n  {}", case.ctx, mine.join("\n  "));
+}
+
+/// Original, rewritten measuring, rewritten not measuring: the original exits 0 with no
+/// sample in added code (`original_runs`), the rewritten program behaves the same measuring
+/// (`same_output`) and not (`same_output_off`), the signal handler's libgcc unwinding from
+/// added code reached its caller every time (`samples_unwind`), and the one profile's
+/// report passes `report_invariants`.
+fn behaves_the_same(variant: Variant) -> Case {
+    let _share = cpu_share();
     let ctx = format!("{NAME} {variant}");
+    let mut problems: Vec<(&'static str, String)> = Vec::new();
+    let mut want = |check: &'static str, ok: bool, msg: &dyn Fn() -> String| {
+        debug_assert!(CHECKS.contains(&check));
+        if !ok {
+            problems.push((check, msg()));
+        }
+    };
     let bin = build_cpp(variant);
     let dir = fresh_dir(&format!("unwind-{variant}"));
     let out = rewrite_into(&bin, &dir, variant == Variant::NopieO0);
@@ -86,25 +122,30 @@ fn behaves_the_same(variant: Variant) {
     let samples = |n: &str| dir.join(format!("{n}.samples"));
     let original =
         Run::new(&bin, &dir).env("UNWIND_SAMPLES", path_str(&samples("original"))).timeout(RUN_TIMEOUT).run();
-    assert!(original.status == 0, "{ctx}: the original fails\n{original:?}");
+    want("original_runs", original.status == 0, &|| format!("{ctx}: the original fails\n{original:?}"));
     let (_, added, _) = read_samples(&samples("original"));
-    assert_eq!(added, 0, "{ctx}: the original has samples in added code");
+    want("original_runs", added == 0, &|| format!("{ctx}: the original has {added} samples in added code, want 0"));
     let mut measured_pid = 0;
-    for (label, profile) in [("measured", profile_template(&profiles, NAME)), ("quiet", String::new())] {
+    for (label, profile, check) in
+        [("measured", profile_template(&profiles, NAME), "same_output"), ("quiet", String::new(), "same_output_off")]
+    {
         let got = Run::new(&out, &dir)
             .env(stint_layout::ENV_PROFILE, &profile)
             .env("UNWIND_SAMPLES", path_str(&samples(label)))
             .timeout(RUN_TIMEOUT)
             .run();
-        assert!(
-            original.same_behaviour(&got),
-            "{ctx}: the rewritten program ({label}) behaves differently\n{}",
-            describe_difference("original", &original, label, &got)
-        );
+        want(check, original.same_behaviour(&got), &|| {
+            format!(
+                "{ctx}: the rewritten program ({label}) behaves differently\n{}",
+                describe_difference("original", &original, label, &got)
+            )
+        });
         let (n, added, reached) = read_samples(&samples(label));
-        assert!(added >= 50, "{ctx} {label}: only {added} of {n} samples in added code");
-        assert_eq!(reached, added, "{ctx} {label}: of {added} samples in added code, {reached} unwound to the caller");
-        eprintln!("{ctx} {label}: {n} samples, {added} in added code, all unwound to sample_loop");
+        want("samples_unwind", added >= 50, &|| format!("{ctx} {label}: only {added} of {n} samples in added code"));
+        want("samples_unwind", reached == added, &|| {
+            format!("{ctx} {label}: of {added} samples in added code, {reached} unwound to the caller, want all")
+        });
+        eprintln!("{ctx} {label}: {n} samples, {added} in added code, {reached} unwound to sample_loop");
         if label == "measured" {
             measured_pid = got.pid;
         }
@@ -113,22 +154,36 @@ fn behaves_the_same(variant: Variant) {
     assert_eq!(files.len(), 1, "{ctx}: profiles {files:?}");
     let r = report_json(&profiles.join(&files[0]));
     let bad = report_invariants(&r, NAME, measured_pid, false);
-    assert!(bad.is_empty(), "{ctx}: report: {bad:?}");
+    want("report_invariants", bad.is_empty(), &|| format!("{ctx}: report: {bad:?}"));
+    Case { ctx, problems }
 }
 
-#[test]
-fn behaves_the_same_pie_o2() {
-    behaves_the_same(Variant::PieO2);
+/// One module per variant, one `#[test]` per check of [`CHECKS`].
+macro_rules! unwind_tests {
+    ($($v:ident: $variant:expr;)*) => {
+        mod behaves_the_same {
+            $(
+                mod $v {
+                    use crate::common::Variant;
+                    unwind_tests!(@checks $variant, original_runs same_output same_output_off samples_unwind report_invariants);
+                }
+            )*
+        }
+    };
+    (@checks $variant:expr, $($check:ident)*) => {
+        $(
+            #[test]
+            fn $check() {
+                super::super::check($variant, stringify!($check));
+            }
+        )*
+    };
 }
 
-#[test]
-fn behaves_the_same_nopie_o0_traps() {
-    behaves_the_same(Variant::NopieO0);
-}
-
-#[test]
-fn behaves_the_same_pie_o2_stripped() {
-    behaves_the_same(Variant::PieO2Stripped);
+unwind_tests! {
+    pie_o2: Variant::PieO2;
+    nopie_o0_traps: Variant::NopieO0;
+    pie_o2_stripped: Variant::PieO2Stripped;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -179,6 +234,7 @@ fn sections(file: &Path, name: &str) -> Vec<(u64, u64)> {
 
 #[test]
 fn headers_describe_the_new_tables() {
+    let _share = cpu_share();
     for variant in [Variant::PieO2, Variant::NopieO0] {
         let ctx = format!("{NAME} {variant}");
         let bin = build_cpp(variant);
@@ -232,6 +288,7 @@ fn headers_describe_the_new_tables() {
 
 #[test]
 fn stripped_rewritten_program_still_unwinds() {
+    let _share = cpu_share();
     let bin = build_cpp(Variant::PieO2);
     let dir = fresh_dir("unwind-strip");
     let out = rewrite_into(&bin, &dir, false);
@@ -256,6 +313,7 @@ fn stripped_rewritten_program_still_unwinds() {
 /// they are (no PT_GNU_EH_FRAME appears) and runs.
 #[test]
 fn program_without_eh_frame_hdr() {
+    let _share = cpu_share();
     let dir = fresh_dir("unwind-nohdr");
     let src = testbins_dir().join("calltree.c");
     let bin = dir.join("calltree");
@@ -317,6 +375,7 @@ fn backtraces(out: &str) -> Vec<Vec<&str>> {
 
 #[test]
 fn gdb_backtraces_through_added_code() {
+    let _share = cpu_share();
     if std::process::Command::new("gdb").arg("--version").output().is_err() {
         assert!(!under_ci(), "gdb is not installed");
         eprintln!("no gdb; skipped");

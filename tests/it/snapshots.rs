@@ -4,17 +4,15 @@
 //!
 //! Addresses, pids, tids, times and temporary paths are redacted, so a snapshot changes
 //! only when what stint finds, plans or counts changes. Snapshots live in
-//! `tests/snapshots/`; after an intended change, regenerate them with
+//! `tests/it/snapshots/`; after an intended change, regenerate them with
 //!
 //! ```text
-//! INSTA_UPDATE=always cargo test --release -p stint --test snapshots
+//! INSTA_UPDATE=always cargo test --release -p stint --test it -- snapshots::
 //! ```
 //!
 //! and review the diff before committing.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -172,6 +170,7 @@ fn with_snapshot_settings(f: impl FnOnce()) {
 /// The plan of calltree pie-O0: functions found, points and tactics, summary.
 #[test]
 fn inspect_calltree_pie_o0() {
+    let _share = cpu_share();
     let p = program("calltree");
     let bin = build(&p, Variant::PieO0);
     let mut v = inspect_json(&bin);
@@ -184,7 +183,7 @@ fn inspect_calltree_pie_o0() {
 fn calltree_profile() -> PathBuf {
     let p = program("calltree");
     let bin = build(&p, Variant::PieO0);
-    let out = run_root().join("rewritten").join("pie-O0").join("calltree");
+    let out = run_root().join("snapshots").join("rewritten").join("pie-O0").join("calltree");
     static REWRITE: std::sync::Once = std::sync::Once::new();
     REWRITE.call_once(|| rewrite(&bin, &out));
     let profiles = fresh_dir("profiles-snapshot");
@@ -202,6 +201,7 @@ fn calltree_profile() -> PathBuf {
 /// The profile of one run of calltree pie-O0 as JSON.
 #[test]
 fn report_json_calltree_pie_o0() {
+    let _share = cpu_share();
     let file = calltree_profile();
     let mut json = report_json(&file);
     redact_json(&mut json, None, &run_root().to_string_lossy());
@@ -211,6 +211,7 @@ fn report_json_calltree_pie_o0() {
 /// The profile of one run of calltree pie-O0 as a table (`stint report`).
 #[test]
 fn report_table_calltree_pie_o0() {
+    let _share = cpu_share();
     let file = calltree_profile();
     let json = report_json(&file);
     let pids: Vec<u64> = ["pid", "ppid"].iter().filter_map(|k| json.get(*k).and_then(|x| x.as_u64())).collect();

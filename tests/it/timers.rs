@@ -43,21 +43,25 @@
 //! | `unwind.cpp` | a C++ exception thrown through 3 instrumented frames, a destructor run by the unwinder; `abandoned_frames` = 3 per throw. Built here with g++ (the harness builds `*.c` only) |
 //! | `sigstorm.c` | a 10 kHz SIGALRM storm whose handler runs instrumented code, while 200 threads come and go; no deadlock, exact calls, lost events accounted for |
 //!
-//! One `#[test]` per program and variant; every program runs in `pie-O2` (which also has the
-//! sibling calls `recurse` needs) and `nopie-O0`, as its `//# variants:` directive says;
-//! `every_timer_program_is_tested` keeps the list in step with the directives. The cases
-//! of this file take turns (one lock around build, rewrite and runs), so the tests do not
-//! steal each other's CPU. The programs read their wall clock nearest the measured call and
+//! Every program runs in `pie-O2` (which also has the sibling calls `recurse` needs) and
+//! `nopie-O0`, as its `//# variants:` directive says; `every_timer_program_is_tested` keeps
+//! the list in step with the directives. Each (program, variant, mode) runs once, in
+//! whichever of its tests comes first, and each check is its own `#[test]`
+//! (`common::checks`): `timers::recurse::pie_o2::same_output`, `…::tail_calls`. Every case
+//! has the checks of its runs (`exit_status`, `same_output`, `same_output_off`,
+//! `side_files_agree`) and those `check_common` makes on every report (`report_invariants`,
+//! `tsc_hz`, `thread_fields`, `inside_root`, `cpu_within_wall`), then those its program's
+//! check function names (the list in `timer_tests!`). The cases take turns (one lock around
+//! build, rewrite and runs: `common::cpu_turn`, shared with `locks`, `control` and `top`),
+//! so the tests do not steal each other's CPU. The programs read their wall clock nearest the measured call and
 //! their CPU clock (a system call, where a thread switch is likely) outside it, so a switch
 //! there does not count as wall time of the call (`testbins/timing.h`).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// A run that takes longer is killed (a deadlock in the runtime) and fails the test.
@@ -81,9 +85,6 @@ fn tol_shadow(ns: f64) -> f64 {
 }
 const TOL_SHADOW: &str = "10 % + 2 ms";
 
-/// Serialises the cases of this test binary (build, rewrite and runs).
-static TIMED: Mutex<()> = Mutex::new(());
-
 // ---------------------------------------------------------------------------------------
 // Programs, builds, runs
 // ---------------------------------------------------------------------------------------
@@ -100,12 +101,38 @@ struct Case {
     report: Value,
     /// The side file of the rewritten run.
     times: Times,
+    /// The build variant.
+    variant: Variant,
+    /// The program's arguments, joined (`sigstorm`'s mode).
+    mode: String,
+    /// The failures of the checks on the runs themselves ([`RUN_CHECKS`]), by check.
+    run_problems: Vec<(&'static str, String)>,
+}
+
+/// The checks on the three runs of a case, made by `run_case`.
+const RUN_CHECKS: [&str; 4] = ["exit_status", "same_output", "same_output_off", "side_files_agree"];
+
+/// The run of `name` in `variant` with `args`: made once per test process (under the CPU
+/// turn) by the first check that needs it.
+fn case(name: &'static str, variant: &str, args: &'static [&'static str]) -> Arc<Case> {
+    static CASES: RunCache<(&'static str, Variant, &'static [&'static str]), Case> = OnceLock::new();
+    let v = Variant::parse(variant).unwrap_or_else(|| panic!("unknown variant {variant}"));
+    let what = format!("{name} {variant} {}", args.join(" "));
+    cached_run(&CASES, (name, v, args), what.trim_end(), || run_case(name, v, args))
+}
+
+/// The test of one of [`RUN_CHECKS`] on a case.
+fn run_check(case: &Case, check: &str) {
+    assert!(RUN_CHECKS.contains(&check), "{}: no run check {check:?}", case.ctx);
+    let problems: Vec<&str> = case.run_problems.iter().filter(|(c, _)| *c == check).map(|(_, m)| m.as_str()).collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// Build `name` in `variant`, rewrite it, and run the original, the rewritten program
 /// measuring, and the rewritten program with measurement off (`STINT_PROFILE=`), one after
-/// the other, with `args` and `TIMES_FILE` set. Checks the original's exit status, that all
-/// three behave the same, and that exactly one profile was written.
+/// the other, with `args` and `TIMES_FILE` set. Checks the original's exit status and that
+/// all three behave the same (recorded in `run_problems`), and that exactly one profile was
+/// written.
 fn run_case(name: &str, variant: Variant, args: &[&str]) -> Case {
     let p = program(name);
     let mode = args.join(" ");
@@ -113,13 +140,13 @@ fn run_case(name: &str, variant: Variant, args: &[&str]) -> Case {
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
     // One case at a time, builds included: on a small machine a compiler running next to a
     // measured program adds milliseconds of preemption to its wall times.
-    let _turn = TIMED.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = cpu_turn();
     let bin = build(&p, variant);
     let syms = text_symbols(&bin);
     check_program_shape(&ctx, name, variant, &bin);
 
     let label = format!("{name}-{variant}{}", if mode.is_empty() { String::new() } else { format!("-{mode}") });
-    let out = run_root().join("rewritten").join(&label).join(name);
+    let out = run_root().join("timers").join("rewritten").join(&label).join(name);
     // -O0 code returns through `leave; ret` epilogues that are jump targets and too short for
     // a jump: only the trap tactic times those functions, so the -O0 variants are rewritten
     // with --traps and test it end to end (every function's exits must be patched).
@@ -159,38 +186,45 @@ fn run_case(name: &str, variant: Variant, args: &[&str]) -> Case {
             .run();
         (original, measured, quiet)
     };
-    assert!(
-        original.status == p.exit,
-        "{ctx}: the original exits with {}, the directives say `exit: {}`\n{original:?}",
-        original.status,
-        p.exit
-    );
-    assert!(
-        original.same_behaviour(&measured),
-        "{ctx}: the rewritten program (STINT_PROFILE={template}) behaves differently\n{}",
-        describe_difference("original", &original, "rewritten", &measured)
-    );
-    assert!(
-        original.same_behaviour(&quiet),
-        "{ctx}: the rewritten program with STINT_PROFILE= (off) behaves differently\n{}",
-        describe_difference("original", &original, "rewritten, off", &quiet)
-    );
+    let mut run_problems = Vec::new();
+    let mut want = |check: &'static str, ok: bool, msg: &dyn Fn() -> String| {
+        if !ok {
+            run_problems.push((check, msg()));
+        }
+    };
+    want("exit_status", original.status == p.exit, &|| {
+        format!(
+            "{ctx}: the original exits with {}, the directives say `exit: {}`\n{original:?}",
+            original.status, p.exit
+        )
+    });
+    want("same_output", original.same_behaviour(&measured), &|| {
+        format!(
+            "{ctx}: the rewritten program (STINT_PROFILE={template}) behaves differently\n{}",
+            describe_difference("original", &original, "rewritten", &measured)
+        )
+    });
+    want("same_output_off", original.same_behaviour(&quiet), &|| {
+        format!(
+            "{ctx}: the rewritten program with STINT_PROFILE= (off) behaves differently\n{}",
+            describe_difference("original", &original, "rewritten, off", &quiet)
+        )
+    });
     let original_times = Times::read(&orig_times).unwrap_or_else(|e| panic!("{ctx}: the original's side file: {e}"));
     let times = Times::read(&rw_times).unwrap_or_else(|e| panic!("{ctx}: the rewritten program's side file: {e}"));
     let keys = |t: &Times| t.rows.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
     let (mut k1, mut k2) = (keys(&original_times), keys(&times));
     k1.sort();
     k2.sort();
-    assert!(
-        k1 == k2,
-        "{ctx}: the side files of the original and the rewritten run have different lines: {k1:?} / {k2:?}"
-    );
+    want("side_files_agree", k1 == k2, &|| {
+        format!("{ctx}: the side files of the original and the rewritten run have different lines: {k1:?} / {k2:?}")
+    });
 
     let files = dir_entries(&profiles);
     let want = format!("{name}.{}.stint", measured.pid);
     assert!(files == [want.clone()], "{ctx}: profiles {files:?} in {}, want just {want}", profiles.display());
     let report = report_json(&profiles.join(&want));
-    Case { ctx, p, bin, syms, measured_pid: measured.pid, report, times }
+    Case { ctx, p, bin, syms, measured_pid: measured.pid, report, times, variant, mode, run_problems }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -331,26 +365,38 @@ struct Func {
     addr: u64,
 }
 
-/// Collects the failed checks of one case, then fails the test with all of them, the
-/// side file, the report and the plan of the functions involved.
+/// Collects the failed checks of one case, each under the check (section) it belongs to,
+/// and the functions the checks named; the tests of the case's checks then fail on theirs
+/// with the side file, the report and the plan of those functions (`common::checks`).
 struct Checker<'c> {
     case: &'c Case,
-    bad: Vec<String>,
-    seen: HashSet<String>,
+    found: Findings,
     /// Functions named by checks, for the inspect excerpt of a failure.
     used: Vec<u64>,
 }
 
+/// What a program's check function found.
+struct Checked {
+    found: Findings,
+    /// Addresses of the functions the checks named.
+    used: Vec<u64>,
+}
+
 impl<'c> Checker<'c> {
+    /// A checker whose failures go to the check `report_invariants` until
+    /// [`Checker::section`].
     fn new(case: &'c Case) -> Self {
-        Checker { case, bad: Vec::new(), seen: HashSet::new(), used: Vec::new() }
+        Checker { case, found: Findings::new("report_invariants"), used: Vec::new() }
+    }
+
+    /// The checks from here on belong to the check `name` (one `#[test]`).
+    fn section(&mut self, name: &str) {
+        self.found.section(name);
     }
 
     /// Record a failed check (once: the same failure found twice is listed once).
     fn fail(&mut self, msg: String) {
-        if self.seen.insert(msg.clone()) {
-            self.bad.push(msg);
-        }
+        self.found.fail(msg);
     }
 
     /// The function `name` of the build (nm name; for C++ the mangled name).
@@ -476,30 +522,25 @@ impl<'c> Checker<'c> {
         v
     }
 
-    /// Fail the test if any check failed.
-    fn finish(self) {
-        if self.bad.is_empty() {
-            return;
-        }
-        let case = self.case;
-        let points = inspect_points(&case.bin, &self.used);
-        const SHOWN: usize = 80;
-        let mut list = self.bad[..self.bad.len().min(SHOWN)].join("\n  - ");
-        if self.bad.len() > SHOWN {
-            list += &format!("\n  ... and {} more", self.bad.len() - SHOWN);
-        }
-        panic!(
-            "{}: {} check(s) failed (profile of pid {}):\n  - {}\n--- side file of the rewritten run ---\n{}\n--- report ---\n{}\n\
+    fn finish(self) -> Checked {
+        Checked { found: self.found, used: self.used }
+    }
+}
+
+/// The test of check `section` of `program` (a check function) on `case`; `listed` are
+/// the checks the tests name for it.
+fn section_check(case: &Case, program: fn(&Case) -> Checked, section: &str, listed: &[&str]) {
+    let checked = program(case);
+    checked.found.verdict(&case.ctx, section, listed, || {
+        format!(
+            "profile of pid {}\n--- side file of the rewritten run ---\n{}\n--- report ---\n{}\n\
              --- stint inspect: points of the checked functions ---\n{}",
-            case.ctx,
-            self.bad.len(),
             case.measured_pid,
-            list,
             excerpt(case.times.text.as_bytes(), 3000),
             excerpt(serde_json::to_string_pretty(&case.report).unwrap_or_default().as_bytes(), 12000),
-            points
-        );
-    }
+            inspect_points(&case.bin, &checked.used)
+        )
+    });
 }
 
 /// How far a profile's `tsc_hz` may be from the frequency this test measures.
@@ -567,12 +608,14 @@ fn inspect_points(bin: &Path, addrs: &[u64]) -> String {
 /// functions not checked against the root (they may run outside it).
 fn check_common(c: &mut Checker, exempt_from_root: &[&str], allow_skipped_reentrant: bool) {
     let case = c.case;
+    c.section("report_invariants");
     for m in report_invariants(&case.report, &case.p.name, case.measured_pid, false) {
         if allow_skipped_reentrant && m.starts_with("skipped_reentrant is") {
             continue;
         }
         c.fail(format!("report: {m}"));
     }
+    c.section("tsc_hz");
     match case.report.get("tsc_hz").and_then(Value::as_u64) {
         Some(hz) if hz > 0 => {
             // Every wall time is TSC ticks / tsc_hz: a calibration off by x % puts every
@@ -601,6 +644,7 @@ fn check_common(c: &mut Checker, exempt_from_root: &[&str], allow_skipped_reentr
     let exempt: Vec<u64> = exempt_from_root.iter().filter_map(|n| case.syms.get(*n).copied()).collect();
     for t in c.threads() {
         let tid = t.get("tid").cloned().unwrap_or(Value::Null);
+        c.section("thread_fields");
         match t.get("clock_source").and_then(Value::as_str) {
             Some("perf-task-clock+tsc" | "clock_gettime") => {}
             _ => c.fail(format!(
@@ -622,6 +666,7 @@ fn check_common(c: &mut Checker, exempt_from_root: &[&str], allow_skipped_reentr
                 }
             }
         }
+        c.section("inside_root");
         let is_main = t.get("main").and_then(Value::as_bool) == Some(true);
         let root = if is_main { Some(main_fn.clone()) } else { worker_fn.clone() };
         let root_wall = match &root {
@@ -635,6 +680,7 @@ fn check_common(c: &mut Checker, exempt_from_root: &[&str], allow_skipped_reentr
         for e in funcs {
             let name = e.get("name").and_then(Value::as_str).unwrap_or("?");
             let addr = e.get("address").and_then(Value::as_str).unwrap_or("?");
+            c.section("cpu_within_wall");
             let ns = [c.ns(&tid, e, "cpu_ns", true), c.ns(&tid, e, "wall_ns", true)];
             if let (Some(cpu), Some(wall)) = (ns[0], ns[1]) {
                 let tol = tol_direct(wall);
@@ -652,6 +698,7 @@ fn check_common(c: &mut Checker, exempt_from_root: &[&str], allow_skipped_reentr
                     ));
                 }
             }
+            c.section("inside_root");
             let a = u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok();
             let skip =
                 a.is_none() || a == start || a == root.as_ref().map(|r| r.addr) || exempt.contains(&a.unwrap_or(0));
@@ -673,6 +720,7 @@ fn check_common(c: &mut Checker, exempt_from_root: &[&str], allow_skipped_reentr
 /// matched by address.
 fn check_directives(c: &mut Checker) {
     let case = c.case;
+    c.section("directives");
     let threads = c.threads();
     for e in &case.p.expects {
         let at = format!("line {}: expect: ", e.line);
@@ -723,6 +771,7 @@ fn check_directives(c: &mut Checker) {
 
 /// `abandoned_frames` of the main thread must be exactly `n`.
 fn check_abandoned(c: &mut Checker, n: u64, why: &str) {
+    c.section("abandoned_frames");
     let Some(m) = c.main_thread() else { return };
     if let Some(got) = c.thread_u64(m, "abandoned_frames") {
         if got != n {
@@ -736,9 +785,8 @@ fn check_abandoned(c: &mut Checker, n: u64, why: &str) {
 // ---------------------------------------------------------------------------------------
 
 /// timers.c: `burn` on three threads, `nap` on main, against the program's own clocks.
-fn check_timers(variant: Variant) {
-    let case = run_case("timers", variant, &[]);
-    let mut c = Checker::new(&case);
+fn check_timers(case: &Case) -> Checked {
+    let mut c = Checker::new(case);
     check_common(&mut c, &[], false);
     check_directives(&mut c);
     let (burn, worker, nap, main_fn) = (c.func("burn"), c.func("worker"), c.func("nap"), c.func("main"));
@@ -746,8 +794,11 @@ fn check_timers(variant: Variant) {
     let burns = case.times.by_tid("burn");
     assert!(burns.len() == 3, "{}: side file: want burn lines from 3 threads:\n{}", case.ctx, case.times.text);
     for (tid, (cpu, wall, n)) in burns {
+        c.section("burn_threads");
         let Some(t) = c.thread_by_tid(tid, "burn") else { continue };
+        c.section("burn_calls");
         c.calls_eq(t, &burn, n as u64, "the program's burn lines");
+        c.section("burn_times");
         let what = format!("tid {tid}: burn");
         let p_cpu = c.time(t, &burn, "cpu_ns");
         let p_wall = c.time(t, &burn, "wall_ns");
@@ -771,6 +822,7 @@ fn check_timers(variant: Variant) {
                 ));
             }
         }
+        c.section("burn_inside_worker");
         let (w_cpu, w_wall) = (c.time(t, &worker, "cpu_ns"), c.time(t, &worker, "wall_ns"));
         c.at_most(&format!("tid {tid}: burn cpu_ns against worker"), p_cpu, w_cpu, NEST_SLACK_NS, "worker calls burn");
         c.at_most(
@@ -783,6 +835,7 @@ fn check_timers(variant: Variant) {
     }
 
     let (nap_tid, nap_cpu, nap_wall) = case.times.one_thread("nap");
+    c.section("nap");
     if let Some(t) = c.thread_by_tid(nap_tid, "nap") {
         if t.get("main").and_then(Value::as_bool) != Some(true) {
             c.fail(format!("tid {nap_tid} (the program's main thread) is not the report's main thread"));
@@ -809,6 +862,7 @@ fn check_timers(variant: Variant) {
         });
         let (pm_cpu, pm_wall) = (c.time(t, &main_fn, "cpu_ns"), c.time(t, &main_fn, "wall_ns"));
         c.at_most("nap wall_ns against main", p_wall, pm_wall, NEST_SLACK_NS, "main calls nap");
+        c.section("main_times");
         // main's own measurement starts after main's entry and stops before it writes the
         // side file and prints: the profile may be a little longer, never shorter.
         c.near("main cpu_ns", pm_cpu, m_cpu, tol_direct(m_cpu), TOL_DIRECT);
@@ -821,23 +875,23 @@ fn check_timers(variant: Variant) {
             "main measures inside its own activation",
         );
     }
-    c.finish();
+    c.finish()
 }
 
 /// recurse.c: recursion counted once per outermost activation; sibling calls close the
 /// caller's frame.
-fn check_recurse(variant: Variant) {
-    let case = run_case("recurse", variant, &[]);
-    let mut c = Checker::new(&case);
+fn check_recurse(case: &Case) -> Checked {
+    let mut c = Checker::new(case);
     check_common(&mut c, &[], false);
     check_directives(&mut c);
+    c.section("recursion_counted_once");
     let Some(m) = c.main_thread() else { return c.finish() };
     let f: HashMap<&str, Func> = ["rec", "is_even", "is_odd", "ping", "pong", "tail_a", "tail_b", "tail_c"]
         .into_iter()
         .map(|n| (n, c.func(n)))
         .collect();
     let t = |c: &mut Checker, name: &str, key: &str| c.time(m, &f[name], key);
-    let sibling = sibling_calls(variant);
+    let sibling = sibling_calls(case.variant);
 
     // rec and is_even are their own outermost callers: their inclusive time is the time
     // main measured around the outermost calls; counted per level, it would be ~20 times that.
@@ -851,6 +905,7 @@ fn check_recurse(variant: Variant) {
     c.at_most("is_odd wall_ns against is_even", odd, even, NEST_SLACK_NS, "is_odd runs only inside is_even");
 
     // ping/pong: 15 levels each with the same spin.
+    c.section("ping_pong");
     let (_, _, ping_wall) = case.times.one_thread("ping");
     let (p_ping, p_pong) = (t(&mut c, "ping", "wall_ns"), t(&mut c, "pong", "wall_ns"));
     if sibling {
@@ -878,6 +933,7 @@ fn check_recurse(variant: Variant) {
 
     // tail_a -> tail_b -> tail_c: with sibling calls each function's time is its own spin;
     // with real calls each includes the ones it calls.
+    c.section("tail_calls");
     let (_, _, tail_wall) = case.times.one_thread("tail");
     let spans: Vec<f64> = ["tail_a", "tail_b", "tail_c"].iter().map(|k| case.times.one_thread(k).2).collect();
     let mut sum = Some(0.0);
@@ -907,7 +963,7 @@ fn check_recurse(variant: Variant) {
             "sibling calls do not overlap",
         );
     }
-    c.finish();
+    c.finish()
 }
 
 /// longjmp.c and unwind.cpp: frames left without a ret are closed at the next event above
@@ -916,7 +972,7 @@ fn check_recurse(variant: Variant) {
 /// latest moment it may be closed (from the clock read at its top to the first event above
 /// it that the program can time); `extra_calls` more (nm name, calls) pairs of the main
 /// thread to check.
-fn check_left_frames(case: &Case, outer: &str, left: [(&str, &str, &str); 3], extra_calls: &[(&str, u64)]) {
+fn check_left_frames(case: &Case, outer: &str, left: [(&str, &str, &str); 3], extra_calls: &[(&str, u64)]) -> Checked {
     const JUMPS: u64 = 50;
     let mut c = Checker::new(case);
     check_common(&mut c, &[], false);
@@ -926,11 +982,13 @@ fn check_left_frames(case: &Case, outer: &str, left: [(&str, &str, &str); 3], ex
         3 * JUMPS,
         &format!("{}, {} and {} are left without a ret on each of the {JUMPS} jumps", left[0].0, left[1].0, left[2].0),
     );
+    c.section("calls");
     let Some(m) = c.main_thread() else { return c.finish() };
     for (name, n) in extra_calls {
         let f = c.func(name);
         c.calls_eq(m, &f, *n, "called once per jump");
     }
+    c.section("outer_and_after");
     let outer_f = c.func(outer);
     let after = c.func("after");
     let (_, cpu, wall) = case.times.one_thread(outer);
@@ -949,6 +1007,7 @@ fn check_left_frames(case: &Case, outer: &str, left: [(&str, &str, &str); 3], ex
         NEST_SLACK_NS,
         &format!("{outer} calls after"),
     );
+    c.section("left_frames");
     let mut caller = (outer.to_string(), p_wall);
     for (name, early, late) in left {
         let f = c.func(name);
@@ -973,40 +1032,38 @@ fn check_left_frames(case: &Case, outer: &str, left: [(&str, &str, &str); 3], ex
         c.at_most(&format!("{name} wall_ns against {}", caller.0), got, caller.1, NEST_SLACK_NS, "called by it");
         caller = (name.to_string(), got);
     }
-    c.finish();
+    c.finish()
 }
 
-fn check_longjmp(variant: Variant) {
-    let case = run_case("longjmp", variant, &[]);
+fn check_longjmp(case: &Case) -> Checked {
     // g, h and k close at after()'s entry, right after the landing.
-    check_left_frames(&case, "f", [("g", "g", "g"), ("h", "h", "h"), ("k", "k", "k")], &[]);
+    check_left_frames(case, "f", [("g", "g", "g"), ("h", "h", "h"), ("k", "k", "k")], &[])
 }
 
-fn check_unwind(variant: Variant) {
-    let case = run_case("unwind", variant, &[]);
+fn check_unwind(case: &Case) -> Checked {
     // d closes at the entry of ~Guard (called by the unwinder in b's landing pad), c there
     // (same stack pointer) or at after()'s entry, b at after()'s entry (see unwind.cpp).
     // Guard's constructor and destructor (C1/C2 and D1/D2 share an address) are counted.
     check_left_frames(
-        &case,
+        case,
         "a",
         [("b", "b", "b"), ("c", "c", "c_late"), ("d", "d", "d")],
         &[("_ZN5GuardC2Ev", 50), ("_ZN5GuardD2Ev", 50)],
-    );
+    )
 }
 
 /// sigstorm.c in one mode (`main` or `workers`: who takes the signals).
-fn check_sigstorm(variant: Variant, mode: &str) {
+fn check_sigstorm(case: &Case) -> Checked {
     const THREADS: usize = 200;
     const WORKS: u64 = 50;
-    let to_workers = mode == "workers";
-    let case = run_case("sigstorm", variant, &[mode]);
-    let mut c = Checker::new(&case);
+    let to_workers = case.mode == "workers";
+    let mut c = Checker::new(case);
     // With handlers on workers, on_alarm and tick may run on a thread before its start
     // routine or after it returned.
     let exempt: &[&str] = if to_workers { &["on_alarm", "tick"] } else { &[] };
     check_common(&mut c, exempt, to_workers);
     let (work, worker, tick, on_alarm) = (c.func("work"), c.func("worker"), c.func("tick"), c.func("on_alarm"));
+    c.section("side_file");
     let handler = case.times.count("handler");
     if case.times.count("tick") != handler {
         c.fail(format!("side file: tick {} != handler {handler}", case.times.count("tick")));
@@ -1015,6 +1072,7 @@ fn check_sigstorm(variant: Variant, mode: &str) {
         c.fail("the program saw no SIGALRM at all".into());
     }
 
+    c.section("worker_threads");
     let threads = c.threads();
     let others: Vec<&Value> = threads.iter().filter(|t| t.get("main").and_then(Value::as_bool) != Some(true)).collect();
     if others.len() != THREADS {
@@ -1040,9 +1098,11 @@ fn check_sigstorm(variant: Variant, mode: &str) {
             "worker calls work",
         );
     }
+    c.section("main_no_work");
     if let Some(m) = c.main_thread() {
         c.calls_eq(m, &work, 0, "main does not call work");
     }
+    c.section("tick_inside_on_alarm");
     for t in threads {
         // tick runs only inside on_alarm.
         let (tk, oa) = (Checker::calls(t, &tick), Checker::calls(t, &on_alarm));
@@ -1068,6 +1128,7 @@ fn check_sigstorm(variant: Variant, mode: &str) {
     // Every handler run either counts tick (and on_alarm) or, when it interrupted its
     // thread's registration, loses all its events (entries and exits of on_alarm and tick:
     // 1 to 4 events) into skipped_reentrant.
+    c.section("lost_events");
     let ticks: u64 = threads.iter().map(|t| Checker::calls(t, &tick)).sum();
     let skipped = case.report.get("skipped_reentrant").and_then(Value::as_u64);
     let totals = format!(
@@ -1107,26 +1168,107 @@ fn check_sigstorm(variant: Variant, mode: &str) {
         check_directives(&mut c);
     }
     eprintln!("{}: {totals}", case.ctx);
-    c.finish();
+    c.finish()
 }
 
 // ---------------------------------------------------------------------------------------
 // The tests
 // ---------------------------------------------------------------------------------------
 
-program_tests! {
-    timers_pie_o2: "timers" "pie-O2" => check_timers;
-    timers_nopie_o0: "timers" "nopie-O0" => check_timers;
-    recurse_pie_o2: "recurse" "pie-O2" => check_recurse;
-    recurse_nopie_o0: "recurse" "nopie-O0" => check_recurse;
-    longjmp_pie_o2: "longjmp" "pie-O2" => check_longjmp;
-    longjmp_nopie_o0: "longjmp" "nopie-O0" => check_longjmp;
-    unwind_pie_o2: "unwind" "pie-O2" => check_unwind;
-    unwind_nopie_o0: "unwind" "nopie-O0" => check_unwind;
-    sigstorm_main_pie_o2: "sigstorm" "pie-O2" => |v| check_sigstorm(v, "main");
-    sigstorm_main_nopie_o0: "sigstorm" "nopie-O0" => |v| check_sigstorm(v, "main");
-    sigstorm_workers_pie_o2: "sigstorm" "pie-O2" => |v| check_sigstorm(v, "workers");
-    sigstorm_workers_nopie_o0: "sigstorm" "nopie-O0" => |v| check_sigstorm(v, "workers");
+/// One module per (program, mode) and in it one per variant, holding one `#[test]` per
+/// check: the checks on the runs (`RUN_CHECKS`), the ones `check_common` makes on every
+/// report, and the program's own, which are the sections of its check function. `LISTED`
+/// names every (program, variant).
+macro_rules! timer_tests {
+    ($($mode:ident: $prog:literal $args:expr => $check:ident [$($v:ident: $vname:literal),*] $checks:tt;)*) => {
+        $(
+            mod $mode {
+                use super::*;
+                timer_tests!(@variants $prog ($args) $check [$($v $vname),*] $checks);
+            }
+        )*
+        /// (program, variant) of every case above.
+        const LISTED: &[(&str, &str)] = &[$($(($prog, $vname)),*),*];
+    };
+    (@variants $prog:literal $args:tt $check:ident [$($v:ident $vname:literal),*] $checks:tt) => {
+        $(
+            mod $v {
+                use super::*;
+                timer_tests!(@checks $prog $vname $args $check $checks);
+            }
+        )*
+    };
+    (@checks $prog:literal $vname:literal $args:tt $check:ident [$($name:ident),*]) => {
+        /// The checks of the report: `check_common`'s, then the program's.
+        const CHECKS: &[&str] = &[
+            "report_invariants",
+            "tsc_hz",
+            "thread_fields",
+            "inside_root",
+            "cpu_within_wall",
+            $(stringify!($name)),*
+        ];
+        fn this_case() -> Arc<Case> {
+            case($prog, $vname, $args)
+        }
+        #[test]
+        fn exit_status() {
+            run_check(&this_case(), "exit_status");
+        }
+        #[test]
+        fn same_output() {
+            run_check(&this_case(), "same_output");
+        }
+        #[test]
+        fn same_output_off() {
+            run_check(&this_case(), "same_output_off");
+        }
+        #[test]
+        fn side_files_agree() {
+            run_check(&this_case(), "side_files_agree");
+        }
+        #[test]
+        fn report_invariants() {
+            section_check(&this_case(), $check, "report_invariants", CHECKS);
+        }
+        #[test]
+        fn tsc_hz() {
+            section_check(&this_case(), $check, "tsc_hz", CHECKS);
+        }
+        #[test]
+        fn thread_fields() {
+            section_check(&this_case(), $check, "thread_fields", CHECKS);
+        }
+        #[test]
+        fn inside_root() {
+            section_check(&this_case(), $check, "inside_root", CHECKS);
+        }
+        #[test]
+        fn cpu_within_wall() {
+            section_check(&this_case(), $check, "cpu_within_wall", CHECKS);
+        }
+        $(
+            #[test]
+            fn $name() {
+                section_check(&this_case(), $check, stringify!($name), CHECKS);
+            }
+        )*
+    };
+}
+
+timer_tests! {
+    timers: "timers" &[] => check_timers [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [directives, burn_threads, burn_calls, burn_times, burn_inside_worker, nap, main_times];
+    recurse: "recurse" &[] => check_recurse [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [directives, recursion_counted_once, ping_pong, tail_calls];
+    longjmp: "longjmp" &[] => check_longjmp [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [directives, abandoned_frames, calls, outer_and_after, left_frames];
+    unwind: "unwind" &[] => check_unwind [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [directives, abandoned_frames, calls, outer_and_after, left_frames];
+    sigstorm_main: "sigstorm" &["main"] => check_sigstorm [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [side_file, worker_threads, main_no_work, tick_inside_on_alarm, lost_events, directives];
+    sigstorm_workers: "sigstorm" &["workers"] => check_sigstorm [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [side_file, worker_threads, main_no_work, tick_inside_on_alarm, lost_events];
 }
 
 /// The list above covers each program of this file in exactly the variants its

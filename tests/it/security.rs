@@ -2,9 +2,7 @@
 //! without following symlinks. A rewritten program that cannot create its profile says so in
 //! one line on stderr and otherwise runs exactly like the original, unmeasured.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,6 +33,7 @@ fn assert_refused(out: &std::process::Output, profile: &Path, reason: &str) {
 
 #[test]
 fn profile_is_private_and_exclusive() {
+    let _share = cpu_share();
     let dir = fresh_dir("security-mode");
     let (_, out) = hello(&dir);
     let profile = dir.join("p.stint");
@@ -50,6 +49,7 @@ fn profile_is_private_and_exclusive() {
 
 #[test]
 fn profile_path_symlink_is_not_followed() {
+    let _share = cpu_share();
     let dir = fresh_dir("security-symlink");
     let (_, out) = hello(&dir);
     let victim = dir.join("victim.txt");
@@ -71,6 +71,7 @@ fn profile_path_symlink_is_not_followed() {
 
 #[test]
 fn empty_profile_variable_turns_measurement_off() {
+    let _share = cpu_share();
     let dir = fresh_dir("security-off");
     let (_, out) = hello(&dir);
     let o = Command::new(&out).env("STINT_PROFILE", "").current_dir(&dir).output().unwrap();
@@ -84,6 +85,7 @@ fn empty_profile_variable_turns_measurement_off() {
 /// measure nothing, silently. Needs root (to make a setuid-root file and drop to nobody).
 #[test]
 fn setuid_process_ignores_stint_variables() {
+    let _share = cpu_share();
     // /proc/self belongs to the effective user.
     let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
     if !root || Command::new("setpriv").arg("--version").output().is_err() {
@@ -130,6 +132,7 @@ fn setuid_process_ignores_stint_variables() {
 /// line, and the program runs unmeasured.
 #[test]
 fn failed_profile_setup_leaves_no_file() {
+    let _share = cpu_share();
     let dir = fresh_dir("security-nomem");
     let (_, out) = hello(&dir);
     let profile = dir.join("p.stint");

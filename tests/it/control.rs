@@ -6,9 +6,11 @@
 //! command and prints `done N` when both workers are idle again. Between commands every
 //! thread is blocked, so counts are exact: a change made between two commands applies to
 //! every call of the next one.
-mod common;
+//!
+//! Each test holds the CPU turn (`common::cpu_turn`) while its program runs, so it does not
+//! run next to the timed checks of `timers` and `locks`.
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -157,6 +159,7 @@ fn tid_of(r: &Value, name: &str) -> String {
 
 #[test]
 fn enable_and_disable_while_running() {
+    let _turn = cpu_turn();
     let mut s = Session::start("ctl-enable", Some("on: []\n"));
     s.command("work 100", "done 100");
     let r = s.report(&[]);
@@ -192,6 +195,7 @@ fn enable_and_disable_while_running() {
 
 #[test]
 fn enable_for_one_thread() {
+    let _turn = cpu_turn();
     // lock_wait on: the workers register at their first wrapped call.
     let mut s = Session::start("ctl-thread", Some("on: [lock_wait]\n"));
     let r = s.report(&[]);
@@ -227,6 +231,7 @@ fn enable_for_one_thread() {
 
 #[test]
 fn snapshot_is_a_baseline() {
+    let _turn = cpu_turn();
     let mut s = Session::start("ctl-snapshot", Some("on: [calls]\n"));
     s.command("work 300", "done 300");
     let line = s.ctl_ok(&["snapshot", "--wait-ms", "50"]);
@@ -252,6 +257,7 @@ fn snapshot_is_a_baseline() {
 
 #[test]
 fn control_file_foci() {
+    let _turn = cpu_turn();
     let s = Session::start(
         "ctl-foci",
         Some("# only worker-a's ticks\non: [calls, lock_wait]\nfunctions:\n  - tick\nthreads: [worker-a]\n"),
@@ -272,6 +278,7 @@ fn control_file_foci() {
 
 #[test]
 fn bad_control_files_leave_the_program_running() {
+    let _turn = cpu_turn();
     let cases: &[(&str, Option<&str>, &str)] = &[
         ("unknown", Some("on: [calls, bogus]\n"), "line 1: unknown metric"),
         ("syntax", Some("on: [calls\n"), "line 1: "),
@@ -331,6 +338,7 @@ fn overwrite(path: &Path, off: u64, bytes: &[u8]) {
 
 #[test]
 fn corrupted_control_page_leaves_the_program_running() {
+    let _turn = cpu_turn();
     let mut s = Session::start("ctl-corrupt", Some("on: [calls, lock_wait]\n"));
     s.command("work 100", "done 100");
     let control_off = stint_layout::CONTROL_OFFSET;
@@ -359,6 +367,7 @@ fn corrupted_control_page_leaves_the_program_running() {
 
 #[test]
 fn ctl_refuses_what_it_cannot_do() {
+    let _turn = cpu_turn();
     let mut s = Session::start("ctl-errors", Some("on: [calls]\n"));
     s.command("work 3", "done 3");
     let o = s.ctl(&["enable", "bogus"]);

@@ -40,30 +40,36 @@
 //! | a thread's lifetime | RUN + all BLOCKED_* ≤ end_ns − start_ns + max(2 ms, 5 %) |
 //!
 //! The cases of this file take turns (one lock around build, rewrite and runs), as in
-//! `tests/timers.rs`, so they do not steal each other's CPU.
+//! `timers.rs`, so they do not steal each other's CPU (`common::cpu_turn`, shared with
+//! `timers`, `control` and `top`).
 //!
-//! | test | program | what it checks |
+//! Each (program, variant) runs once, in whichever of its tests comes first, and each check
+//! is its own `#[test]` (`common::checks`): `locks::mutex_hold::pie_o2::same_output`, …
+//! `::waiter_wait`. Every case has the checks of its runs (`exit_status`, `same_output`,
+//! `same_output_off`, `no_files_left`, `side_files_agree`) and of its report
+//! (`report_invariants`, `lock_invariants`, `threads_directive`), then those its program's
+//! check function names (the list in `lock_tests!`).
+//!
+//! | tests | program | what it checks |
 //! | --- | --- | --- |
-//! | `mutex_hold_*` | `locks_mutex.c` | a 200 ms hold: the waiter's wait, contended, BLOCKED_MUTEX; the holder's `hold_ns` |
-//! | `condvar_queue_*` | `locks_condvar.c` | bounded queue: exact lock and cond-wait counts, BLOCKED_CONDVAR, objects with `first_used_in` |
-//! | `rwlock_writer_*` | `locks_rwlock.c` | readers blocked behind a 100 ms write lock: BLOCKED_RWLOCK, counts, writer's hold |
-//! | `semaphore_pipeline_*` | `locks_sem.c` | 3 stages × 500 tokens: exact `sem_wait` counts, posts are no waits |
-//! | `joins_and_names_*` | `locks_join.c` | start routines, names, creators, exits, exit values, joins (kind `thread`), BLOCKED_JOIN |
-//! | `barrier_rounds_*` | `locks_barrier.c` | 4 threads × 100 rounds: exact barrier counts, BLOCKED_BARRIER |
-//! | `cancel_cleanup_*` | `locks_cancel.c` | `pthread_cancel` in `pthread_cond_wait`, cleanup handler; exit `canceled` |
-//! | `cancel_destructor_*` | `locks_cancelpp.cpp` | the same in C++: a destructor runs in the forced unwinding through the wrapper |
-//! | `mutex_call_counts_*` | `locks_counts.c` | exact calls of lock/trylock/timedlock/unlock per thread, exact `contended` |
-//! | `lock_metrics_off_at_start` | `locks_mutex.c` | spec with lock_wait, lock_hold, state_trace off at start: no waits, same output |
+//! | `mutex_hold::*` | `locks_mutex.c` | a 200 ms hold: the waiter's wait, contended, BLOCKED_MUTEX; the holder's `hold_ns` |
+//! | `condvar_queue::*` | `locks_condvar.c` | bounded queue: exact lock and cond-wait counts, BLOCKED_CONDVAR, objects with `first_used_in` |
+//! | `rwlock_writer::*` | `locks_rwlock.c` | readers blocked behind a 100 ms write lock: BLOCKED_RWLOCK, counts, writer's hold |
+//! | `semaphore_pipeline::*` | `locks_sem.c` | 3 stages × 500 tokens: exact `sem_wait` counts, posts are no waits |
+//! | `joins_and_names::*` | `locks_join.c` | start routines, names, creators, exits, exit values, joins (kind `thread`), BLOCKED_JOIN |
+//! | `barrier_rounds::*` | `locks_barrier.c` | 4 threads × 100 rounds: exact barrier counts, BLOCKED_BARRIER |
+//! | `cancel_cleanup::*` | `locks_cancel.c` | `pthread_cancel` in `pthread_cond_wait`, cleanup handler; exit `canceled` |
+//! | `cancel_destructor::*` | `locks_cancelpp.cpp` | the same in C++: a destructor runs in the forced unwinding through the wrapper |
+//! | `mutex_call_counts::*` | `locks_counts.c` | exact calls of lock/trylock/timedlock/unlock per thread, exact `contended` |
+//! | `lock_metrics_off_at_start::*` | `locks_mutex.c` | spec with lock_wait, lock_hold, state_trace off at start: no waits, same output |
 //! | `pigz_locks` | `/usr/bin/pigz` | a real program: identical output, mutex and condvar objects, waits; prints `--by lock` |
 //! | `originals_behave` | all | needs no rewriter: every original builds, runs deterministically and writes its side file |
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// A run that takes longer is killed (a deadlock in a wrapper) and fails the test.
@@ -71,9 +77,6 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One millisecond in ns.
 const MS: u64 = 1_000_000;
-
-/// Serialises the cases of this test binary (build, rewrite and runs).
-static TURN: Mutex<()> = Mutex::new(());
 
 const STATES: [&str; 8] = [
     "RUN",
@@ -123,7 +126,7 @@ fn ms(ns: u64) -> String {
 // ---------------------------------------------------------------------------------------
 
 /// Which spec the program is rewritten with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum SpecChoice {
     /// The built-in default spec.
     Default,
@@ -238,12 +241,25 @@ struct Case {
     report: Value,
     /// The side file of the measured run.
     side: Side,
+    /// The failures of the checks on the runs themselves ([`RUN_CHECKS`]), by check.
+    run_problems: Vec<(&'static str, String)>,
+}
+
+/// The checks on the three runs of a case, made by `run_case`.
+const RUN_CHECKS: [&str; 5] = ["exit_status", "same_output", "same_output_off", "no_files_left", "side_files_agree"];
+
+/// The run of `name` in `variant` with `spec`: made once per test process (under the CPU
+/// turn) by the first check that needs it.
+fn case(name: &'static str, variant: &str, spec: SpecChoice) -> Arc<Case> {
+    static CASES: RunCache<(&'static str, Variant, SpecChoice), Case> = OnceLock::new();
+    let v = Variant::parse(variant).unwrap_or_else(|| panic!("unknown variant {variant}"));
+    cached_run(&CASES, (name, v, spec), &format!("{name} {variant} {spec:?}"), || run_case(name, v, spec))
 }
 
 /// Build `name` in `variant`, rewrite it with `spec`, run the original, the rewritten
 /// program measuring and the rewritten program not measuring (each with its own
-/// `TIMES_FILE`), check that all three behave the same and that one profile was written,
-/// and read its report.
+/// `TIMES_FILE`), check that all three behave the same (recorded in `run_problems`) and that
+/// one profile was written, and read its report.
 fn run_case(name: &str, variant: Variant, spec: SpecChoice) -> Case {
     let p = program(name);
     let ctx = match spec {
@@ -251,11 +267,11 @@ fn run_case(name: &str, variant: Variant, spec: SpecChoice) -> Case {
         SpecChoice::LocksOff => format!("{name} {variant} (lock metrics off at start)"),
     };
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = cpu_turn();
     let bin = build(&p, variant);
     let label = format!("{name}-{variant}-{spec:?}");
     let dir = fresh_dir(&format!("locks-{label}"));
-    let out = run_root().join("rewritten").join(&label).join(name);
+    let out = run_root().join("locks").join("rewritten").join(&label).join(name);
     match spec {
         SpecChoice::Default => rewrite(&bin, &out),
         SpecChoice::LocksOff => {
@@ -273,53 +289,70 @@ fn run_case(name: &str, variant: Variant, spec: SpecChoice) -> Case {
         (dir.join("original.side"), dir.join("rewritten.side"), dir.join("quiet.side"));
     let template = profile_template(&profiles, name);
     let args = &p.args;
+    let mut run_problems = Vec::new();
+    let mut want = |check: &'static str, ok: bool, msg: &dyn Fn() -> String| {
+        if !ok {
+            run_problems.push((check, msg()));
+        }
+    };
 
     let original = Run::new(&bin, &cwd).args(args).env("TIMES_FILE", path_str(&orig_side)).timeout(RUN_TIMEOUT).run();
-    assert!(
-        original.status == p.exit,
-        "{ctx}: the original exits with {}, the directives say `exit: {}`\n{original:?}",
-        original.status,
-        p.exit
-    );
+    want("exit_status", original.status == p.exit, &|| {
+        format!(
+            "{ctx}: the original exits with {}, the directives say `exit: {}`\n{original:?}",
+            original.status, p.exit
+        )
+    });
     let measured = Run::new(&out, &cwd)
         .args(args)
         .env(stint_layout::ENV_PROFILE, &template)
         .env("TIMES_FILE", path_str(&rw_side))
         .timeout(RUN_TIMEOUT)
         .run();
-    assert!(
-        original.same_behaviour(&measured),
-        "{ctx}: the rewritten program (STINT_PROFILE={template}) behaves differently\n{}",
-        describe_difference("original", &original, "rewritten", &measured)
-    );
+    want("same_output", original.same_behaviour(&measured), &|| {
+        format!(
+            "{ctx}: the rewritten program (STINT_PROFILE={template}) behaves differently\n{}",
+            describe_difference("original", &original, "rewritten", &measured)
+        )
+    });
     let quiet = Run::new(&out, &cwd)
         .args(args)
         .env(stint_layout::ENV_PROFILE, "")
         .env("TIMES_FILE", path_str(&quiet_side))
         .timeout(RUN_TIMEOUT)
         .run();
-    assert!(
-        original.same_behaviour(&quiet),
-        "{ctx}: the rewritten program with STINT_PROFILE= (off) behaves differently\n{}",
-        describe_difference("original", &original, "rewritten, off", &quiet)
-    );
+    want("same_output_off", original.same_behaviour(&quiet), &|| {
+        format!(
+            "{ctx}: the rewritten program with STINT_PROFILE= (off) behaves differently\n{}",
+            describe_difference("original", &original, "rewritten, off", &quiet)
+        )
+    });
     let left = dir_entries(&cwd);
-    assert!(left.is_empty(), "{ctx}: the runs left files in their working directory: {left:?}");
+    want("no_files_left", left.is_empty(), &|| {
+        format!("{ctx}: the runs left files in their working directory: {left:?}")
+    });
 
     let side_o = Side::read(&orig_side).unwrap_or_else(|e| panic!("{ctx}: the original's side file: {e}"));
     let side = Side::read(&rw_side).unwrap_or_else(|e| panic!("{ctx}: the rewritten program's side file: {e}"));
-    assert!(
-        side_o.shape() == side.shape(),
-        "{ctx}: the side files of the original and the rewritten run have different lines:\n{}\n---\n{}",
-        side_o.text,
-        side.text
-    );
+    want("side_files_agree", side_o.shape() == side.shape(), &|| {
+        format!(
+            "{ctx}: the side files of the original and the rewritten run have different lines:\n{}\n---\n{}",
+            side_o.text, side.text
+        )
+    });
     let files = dir_entries(&profiles);
     let want = format!("{name}.{}.stint", measured.pid);
     assert!(files == [want.clone()], "{ctx}: profiles {files:?} in {}, want just {want}", profiles.display());
     let profile = profiles.join(&want);
     let report = report_json(&profile);
-    Case { ctx, p, measured_pid: measured.pid, profile, report, side }
+    Case { ctx, p, measured_pid: measured.pid, profile, report, side, run_problems }
+}
+
+/// The test of one of [`RUN_CHECKS`] on a case.
+fn run_check(case: &Case, check: &str) {
+    assert!(RUN_CHECKS.contains(&check), "{}: no run check {check:?}", case.ctx);
+    let problems: Vec<&str> = case.run_problems.iter().filter(|(c, _)| *c == check).map(|(_, m)| m.as_str()).collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -552,24 +585,26 @@ fn shown(v: Option<&Value>) -> String {
 // Checking a report
 // ---------------------------------------------------------------------------------------
 
-/// Collects the failed checks of one case, then fails the test with all of them, the side
-/// file and the report.
+/// Collects the failed checks of one case, each under the check (section) it belongs to;
+/// the tests of the case's checks then fail on theirs (`common::checks`).
 struct Checker<'c> {
     case: &'c Case,
-    bad: Vec<String>,
+    found: Findings,
 }
 
 impl<'c> Checker<'c> {
     /// A checker that has already run the generic checks: `report_invariants`,
     /// `lock_invariants`, and the directives `threads N`.
     fn new(case: &'c Case) -> Self {
-        let mut c = Checker { case, bad: Vec::new() };
+        let mut c = Checker { case, found: Findings::new("report_invariants") };
         for m in report_invariants(&case.report, &case.p.name, case.measured_pid, false) {
             c.fail(format!("report: {m}"));
         }
+        c.section("lock_invariants");
         for m in lock_invariants(&case.report) {
             c.fail(format!("report: {m}"));
         }
+        c.section("threads_directive");
         for e in &case.p.expects {
             if let Check::Threads(n) = e.check {
                 let got = c.threads().len() as u64;
@@ -581,10 +616,13 @@ impl<'c> Checker<'c> {
         c
     }
 
+    /// The checks from here on belong to the check `name` (one `#[test]`).
+    fn section(&mut self, name: &str) {
+        self.found.section(name);
+    }
+
     fn fail(&mut self, msg: String) {
-        if !self.bad.contains(&msg) {
-            self.bad.push(msg);
-        }
+        self.found.fail(msg);
     }
 
     fn threads(&self) -> &'c [Value] {
@@ -790,26 +828,23 @@ impl<'c> Checker<'c> {
         }
     }
 
-    fn finish(self) {
-        if self.bad.is_empty() {
-            return;
-        }
-        let case = self.case;
-        const SHOWN: usize = 80;
-        let mut list = self.bad[..self.bad.len().min(SHOWN)].join("\n  - ");
-        if self.bad.len() > SHOWN {
-            list += &format!("\n  ... and {} more", self.bad.len() - SHOWN);
-        }
-        panic!(
-            "{}: {} check(s) failed (profile {}):\n  - {}\n--- side file of the measured run ---\n{}\n--- report ---\n{}",
-            case.ctx,
-            self.bad.len(),
+    fn finish(self) -> Findings {
+        self.found
+    }
+}
+
+/// The test of check `section` of `program` (a check function) on `case`; `listed` are
+/// the checks the tests name for it.
+fn section_check(case: &Case, program: fn(&Case) -> Findings, section: &str, listed: &[&str]) {
+    let found = program(case);
+    found.verdict(&case.ctx, section, listed, || {
+        format!(
+            "profile {}\n--- side file of the measured run ---\n{}\n--- report ---\n{}",
             case.profile.display(),
-            list,
             excerpt(case.side.text.as_bytes(), 3000),
             excerpt(serde_json::to_string_pretty(&case.report).unwrap_or_default().as_bytes(), 16000),
-        );
-    }
+        )
+    });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -817,15 +852,16 @@ impl<'c> Checker<'c> {
 // ---------------------------------------------------------------------------------------
 
 /// locks_mutex.c: the holder keeps m for 200 ms, the waiter blocks on it.
-fn check_mutex_hold(variant: Variant) {
-    let case = run_case("locks_mutex", variant, SpecChoice::Default);
-    let mut c = Checker::new(&case);
+fn check_mutex_hold(case: &Case) -> Findings {
+    let mut c = Checker::new(case);
     let side = &case.side;
     let m = side.num(&["obj", "m"]);
     let (prog_wait, prog_hold) = (side.num(&["wait", "waiter", "m"]), side.num(&["hold", "holder", "m"]));
+    c.section("threads_found");
     let (Some(main), Some(holder), Some(waiter)) = (c.thread("main"), c.thread("holder"), c.thread("waiter")) else {
         return c.finish();
     };
+    c.section("waiter_wait");
     if let Some(w) = c.wait_on("waiter", waiter, "m", m, "mutex") {
         let who = c.who("waiter");
         c.eq(format!("{who}: count on m"), w.count, 1, "it locks m once");
@@ -839,6 +875,7 @@ fn check_mutex_hold(variant: Variant) {
         );
         c.at_most(format!("{who}: hold_ns on m"), Some(w.hold_ns), 20 * MS, "it unlocks right after locking");
     }
+    c.section("holder_hold");
     if let Some(w) = c.wait_on("holder", holder, "m", m, "mutex") {
         let who = c.who("holder");
         c.eq(format!("{who}: count on m"), w.count, 1, "it locks m once");
@@ -852,7 +889,9 @@ fn check_mutex_hold(variant: Variant) {
             &format!("the program measured {} from lock to unlock; + 20 ms", ms(prog_hold)),
         );
     }
+    c.section("main_no_wait");
     c.no_wait("main", main, "m", m, "main never touches m");
+    c.section("states");
     let who = c.who("waiter");
     c.at_least(
         format!("{who}: states.BLOCKED_MUTEX"),
@@ -862,12 +901,14 @@ fn check_mutex_hold(variant: Variant) {
     );
     let who = c.who("holder");
     c.at_most(format!("{who}: states.BLOCKED_MUTEX"), state_ns(holder, "BLOCKED_MUTEX"), 20 * MS, "never blocks on m");
+    c.section("worker_threads");
     for role in ["holder", "waiter"] {
         let t = if role == "holder" { holder } else { waiter };
         c.calls(role, t, "pthread_mutex_lock", 1);
         c.calls(role, t, "pthread_mutex_unlock", 1);
         c.ended_thread(role, t, role, "main", &case.p.name, "returned", Some(0));
     }
+    c.section("main_thread");
     c.calls("main", main, "pthread_create", 2);
     c.calls("main", main, "pthread_join", 2);
     c.calls("main", main, "pthread_mutex_lock", 0);
@@ -877,16 +918,17 @@ fn check_mutex_hold(variant: Variant) {
     if joins.len() != 2 || joins.iter().any(|w| w.count != 1) {
         c.fail(format!("{}: want 2 waits of kind thread with count 1 (two joins), got {joins:?}", c.who("main")));
     }
+    c.section("objects");
     c.object("m", m, "mutex", Some(("holder", "holder")));
-    c.finish();
+    c.finish()
 }
 
 /// locks_mutex.c rewritten with lock_wait, lock_hold and state_trace off at start.
-fn check_metrics_off(variant: Variant) {
-    let case = run_case("locks_mutex", variant, SpecChoice::LocksOff);
-    let mut c = Checker::new(&case);
+fn check_metrics_off(case: &Case) -> Findings {
+    let mut c = Checker::new(case);
     for t in c.threads() {
         let tid = tid_of(t);
+        c.section("no_waits");
         for w in waits(t) {
             if w.count != 0 || w.wait_ns != 0 || w.contended != 0 || w.hold_ns != 0 {
                 c.fail(format!(
@@ -894,6 +936,7 @@ fn check_metrics_off(variant: Variant) {
                 ));
             }
         }
+        c.section("no_blocked_states");
         for st in STATES.iter().filter(|s| s.starts_with("BLOCKED_")) {
             if let Some(ns) = state_ns(t, st).filter(|ns| *ns > 0) {
                 c.fail(format!(
@@ -904,27 +947,29 @@ fn check_metrics_off(variant: Variant) {
         }
     }
     // The calls metric is still on: the wrapped calls are still counted.
+    c.section("calls_counted");
     if let (Some(holder), Some(waiter)) = (c.thread("holder"), c.thread("waiter")) {
         c.calls("holder", holder, "pthread_mutex_lock", 1);
         c.calls("waiter", waiter, "pthread_mutex_lock", 1);
     }
-    c.finish();
+    c.finish()
 }
 
 /// locks_condvar.c: bounded queue, producer and consumer.
-fn check_condvar_queue(variant: Variant) {
+fn check_condvar_queue(case: &Case) -> Findings {
     const ITEMS: u64 = 20000;
-    let case = run_case("locks_condvar", variant, SpecChoice::Default);
-    let mut c = Checker::new(&case);
+    let mut c = Checker::new(case);
     let side = &case.side;
     let (q_lock, not_full, not_empty) =
         (side.num(&["obj", "q_lock"]), side.num(&["obj", "not_full"]), side.num(&["obj", "not_empty"]));
+    c.section("threads_found");
     let (Some(main), Some(producer), Some(consumer)) = (c.thread("main"), c.thread("producer"), c.thread("consumer"))
     else {
         return c.finish();
     };
     for (role, t) in [("main", main), ("producer", producer), ("consumer", consumer)] {
         let locks = side.num(&["locks", role]);
+        c.section("q_lock_waits");
         if let Some(w) = c.wait_on(role, t, "q_lock", q_lock, "mutex") {
             c.eq(
                 format!("{}: count on q_lock", c.who(role)),
@@ -933,6 +978,7 @@ fn check_condvar_queue(variant: Variant) {
                 "its pthread_mutex_lock calls, counted by the program",
             );
         }
+        c.section("calls");
         c.calls(role, t, "pthread_mutex_lock", locks);
         c.calls(role, t, "pthread_mutex_unlock", locks);
     }
@@ -942,17 +988,22 @@ fn check_condvar_queue(variant: Variant) {
     ] {
         let v = side.nums(&["cwaits", role, name]);
         let (n, ns) = (v[0], v[1]);
+        c.section("cond_waits");
         if let Some(w) = c.wait_on(role, t, name, cv, "condvar") {
             let who = c.who(role);
             c.eq(format!("{who}: count on {name}"), w.count, n, "its pthread_cond_wait calls, counted by the program");
             c.near_sum(format!("{who}: wait_ns on {name}"), Some(w.wait_ns), ns, n);
             c.eq(format!("{who}: hold_ns on {name}"), w.hold_ns, 0, "a condvar is not held");
         }
+        c.section("calls");
         c.calls(role, t, "pthread_cond_wait", n);
         c.calls(role, t, "pthread_cond_signal", ITEMS);
+        c.section("cond_waits");
         c.no_wait(role, t, other_name, other, "it only signals it");
+        c.section("worker_threads");
         c.ended_thread(role, t, role, "main", &case.p.name, "returned", Some(0));
     }
+    c.section("consumer_blocked");
     let n = side.nums(&["cwaits", "consumer", "not_empty"])[0];
     if n == 0 {
         c.fail("the consumer's side file counts no cond wait: its first consume_item must wait".into());
@@ -966,26 +1017,30 @@ fn check_condvar_queue(variant: Variant) {
         "it waits on not_empty at least once",
     );
     c.near_sum(format!("{who}: states.BLOCKED_CONDVAR"), state_ns(consumer, "BLOCKED_CONDVAR"), prog, n);
+    c.section("calls");
     c.calls("main", main, "pthread_cond_signal", 1);
     c.calls("main", main, "pthread_cond_wait", 0);
+    c.section("objects");
     c.object("q_lock", q_lock, "mutex", Some(("queue_setup", "main")));
     c.object("not_full", not_full, "condvar", Some(("queue_setup", "main")));
     c.object("not_empty", not_empty, "condvar", Some(("consume_item", "consumer")));
-    c.finish();
+    c.finish()
 }
 
 /// locks_rwlock.c: readers behind a 100 ms write lock.
-fn check_rwlock(variant: Variant) {
-    let case = run_case("locks_rwlock", variant, SpecChoice::Default);
-    let mut c = Checker::new(&case);
+fn check_rwlock(case: &Case) -> Findings {
+    let mut c = Checker::new(case);
     let side = &case.side;
     let rw = side.num(&["obj", "rw"]);
+    c.section("threads_found");
     let Some(writer) = c.thread("writer") else { return c.finish() };
     for k in 0..3 {
         let role = format!("reader{k}");
+        c.section("threads_found");
         let Some(t) = c.thread(&role) else { continue };
         let who = c.who(&role);
         let prog = side.num(&["wait", &role, "rw"]);
+        c.section("reader_waits");
         if let Some(w) = c.wait_on(&role, t, "rw", rw, "rwlock") {
             c.eq(format!("{who}: count on rw"), w.count, 201, "201 pthread_rwlock_rdlock calls");
             c.count_at_least(format!("{who}: contended on rw"), w.contended, 1, "its first rdlock blocks ~100 ms");
@@ -997,14 +1052,18 @@ fn check_rwlock(variant: Variant) {
                 &format!("the program measured {} around the blocking call; + 20 ms for the 200 free ones", ms(prog)),
             );
         }
+        c.section("states");
         c.at_least(format!("{who}: states.BLOCKED_RWLOCK"), state_ns(t, "BLOCKED_RWLOCK"), 80 * MS, "blocked ~100 ms");
+        c.section("calls");
         c.calls(&role, t, "pthread_rwlock_rdlock", 201);
         c.calls(&role, t, "pthread_rwlock_wrlock", 0);
         c.calls(&role, t, "pthread_rwlock_unlock", 201);
+        c.section("worker_threads");
         c.ended_thread(&role, t, "reader", "main", &case.p.name, "returned", Some(201));
     }
     let who = c.who("writer");
     let prog_hold = side.num(&["hold", "writer", "rw"]);
+    c.section("writer_hold");
     if let Some(w) = c.wait_on("writer", writer, "rw", rw, "rwlock") {
         c.eq(format!("{who}: count on rw"), w.count, 51, "51 pthread_rwlock_wrlock calls");
         c.at_least(
@@ -1020,28 +1079,34 @@ fn check_rwlock(variant: Variant) {
             &format!("the program measured {} for the long hold; + 20 ms for 50 short ones", ms(prog_hold)),
         );
     }
+    c.section("calls");
     c.calls("writer", writer, "pthread_rwlock_wrlock", 51);
     c.calls("writer", writer, "pthread_rwlock_unlock", 51);
+    c.section("worker_threads");
     c.ended_thread("writer", writer, "writer", "main", &case.p.name, "returned", Some(0));
+    c.section("objects");
     c.object("rw", rw, "rwlock", Some(("writer", "writer")));
-    c.finish();
+    c.finish()
 }
 
 /// locks_sem.c: three stages, 500 tokens.
-fn check_semaphores(variant: Variant) {
+fn check_semaphores(case: &Case) -> Findings {
     const TOKENS: u64 = 500;
-    let case = run_case("locks_sem", variant, SpecChoice::Default);
-    let mut c = Checker::new(&case);
+    let mut c = Checker::new(case);
     let side = &case.side;
     let s: Vec<u64> = (0..3).map(|k| side.num(&["obj", &format!("s{k}")])).collect();
+    c.section("threads_found");
     let Some(main) = c.thread("main") else { return c.finish() };
     for k in 0..3 {
         let role = format!("stage{k}");
+        c.section("threads_found");
         let Some(t) = c.thread(&role) else { continue };
         let who = c.who(&role);
         let v = side.nums(&["semwait", &role, &format!("s{k}")]);
         let (n, ns) = (v[0], v[1]);
+        c.section("side_file_counts");
         c.eq(format!("side file: {role}'s sem_wait calls"), n, TOKENS, "the program's own count");
+        c.section("sem_waits");
         if let Some(w) = c.wait_on(&role, t, &format!("s{k}"), s[k], "semaphore") {
             c.eq(format!("{who}: count on s{k}"), w.count, TOKENS, "500 successful sem_wait calls");
             c.near_sum(format!("{who}: wait_ns on s{k}"), Some(w.wait_ns), ns, n);
@@ -1050,11 +1115,15 @@ fn check_semaphores(variant: Variant) {
         if k < 2 {
             c.no_wait(&role, t, &format!("s{}", k + 1), s[k + 1], "it only posts it");
         }
+        c.section("calls");
         c.calls(&role, t, "sem_wait", TOKENS);
         c.calls(&role, t, "sem_post", if k < 2 { TOKENS } else { 0 });
+        c.section("states");
         c.near_sum(format!("{who}: states.BLOCKED_SEMAPHORE"), state_ns(t, "BLOCKED_SEMAPHORE"), ns, n);
+        c.section("worker_threads");
         c.ended_thread(&role, t, "stage", "main", &case.p.name, "returned", Some(0));
     }
+    c.section("states");
     let who = c.who("stage0");
     if let Some(t) = c.thread("stage0") {
         c.at_least(
@@ -1065,19 +1134,22 @@ fn check_semaphores(variant: Variant) {
         );
     }
     for (k, &a) in s.iter().enumerate() {
+        c.section("sem_waits");
         c.no_wait("main", main, &format!("s{k}"), a, "main only posts");
+        c.section("objects");
         c.object(&format!("s{k}"), a, "semaphore", None);
     }
+    c.section("calls");
     c.calls("main", main, "sem_post", TOKENS);
     c.calls("main", main, "sem_wait", 0);
-    c.finish();
+    c.finish()
 }
 
 /// locks_join.c: names, start routines, creators, exits and joins.
-fn check_joins(variant: Variant) {
-    let case = run_case("locks_join", variant, SpecChoice::Default);
-    let mut c = Checker::new(&case);
+fn check_joins(case: &Case) -> Findings {
+    let mut c = Checker::new(case);
     let side = &case.side;
+    c.section("threads_found");
     let Some(main) = c.thread("main") else { return c.finish() };
     // (role, start routine, creator, name, exit, value)
     let expected = [
@@ -1089,9 +1161,12 @@ fn check_joins(variant: Variant) {
     ];
     let mut found: BTreeMap<&str, &Value> = BTreeMap::new();
     for (role, routine, creator, name, exit, value) in expected {
+        c.section("threads_found");
         let Some(t) = c.thread(role) else { continue };
         found.insert(role, t);
+        c.section("thread_records");
         c.ended_thread(role, t, routine, creator, name, exit, Some(value));
+        c.section("lifetimes");
         let (start, end) = (t.get("start_ns").and_then(Value::as_u64), t.get("end_ns").and_then(Value::as_u64));
         if let (Some(s), Some(e)) = (start, end) {
             c.at_least(
@@ -1102,6 +1177,7 @@ fn check_joins(variant: Variant) {
             );
         }
     }
+    c.section("lifetimes");
     if let (Some(beta), Some(child)) = (found.get("beta"), found.get("child")) {
         let g = |t: &Value, k: &str| t.get(k).and_then(Value::as_u64);
         if let (Some(bs), Some(cs)) = (g(beta, "start_ns"), g(child, "start_ns")) {
@@ -1115,6 +1191,7 @@ fn check_joins(variant: Variant) {
             }
         }
     }
+    c.section("thread_records");
     c.str_eq("main", main, "start_routine", None);
     c.str_eq("main", main, "name", Some(&case.p.name));
     // Joins: main waits for alpha..delta, beta for its child.
@@ -1128,6 +1205,7 @@ fn check_joins(variant: Variant) {
         if waiter == "main" {
             main_join_ns += prog;
         }
+        c.section("join_waits");
         if let Some(w) = c.wait_on(waiter, wt, &format!("the thread {target}"), handle, "thread") {
             let who = c.who(waiter);
             c.eq(format!("{who}: count on the thread {target}"), w.count, 1, "one join");
@@ -1137,11 +1215,14 @@ fn check_joins(variant: Variant) {
             }
         }
         let first = if waiter == "main" { ("main", "main") } else { ("beta_main", "beta") };
+        c.section("objects");
         c.object(&format!("the thread {target}"), handle, "thread", Some(first));
     }
+    c.section("states");
     let who = c.who("main");
     c.at_least(format!("{who}: states.BLOCKED_JOIN"), state_ns(main, "BLOCKED_JOIN"), 1, "its first join waits ~20 ms");
     c.near_sum(format!("{who}: states.BLOCKED_JOIN"), state_ns(main, "BLOCKED_JOIN"), main_join_ns, 4);
+    c.section("calls");
     c.calls("main", main, "pthread_create", 4);
     c.calls("main", main, "pthread_setname_np", 3);
     c.calls("main", main, "pthread_join", 3);
@@ -1156,22 +1237,23 @@ fn check_joins(variant: Variant) {
     if let Some(t) = found.get("gamma") {
         c.calls("gamma", t, "pthread_exit", 1);
     }
-    c.finish();
+    c.finish()
 }
 
 /// locks_barrier.c: 4 racers × 100 rounds.
-fn check_barrier(variant: Variant) {
+fn check_barrier(case: &Case) -> Findings {
     const ROUNDS: u64 = 100;
-    let case = run_case("locks_barrier", variant, SpecChoice::Default);
-    let mut c = Checker::new(&case);
+    let mut c = Checker::new(case);
     let side = &case.side;
     let b = side.num(&["obj", "b"]);
     for k in 0..4 {
         let role = format!("racer{k}");
+        c.section("threads_found");
         let Some(t) = c.thread(&role) else { continue };
         let who = c.who(&role);
         let v = side.nums(&["bwait", &role, "b"]);
         let (n, ns) = (v[0], v[1]);
+        c.section("barrier_waits");
         if let Some(w) = c.wait_on(&role, t, "b", b, "barrier") {
             c.eq(format!("{who}: count on b"), w.count, ROUNDS, "one pthread_barrier_wait per round");
             c.near_sum(format!("{who}: wait_ns on b"), Some(w.wait_ns), ns, n);
@@ -1187,7 +1269,9 @@ fn check_barrier(variant: Variant) {
                 c.fail(format!("{who}: contended {} > count {} on b", w.contended, w.count));
             }
         }
+        c.section("calls");
         c.calls(&role, t, "pthread_barrier_wait", ROUNDS);
+        c.section("states");
         c.near_sum(format!("{who}: states.BLOCKED_BARRIER"), state_ns(t, "BLOCKED_BARRIER"), ns, n);
         if k > 0 {
             c.at_least(
@@ -1197,20 +1281,24 @@ fn check_barrier(variant: Variant) {
                 "~1 ms per round behind racer0",
             );
         }
+        c.section("worker_threads");
         c.ended_thread(&role, t, "racer", "main", &case.p.name, "returned", Some(0));
     }
+    c.section("objects");
     c.object("b", b, "barrier", None);
-    c.finish();
+    c.finish()
 }
 
 /// locks_cancel.c / locks_cancelpp.cpp: a thread cancelled in pthread_cond_wait.
-fn check_cancel(name: &str, variant: Variant) {
-    let case = run_case(name, variant, SpecChoice::Default);
-    let mut c = Checker::new(&case);
+fn check_cancel(case: &Case) -> Findings {
+    let mut c = Checker::new(case);
     let side = &case.side;
     let (m, cv, handle) = (side.num(&["obj", "m"]), side.num(&["obj", "c"]), side.num(&["handle", "sleeper"]));
+    c.section("threads_found");
     let (Some(main), Some(sleeper)) = (c.thread("main"), c.thread("sleeper")) else { return c.finish() };
+    c.section("canceled_thread");
     c.ended_thread("sleeper", sleeper, "sleeper", "main", &case.p.name, "canceled", None);
+    c.section("mutex_wait");
     if let Some(w) = c.wait_on("sleeper", sleeper, "m", m, "mutex") {
         c.eq(
             format!("{}: count on m", c.who("sleeper")),
@@ -1219,35 +1307,43 @@ fn check_cancel(name: &str, variant: Variant) {
             "it locks m once (pthread_cond_wait takes it back inside glibc)",
         );
     }
+    c.section("no_cond_wait");
     c.no_wait("sleeper", sleeper, "c", cv, "its only pthread_cond_wait never returned");
+    c.section("calls");
     c.calls("sleeper", sleeper, "pthread_cond_wait", 1);
     c.calls("sleeper", sleeper, "pthread_mutex_lock", 1);
+    c.section("join_wait");
     if let Some(w) = c.wait_on("main", main, "the thread sleeper", handle, "thread") {
         c.eq(format!("{}: count on the thread sleeper", c.who("main")), w.count, 1, "one join");
     }
+    c.section("calls");
     c.calls("main", main, "pthread_join", 1);
     c.calls("main", main, "pthread_mutex_lock", 2);
+    c.section("objects");
     c.object("m", m, "mutex", Some(("sleeper", "sleeper")));
     c.object("c", cv, "condvar", Some(("sleeper", "sleeper")));
-    c.finish();
+    c.finish()
 }
 
 /// locks_counts.c: exact numbers of calls.
-fn check_counts(variant: Variant) {
-    let case = run_case("locks_counts", variant, SpecChoice::Default);
-    let mut c = Checker::new(&case);
+fn check_counts(case: &Case) -> Findings {
+    let mut c = Checker::new(case);
     let side = &case.side;
     let shared = side.num(&["obj", "shared"]);
     let privs: Vec<u64> = (1..=3).map(|k| side.num(&["obj", &format!("priv{k}")])).collect();
+    c.section("threads_found");
     let Some(main) = c.thread("main") else { return c.finish() };
     for k in 1..=3u64 {
         let role = format!("worker{k}");
+        c.section("threads_found");
         let Some(t) = c.thread(&role) else { continue };
         let who = c.who(&role);
+        c.section("worker_calls");
         c.calls(&role, t, "pthread_mutex_lock", k * 1000 + 200);
         c.calls(&role, t, "pthread_mutex_trylock", k * 150);
         c.calls(&role, t, "pthread_mutex_timedlock", k * 100);
         c.calls(&role, t, "pthread_mutex_unlock", k * 1150 + 200);
+        c.section("private_mutex_waits");
         if let Some(w) = c.wait_on(&role, t, &format!("priv{k}"), privs[k as usize - 1], "mutex") {
             c.eq(
                 format!("{who}: count on priv{k}"),
@@ -1262,17 +1358,22 @@ fn check_counts(variant: Variant) {
                 "its k*100 EBUSY trylocks; no other thread uses priv[k]",
             );
         }
+        c.section("shared_mutex_waits");
         if let Some(w) = c.wait_on(&role, t, "shared", shared, "mutex") {
             c.eq(format!("{who}: count on shared"), w.count, 200, "200 locks");
         }
+        c.section("private_mutex_waits");
         for (j, &a) in privs.iter().enumerate() {
             if j as u64 + 1 != k {
                 c.no_wait(&role, t, &format!("priv{}", j + 1), a, "it never touches another worker's mutex");
             }
         }
+        c.section("worker_threads");
         c.ended_thread(&role, t, "worker", "main", &case.p.name, "returned", Some(0));
+        c.section("objects");
         c.object(&format!("priv{k}"), privs[k as usize - 1], "mutex", Some(("worker", role.as_str())));
     }
+    c.section("main_thread");
     for f in ["pthread_mutex_lock", "pthread_mutex_trylock", "pthread_mutex_timedlock", "pthread_mutex_unlock"] {
         c.calls("main", main, f, 0);
     }
@@ -1283,6 +1384,7 @@ fn check_counts(variant: Variant) {
     if !mutex_waits.is_empty() {
         c.fail(format!("{}: waits on mutexes {mutex_waits:?}, but main locks none", c.who("main")));
     }
+    c.section("objects");
     c.object("shared", shared, "mutex", None);
     let os = case.report.get("objects").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     if let Some(o) = os.iter().find(|o| o.get("address").and_then(Value::as_str).and_then(hex_address) == Some(shared))
@@ -1291,7 +1393,7 @@ fn check_counts(variant: Variant) {
             c.fail(format!("objects[]: shared: first_used_in is {}, want \"worker\"", shown(o.get("first_used_in"))));
         }
     }
-    c.finish();
+    c.finish()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1331,7 +1433,7 @@ fn check_pigz() {
         eprintln!("\n!!!!!!!!!! SKIPPED: /usr/bin/pigz is not installed (apt-get install pigz); this test checks nothing here !!!!!!!!!!\n");
         return;
     }
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = cpu_turn();
     let dir = fresh_dir("locks-pigz");
     let input = pigz_input(&dir);
     let out = dir.join("rewritten").join("pigz");
@@ -1441,26 +1543,97 @@ fn check_pigz() {
 // The tests
 // ---------------------------------------------------------------------------------------
 
-program_tests! {
-    mutex_hold_pie_o2: "locks_mutex" "pie-O2" => check_mutex_hold;
-    mutex_hold_nopie_o0: "locks_mutex" "nopie-O0" => check_mutex_hold;
-    lock_metrics_off_at_start: "locks_mutex" "pie-O2" => check_metrics_off;
-    condvar_queue_pie_o2: "locks_condvar" "pie-O2" => check_condvar_queue;
-    condvar_queue_nopie_o0: "locks_condvar" "nopie-O0" => check_condvar_queue;
-    rwlock_writer_pie_o2: "locks_rwlock" "pie-O2" => check_rwlock;
-    rwlock_writer_nopie_o0: "locks_rwlock" "nopie-O0" => check_rwlock;
-    semaphore_pipeline_pie_o2: "locks_sem" "pie-O2" => check_semaphores;
-    semaphore_pipeline_nopie_o0: "locks_sem" "nopie-O0" => check_semaphores;
-    joins_and_names_pie_o2: "locks_join" "pie-O2" => check_joins;
-    joins_and_names_nopie_o0: "locks_join" "nopie-O0" => check_joins;
-    barrier_rounds_pie_o2: "locks_barrier" "pie-O2" => check_barrier;
-    barrier_rounds_nopie_o0: "locks_barrier" "nopie-O0" => check_barrier;
-    cancel_cleanup_pie_o2: "locks_cancel" "pie-O2" => |v| check_cancel("locks_cancel", v);
-    cancel_cleanup_nopie_o0: "locks_cancel" "nopie-O0" => |v| check_cancel("locks_cancel", v);
-    cancel_destructor_pie_o2: "locks_cancelpp" "pie-O2" => |v| check_cancel("locks_cancelpp", v);
-    cancel_destructor_nopie_o0: "locks_cancelpp" "nopie-O0" => |v| check_cancel("locks_cancelpp", v);
-    mutex_call_counts_pie_o2: "locks_counts" "pie-O2" => check_counts;
-    mutex_call_counts_nopie_o0: "locks_counts" "nopie-O0" => check_counts;
+/// One module per (program, mode) and in it one per variant, holding one `#[test]` per
+/// check: the checks on the runs (`RUN_CHECKS`), the generic ones on the report
+/// (`report_invariants`, `lock_invariants`, `threads_directive`) and the program's own,
+/// which are the sections of its check function. `LISTED` names every (program, variant).
+macro_rules! lock_tests {
+    ($($mode:ident: $prog:literal $spec:ident => $check:ident [$($v:ident: $vname:literal),*] $checks:tt;)*) => {
+        $(
+            mod $mode {
+                use super::*;
+                lock_tests!(@variants $prog $spec $check [$($v $vname),*] $checks);
+            }
+        )*
+        /// (program, variant) of every case above.
+        const LISTED: &[(&str, &str)] = &[$($(($prog, $vname)),*),*];
+    };
+    (@variants $prog:literal $spec:ident $check:ident [$($v:ident $vname:literal),*] $checks:tt) => {
+        $(
+            mod $v {
+                use super::*;
+                lock_tests!(@checks $prog $vname $spec $check $checks);
+            }
+        )*
+    };
+    (@checks $prog:literal $vname:literal $spec:ident $check:ident [$($name:ident),*]) => {
+        /// The checks of the report: the generic ones, then the program's.
+        const CHECKS: &[&str] = &["report_invariants", "lock_invariants", "threads_directive", $(stringify!($name)),*];
+        fn this_case() -> Arc<Case> {
+            case($prog, $vname, SpecChoice::$spec)
+        }
+        #[test]
+        fn exit_status() {
+            run_check(&this_case(), "exit_status");
+        }
+        #[test]
+        fn same_output() {
+            run_check(&this_case(), "same_output");
+        }
+        #[test]
+        fn same_output_off() {
+            run_check(&this_case(), "same_output_off");
+        }
+        #[test]
+        fn no_files_left() {
+            run_check(&this_case(), "no_files_left");
+        }
+        #[test]
+        fn side_files_agree() {
+            run_check(&this_case(), "side_files_agree");
+        }
+        #[test]
+        fn report_invariants() {
+            section_check(&this_case(), $check, "report_invariants", CHECKS);
+        }
+        #[test]
+        fn lock_invariants() {
+            section_check(&this_case(), $check, "lock_invariants", CHECKS);
+        }
+        #[test]
+        fn threads_directive() {
+            section_check(&this_case(), $check, "threads_directive", CHECKS);
+        }
+        $(
+            #[test]
+            fn $name() {
+                section_check(&this_case(), $check, stringify!($name), CHECKS);
+            }
+        )*
+    };
+}
+
+lock_tests! {
+    mutex_hold: "locks_mutex" Default => check_mutex_hold [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, waiter_wait, holder_hold, main_no_wait, states, worker_threads, main_thread, objects];
+    lock_metrics_off_at_start: "locks_mutex" LocksOff => check_metrics_off [pie_o2: "pie-O2"]
+        [no_waits, no_blocked_states, calls_counted];
+    condvar_queue: "locks_condvar" Default => check_condvar_queue [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, q_lock_waits, calls, cond_waits, worker_threads, consumer_blocked, objects];
+    rwlock_writer: "locks_rwlock" Default => check_rwlock [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, reader_waits, states, calls, worker_threads, writer_hold, objects];
+    semaphore_pipeline: "locks_sem" Default => check_semaphores [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, side_file_counts, sem_waits, calls, states, worker_threads, objects];
+    joins_and_names: "locks_join" Default => check_joins [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, thread_records, lifetimes, join_waits, objects, states, calls];
+    barrier_rounds: "locks_barrier" Default => check_barrier [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, barrier_waits, calls, states, worker_threads, objects];
+    cancel_cleanup: "locks_cancel" Default => check_cancel [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, canceled_thread, mutex_wait, no_cond_wait, calls, join_wait, objects];
+    cancel_destructor: "locks_cancelpp" Default => check_cancel [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, canceled_thread, mutex_wait, no_cond_wait, calls, join_wait, objects];
+    mutex_call_counts: "locks_counts" Default => check_counts [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, worker_calls, private_mutex_waits, shared_mutex_waits, worker_threads, objects, main_thread];
 }
 
 #[test]
@@ -1491,9 +1664,11 @@ fn originals_behave() {
         for &v in &p.variants {
             let ctx = format!("{name} {v}");
             let bin = {
-                let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+                let _turn = cpu_turn();
                 build(&p, v)
             };
+            // The runs take a share: they measure nothing, but must not run next to a timed case.
+            let _share = cpu_share();
             let dir = fresh_dir(&format!("locks-original-{name}-{v}"));
             let run = |i: u32| {
                 let side = dir.join(format!("run{i}.side"));

@@ -1,0 +1,38 @@
+//! stint's integration tests: one test crate with a module per area (as cargo's own
+//! `tests/testsuite/main.rs`), so the harness in `common` compiles once and every test runs
+//! in one process. Test names read `module::test`, e.g. `locks::mutex_hold::pie_o2::same_output`;
+//! run one area with `cargo test --release -p stint --test it -- locks::`.
+//!
+//! The modules whose checks measure time (`timers`, `locks`, `control`, `top`) take turns
+//! through [`common::cpu_turn`], and the other tests that run programs hold a
+//! [`common::cpu_share`] so they never run next to a turn: the
+//! modules used to be separate test binaries that cargo ran one after another, and now
+//! share one process whose harness runs tests in parallel.
+//!
+//! | module | what it tests |
+//! | --- | --- |
+//! | `behaviour` | every `testbins/*.c` program in every variant: same behaviour rewritten, its `//# expect:` directives |
+//! | `control` | `stint ctl` and the control file on running programs |
+//! | `debian` | real programs from Debian packages (pigz, sqlite3, lua) |
+//! | `errors` | bad input: one-line errors naming the file |
+//! | `locks` | the thread-library wrappers: waits, states, objects |
+//! | `security` | the profile file's permissions and the environment of setuid programs |
+//! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
+//! | `timers` | exits, the shadow stack and the CPU/wall timers against the programs' own clocks |
+//! | `tools` | the tools the tests need |
+//! | `top` | `stint top` and `stint ls` |
+//! | `unwind` | unwinding through added code: C++ exceptions, `.eh_frame_hdr`, gdb backtraces |
+
+mod common;
+
+mod behaviour;
+mod control;
+mod debian;
+mod errors;
+mod locks;
+mod security;
+mod snapshots;
+mod timers;
+mod tools;
+mod top;
+mod unwind;
