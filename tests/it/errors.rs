@@ -179,6 +179,19 @@ fn report_rejects_files_that_are_not_profiles() {
     assert_report_refuses(&dir.join("no-such.stint"), "nonexistent profile");
 }
 
+/// The runtime lays its file out with `stint_layout::FileLayout`, the computation the
+/// synthetic profiles of the unit tests use: a real profile's header agrees with it.
+#[test]
+fn runtime_profile_follows_the_shared_layout() {
+    let _share = cpu_share();
+    let dir = fresh_dir("layout");
+    let profile = real_profile(&dir);
+    let bytes = std::fs::read(&profile).unwrap();
+    let h = stint_layout::FileHeader::parse(&bytes, bytes.len() as u64).expect("the runtime wrote a valid header");
+    let lay = stint_layout::FileLayout::new(h.shape());
+    assert!(lay.agrees_with(&h), "{}: header {h:?} is not laid out as {lay:?}", profile.display());
+}
+
 #[test]
 fn report_rejects_truncated_profiles() {
     let _share = cpu_share();

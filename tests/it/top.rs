@@ -3,7 +3,7 @@
 //! | test | what it checks |
 //! | --- | --- |
 //! | `live_program_in_top_and_ls::*` | `testbins/top_spin.c` rewritten and running, observed once: `top --once --interval 0.3` has its `header`, one row per live task in `threads` (with `spin-a`, `spin-b`), `work` with calls in `top_functions`, a mutex in `lock_waits`; `ls --json` and `ls` list the pid, path and program (`ls_json_while_running`, `ls_table_while_running`); `after_exit`, `top --once` shows it ended and `ls` no longer lists it |
-//! | `synthetic_profile_frame` | a profile written by `stint_profile::profile::write_synthetic` (a pid no process has): the exact frame of `top --once --interval 0`, `--thread` |
+//! | `synthetic_profile_frame` | a profile written by `stint_profile::synthetic::write_synthetic` (a pid no process has): the exact frame of `top --once --interval 0`, `--thread` |
 //! | `errors_name_the_file` | a missing file, a file that is no profile, a truncated profile, an unknown `--thread`, and no terminal without `--once`: exit 2, one line on stderr |
 //! | `help_has_examples` | `top --help` and `ls --help` |
 //!

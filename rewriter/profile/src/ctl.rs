@@ -614,9 +614,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("stint-ctl-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("p.stint");
-        let meta = profile::synthetic_meta("p", &[("main", "0x1000")]);
+        let meta = crate::synthetic::synthetic_meta("p", &[("main", "0x1000")]);
         // A pid that does not run.
-        std::fs::write(&path, profile::write_synthetic(&meta, &[(u32::MAX - 1, vec![(0, 1)])])).unwrap();
+        std::fs::write(&path, crate::synthetic::write_synthetic(&meta, &[(u32::MAX - 1, vec![(0, 1)])])).unwrap();
         let e = LiveProfile::open(&path, Access::Change).err().unwrap();
         assert!(matches!(e, CtlError::Ended { .. }), "{e}");
         let s = LiveProfile::open(&path, Access::Read).unwrap().status();

@@ -228,8 +228,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("stint-ls-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let good = dir.join("p.stint");
-        let meta = profile::synthetic_meta("p", &[("main", "0x1000")]);
-        std::fs::write(&good, profile::write_synthetic(&meta, &[(4242, vec![(0, 1)])])).unwrap();
+        let meta = crate::synthetic::synthetic_meta("p", &[("main", "0x1000")]);
+        std::fs::write(&good, crate::synthetic::write_synthetic(&meta, &[(4242, vec![(0, 1)])])).unwrap();
         let ino = std::fs::metadata(&good).unwrap().ino();
         assert!(has_profile_magic(&good, ino));
         assert!(!has_profile_magic(&good, ino + 1));
@@ -246,8 +246,8 @@ mod tests {
 
     #[test]
     fn a_file_of_another_pid_is_not_ours() {
-        let meta = profile::synthetic_meta("p", &[("main", "0x1000")]);
-        let b = profile::write_synthetic(&meta, &[(u32::MAX - 1, vec![(0, 1)])]);
+        let meta = crate::synthetic::synthetic_meta("p", &[("main", "0x1000")]);
+        let b = crate::synthetic::write_synthetic(&meta, &[(u32::MAX - 1, vec![(0, 1)])]);
         let p = profile::parse_with(&b, &profile::Observer::ENDED).unwrap();
         assert!(owns(u32::MAX - 1, &p));
         assert!(!owns(std::process::id(), &p));

@@ -303,7 +303,8 @@ fn object_json(p: &Profile, o: &ObjectProfile) -> ObjectJson {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{parse, synthetic_meta, write_synthetic};
+    use crate::profile::parse;
+    use crate::synthetic::{synthetic_meta, write_synthetic};
 
     #[test]
     fn the_document_reads_back_as_written() {

@@ -58,13 +58,6 @@ use stint_layout::{
 };
 use thiserror::Error;
 
-/// The synthetic writers live in [`crate::synthetic`]; these names stay for their callers.
-#[doc(hidden)]
-pub use crate::synthetic::{
-    patch_column, patch_header, put_object, put_transition, put_wait, synthetic_meta, synthetic_meta_points,
-    write_synthetic, SYNTHETIC_MONOTONIC_NS, SYNTHETIC_START_TSC,
-};
-
 /// Name of the metric whose counters are the call counts.
 pub const CALLS_METRIC: &str = Metric::Calls.name();
 /// Names of the timer metrics (inclusive time in TSC ticks per point).
@@ -827,7 +820,7 @@ fn thread_name(raw: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synthetic::SYNTHETIC_REALTIME_NS;
+    use crate::synthetic::*;
     use stint_layout::{
         column_size, ctl_len, ObjBucket, COLUMN_EMPTY, EXIT_RETURNED, FILE_MAGIC, FILE_VERSION, FLAG_TID_KEY_VERIFIED,
         N_COUNTER_SLOTS, OBJ_CONDVAR, OBJ_MUTEX, PAGE, RING_OFFSET, STATE_BLOCKED_CONDVAR, STATE_BLOCKED_MUTEX,

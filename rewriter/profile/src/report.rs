@@ -513,9 +513,10 @@ fn thread_heading(p: &Profile, t: &ThreadProfile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{
-        load, parse, parse_with, patch_column, patch_header, put_object, put_transition, put_wait, synthetic_meta,
-        synthetic_meta_points, write_synthetic, Observer, SYNTHETIC_MONOTONIC_NS, SYNTHETIC_START_TSC,
+    use crate::profile::{load, parse, parse_with, Observer};
+    use crate::synthetic::{
+        patch_column, patch_header, put_object, put_transition, put_wait, synthetic_meta, synthetic_meta_points,
+        write_synthetic, SYNTHETIC_MONOTONIC_NS, SYNTHETIC_START_TSC,
     };
     use serde_json::{json, Value};
     use stint_layout::{

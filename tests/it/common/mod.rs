@@ -92,7 +92,7 @@ pub fn cpu_share() -> RwLockReadGuard<'static, ()> {
 /// The synthetic-profile writers of `stint_profile`, for tests that need a profile no
 /// process wrote: the one place the tests name their module.
 pub mod synthetic {
-    pub use stint_profile::profile::{patch_column, synthetic_meta, write_synthetic};
+    pub use stint_profile::synthetic::{patch_column, synthetic_meta, write_synthetic};
 }
 
 // ---------------------------------------------------------------------------------------
