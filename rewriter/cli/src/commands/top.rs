@@ -900,9 +900,9 @@ fn draw_section(f: &mut ratatui::Frame, s: &Section, title: String, area: ratatu
 mod tests {
     use super::*;
     use stint_layout::{SyncObject, WaitEntry, OBJ_MUTEX, STATE_BLOCKED_CONDVAR, STATE_BLOCKED_MUTEX};
-    use stint_profile::profile::{
-        parse_with, patch_column, patch_header, put_object, put_wait, synthetic_meta, write_synthetic, Observer,
-        SYNTHETIC_START_TSC,
+    use stint_profile::profile::{parse_with, Observer};
+    use stint_profile::synthetic::{
+        patch_column, patch_header, put_object, put_wait, synthetic_meta, write_synthetic, SYNTHETIC_START_TSC,
     };
 
     #[test]
