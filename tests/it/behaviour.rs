@@ -79,7 +79,7 @@ fn case(name: &'static str, variant: &str) -> Arc<Case> {
 fn behaviour_check(name: &'static str, variant: &str, check: &str) {
     assert!(CHECKS.contains(&check), "no behaviour check {check:?}");
     let case = case(name, variant);
-    let mine: Vec<&str> = case.problems.iter().filter(|(c, _)| *c == check).map(|(_, m)| m.as_str()).collect();
+    let mine = problems_of(&case.problems, check);
     if mine.is_empty() {
         return;
     }

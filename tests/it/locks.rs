@@ -351,7 +351,7 @@ fn run_case(name: &str, variant: Variant, spec: SpecChoice) -> Case {
 /// The test of one of [`RUN_CHECKS`] on a case.
 fn run_check(case: &Case, check: &str) {
     assert!(RUN_CHECKS.contains(&check), "{}: no run check {check:?}", case.ctx);
-    let problems: Vec<&str> = case.run_problems.iter().filter(|(c, _)| *c == check).map(|(_, m)| m.as_str()).collect();
+    let problems = problems_of(&case.run_problems, check);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 

@@ -95,7 +95,7 @@ fn case(variant: Variant) -> Arc<Case> {
 fn check(variant: Variant, check: &str) {
     assert!(CHECKS.contains(&check), "no check {check:?}");
     let case = case(variant);
-    let mine: Vec<&str> = case.problems.iter().filter(|(c, _)| *c == check).map(|(_, m)| m.as_str()).collect();
+    let mine = problems_of(&case.problems, check);
     assert!(mine.is_empty(), "{}: {check}:\n  {}", case.ctx, mine.join("\n  "));
 }
 

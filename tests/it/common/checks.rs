@@ -239,3 +239,8 @@ mod tests {
         assert_eq!(*cached_run(&CACHE, 2, "prog w", || 7), 7);
     }
 }
+
+/// The messages `problems` (check, message) recorded for `check`.
+pub fn problems_of<'a>(problems: &'a [(&'static str, String)], check: &str) -> Vec<&'a str> {
+    problems.iter().filter(|(c, _)| *c == check).map(|(_, m)| m.as_str()).collect()
+}
