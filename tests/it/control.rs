@@ -193,6 +193,36 @@ fn enable_and_disable_while_running() {
     assert_eq!(err, "", "nothing on stderr");
 }
 
+/// `stint ctl P enable m1 m2 m3` turns on every metric it names, not only the last one (each
+/// metric's change starts from what the previous one wrote, not from a stale read).
+#[test]
+fn enable_several_metrics_at_once() {
+    let _turn = cpu_turn();
+    let mut s = Session::start("ctl-several", Some("on: []\n"));
+    s.command("work 10", "done 10");
+    let lines = s.ctl_ok(&["enable", "calls", "cpu_time", "wall_time"]);
+    assert_eq!(lines.lines().count(), 3, "one line per metric: {lines}");
+    let status: Value = serde_json::from_str(&s.ctl_ok(&["status", "--json"])).unwrap();
+    let metrics = status["metrics"].as_array().unwrap_or_else(|| panic!("no metrics in {status:#}"));
+    for name in ["calls", "cpu_time", "wall_time"] {
+        let m = metrics.iter().find(|m| m["metric"] == name).unwrap_or_else(|| panic!("no {name} in {status:#}"));
+        assert!(m["points"].as_u64().unwrap() > 0, "{name} is built in: {m}");
+        assert_eq!(m["points_on"], m["points"], "{name} on at every point: {m}");
+        assert_eq!(m["threads"], "all", "{name} on for every thread: {m}");
+    }
+    s.command("work 100", "done 100");
+    let r = s.report(&[]);
+    assert_eq!(calls(&r, "worker-a", "tick"), 100, "{r:#}");
+    s.ctl_ok(&["disable", "calls", "cpu_time"]);
+    let status: Value = serde_json::from_str(&s.ctl_ok(&["status", "--json"])).unwrap();
+    for m in status["metrics"].as_array().unwrap() {
+        let want_on = m["metric"] == "wall_time";
+        assert_eq!(m["points_on"].as_u64() != Some(0), want_on, "after disabling calls and cpu_time: {m}");
+    }
+    let err = s.finish();
+    assert_eq!(err, "", "nothing on stderr");
+}
+
 #[test]
 fn enable_for_one_thread() {
     let _turn = cpu_turn();

@@ -233,6 +233,20 @@ impl LiveProfile {
         self.path.display().to_string()
     }
 
+    /// `len` bytes at `off` as the file holds them now (not as read at `open`): a command that
+    /// changes several things reads each one after the previous change was written.
+    fn read_now(&self, off: u64, len: usize) -> Result<Vec<u8>, CtlError> {
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, off).map_err(|error| CtlError::Io { path: self.name(), error })?;
+        Ok(buf)
+    }
+
+    /// The control page as the file holds it now.
+    fn control_now(&self) -> Result<Control, CtlError> {
+        let b = self.read_now(self.header.control_offset, size_of::<Control>())?;
+        Control::parse(&b).map_err(|error| CtlError::Format { path: self.name(), error })
+    }
+
     fn write_at(&self, off: u64, data: &[u8]) -> Result<(), CtlError> {
         self.file.write_all_at(data, off).map_err(|error| CtlError::Write { path: self.name(), error })
     }
@@ -259,7 +273,7 @@ impl LiveProfile {
     }
 
     fn note_change(&self) -> Result<(), CtlError> {
-        let c = self.control();
+        let c = self.control_now()?;
         self.write_control_u64(offset_of!(Control, changes), c.changes + 1)?;
         self.write_control_u64(offset_of!(Control, last_change_realtime_ns), profile::realtime_now_ns())
     }
@@ -304,11 +318,16 @@ impl LiveProfile {
             }
             named.extend(cols);
         }
-        let control = self.control();
+        // Everything below is read from the file as it is now, so the changes of one command
+        // that names several metrics add up (each starts from what the previous one wrote).
+        let control = self.control_now()?;
         let mask_off = offset_of!(ColumnHeader, thread_mask) as u64;
         let set_mask = |index: u32, f: &dyn Fn(u32) -> u32| -> Result<(), CtlError> {
-            if let Some(c) = self.column(index) {
-                self.write_at(self.column_offset(index) + mask_off, &f(c.thread_mask).to_le_bytes())?;
+            if self.column(index).is_some() {
+                let at = self.column_offset(index) + mask_off;
+                let now = self.read_now(at, size_of::<u32>())?;
+                let mask = u32::from_le_bytes([now[0], now[1], now[2], now[3]]);
+                self.write_at(at, &f(mask).to_le_bytes())?;
             }
             Ok(())
         };
@@ -316,7 +335,7 @@ impl LiveProfile {
         // Gates: the function focus.
         let change_gates = sel.on || sel.threads.is_empty();
         if change_gates {
-            let mut gates = self.profile.gates.clone();
+            let mut gates = self.read_now(self.header.ctl_offset, self.profile.gates.len())?;
             for &p in &points {
                 if let Some(g) = gates.get_mut(p as usize) {
                     *g = if sel.on { *g | bit } else { *g & !bit };
@@ -384,7 +403,7 @@ impl LiveProfile {
     /// Post a snapshot request, send every live thread to a safe point, and wait up to `wait`
     /// for them to take it. The profile must have been opened with [`Access::Change`].
     pub fn snapshot(&self, wait: Duration) -> Result<Snapshot, CtlError> {
-        let c = self.control();
+        let c = self.control_now()?;
         let i = c.req_head;
         let seq = i + 1;
         let slot = offset_of!(Control, requests) + (i % REQ_CAP as u64) as usize * size_of::<Request>();
