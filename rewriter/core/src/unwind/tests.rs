@@ -1,3 +1,6 @@
+//! Tests of the unwind pass: CFI computed for generated code read back with gimli, the
+//! input's and rt-lib's entries converted for their new place, and the `.eh_frame_hdr` table.
+
 use super::*;
 use crate::codegen::{self, TimerEnv, TrampolineEnv};
 use gimli::{CieOrFde, EhFrame};
