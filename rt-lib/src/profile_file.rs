@@ -52,6 +52,61 @@ fn file_layout(cfg: &RtConfig) -> FileLayout {
     })
 }
 
+/// How a profile file is opened: created here, never an existing file, never through a
+/// symbolic link.
+const NEW_FILE: usize = sys::O_RDWR | sys::O_CREAT | sys::O_EXCL | sys::O_NOFOLLOW | sys::O_CLOEXEC;
+
+/// Create the profile `path_nul` (NUL-terminated) in the private per-user directory it
+/// names (D15): the directory is created 0700 if missing; it must then be a directory (not
+/// a symbolic link), owned by this user, with no access for group or others; the file is
+/// created relative to the directory's descriptor, so the checked directory is the one it
+/// lands in. Each refusal prints one line and returns `Err`.
+fn create_in_private_dir(rt: &Rt, path_nul: &[u8]) -> Result<usize, ()> {
+    let path = path_nul.split_last().map_or(&[][..], |(_, p)| p);
+    let slash = path.iter().rposition(|&b| b == b'/').ok_or(())?;
+    let mut dir = [0u8; PATH_MAX_DIR];
+    let n = copy_into(&mut dir, &[path.get(..slash.max(1)).unwrap_or(b"/"), b"\0"]);
+    let (Some(dir_nul), Some(name_nul)) = (dir.get(..n), path_nul.get(slash + 1..)) else {
+        warn(rt, b"profile directory path too long", path, None);
+        return Err(());
+    };
+    let dir_path = dir_nul.split_last().map_or(&[][..], |(_, d)| d);
+    match sys::mkdir(dir_nul, 0o700) {
+        Ok(_) | Err(Errno::EEXIST) => {}
+        Err(e) => {
+            warn(rt, b"cannot create profile directory", dir_path, Some(e));
+            return Err(());
+        }
+    }
+    let dfd = match sys::open(dir_nul, sys::O_RDONLY | sys::O_DIRECTORY | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0) {
+        Ok(fd) => fd as i32,
+        Err(e) => {
+            warn(rt, b"cannot open profile directory", dir_path, Some(e));
+            return Err(());
+        }
+    };
+    let refusal: Option<&[u8]> = match sys::owner_and_mode(dfd) {
+        Err(_) => Some(b"cannot check profile directory"),
+        Ok((uid, _)) if uid != sys::geteuid() => Some(b"profile directory belongs to another user"),
+        Ok((_, mode)) if mode & 0o077 != 0 => Some(b"profile directory is open to other users (chmod 700)"),
+        Ok(_) => None,
+    };
+    let created = match refusal {
+        Some(why) => {
+            warn(rt, why, dir_path, None);
+            Err(())
+        }
+        None => {
+            sys::openat(dfd, name_nul, NEW_FILE, 0o600).map_err(|e| warn(rt, b"cannot create profile", path, Some(e)))
+        }
+    };
+    sys::close(dfd);
+    created
+}
+
+/// Room for the directory part of a profile path.
+const PATH_MAX_DIR: usize = 1536;
+
 /// Expand `%p` (pid) and `%%` in the template into `su.path`, NUL-terminated; returns the
 /// length without the NUL. Written without indexing so the image has no panic paths.
 fn expand_path(su: &mut Startup, pid: u32) -> Option<usize> {
@@ -139,14 +194,14 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     let (Some(path), Some(path_nul)) = (path_copy.get(..plen), path_copy.get(..plen + 1)) else {
         return false;
     };
-    let fd =
-        match sys::open(path_nul, sys::O_RDWR | sys::O_CREAT | sys::O_EXCL | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0o600) {
-            Ok(fd) => fd as i32,
-            Err(e) => {
-                warn(rt, b"cannot create profile", path, Some(e));
-                return false;
-            }
-        };
+    let created = if su.private_dir != 0 {
+        create_in_private_dir(rt, path_nul)
+    } else {
+        sys::open(path_nul, NEW_FILE, 0o600).map_err(|e| warn(rt, b"cannot create profile", path, Some(e)))
+    };
+    let Ok(fd) = created.map(|fd| fd as i32) else {
+        return false;
+    };
     let ctl_len = cfg.ctl_len;
     let lay = file_layout(&cfg);
     let file_len = lay.file_len(INITIAL_COLUMNS);

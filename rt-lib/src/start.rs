@@ -11,9 +11,9 @@
 use crate::profile_file;
 use crate::state::{Rt, CONTROL_PATH_MAX};
 use crate::sys;
-use crate::text::copy_into;
+use crate::text::{copy_into, Writer};
 use crate::trap;
-use stint_layout::{CONFIG_MAGIC, ENV_CONTROL, ENV_PROFILE};
+use stint_layout::{CONFIG_MAGIC, ENV_CONTROL, ENV_DIR, ENV_PROFILE};
 
 /// Start-up, from the entry stub.
 ///
@@ -51,7 +51,8 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
     }
 
     // Safety: the kernel lays out the initial stack this way.
-    let (env, control, secure) = unsafe { scan_stack(sp) };
+    let env = unsafe { scan_stack(sp) };
+    let (control, secure) = (env.control, env.secure);
     if secure || sys::setid() {
         // AT_SECURE (setuid, file capabilities): ignore STINT_* and measure nothing.
         if control.is_some() {
@@ -72,33 +73,95 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
         }
         su.control_len = copy_into(&mut su.control_path, &[c]) as u32;
     }
-    let n = match env {
+    let n = match env.profile {
         Some(v) => copy_into(&mut su.template, &[v]),
-        None => copy_into(&mut su.template, &[b"./", cfg.program_name(), b".%p.stint"]),
+        None => {
+            su.private_dir = 1;
+            default_template(&mut su.template, env.dir, env.xdg_runtime_dir, cfg.program_name())
+        }
     };
     su.template_len = n as u32;
     profile_file::create(rt, su, 0);
 }
 
-/// Finds `STINT_PROFILE` and `STINT_CONTROL` in the environment and AT_SECURE in the
-/// auxiliary vector.
+/// What start-up reads from the initial stack.
+#[derive(Default)]
+struct Env {
+    /// `STINT_PROFILE`: the profile path template.
+    profile: Option<&'static [u8]>,
+    /// `STINT_CONTROL`: the control file.
+    control: Option<&'static [u8]>,
+    /// `STINT_DIR`: the directory of profiles when `STINT_PROFILE` is not set.
+    dir: Option<&'static [u8]>,
+    /// `XDG_RUNTIME_DIR`.
+    xdg_runtime_dir: Option<&'static [u8]>,
+    /// AT_SECURE from the auxiliary vector.
+    secure: bool,
+}
+
+/// The profile path template when `STINT_PROFILE` is not set (D15): a private per-user
+/// directory, never the current one (a profile growing in the cwd changed what `git add -A`
+/// and `sha256sum *` saw). `$STINT_DIR`, else `$XDG_RUNTIME_DIR/stint` (an absolute path
+/// only, as the XDG spec asks), else `/tmp/stint-<euid>`; then `/<program>.%p.stint`. A `%`
+/// in the directory is escaped so that only the file name's `%p` expands.
+fn default_template(out: &mut [u8], dir: Option<&[u8]>, xdg: Option<&[u8]>, program: &[u8]) -> usize {
+    let mut uid = [0u8; 10];
+    let uid = decimal(sys::geteuid(), &mut uid);
+    let parts: [&[u8]; 2] = match (dir, xdg) {
+        (Some(d), _) if !d.is_empty() => [d, b""],
+        (_, Some(x)) if x.first() == Some(&b'/') => [x, b"/stint"],
+        _ => [b"/tmp/stint-", uid],
+    };
+    let mut w = Writer::new(out);
+    for &c in parts.iter().flat_map(|p| p.iter()) {
+        w.put(if c == b'%' { b"%%" } else { core::slice::from_ref(&c) });
+    }
+    w.put(b"/");
+    w.put(program);
+    w.put(b".%p.stint");
+    w.len()
+}
+
+/// `v` in decimal, in `buf`.
+fn decimal(mut v: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        if let Some(d) = buf.get_mut(i) {
+            *d = b'0' + (v % 10) as u8;
+        }
+        v /= 10;
+        if v == 0 || i == 0 {
+            break;
+        }
+    }
+    buf.get(i..).unwrap_or(&[])
+}
+
+/// Finds `STINT_PROFILE`, `STINT_CONTROL`, `STINT_DIR` and `XDG_RUNTIME_DIR` in the
+/// environment and AT_SECURE in the auxiliary vector.
 ///
 /// # Safety
 /// `sp` is the initial process stack.
-unsafe fn scan_stack(sp: *const usize) -> (Option<&'static [u8]>, Option<&'static [u8]>, bool) {
+unsafe fn scan_stack(sp: *const usize) -> Env {
     // Safety (whole function): walking the kernel-built initial stack.
     unsafe {
         let argc = *sp;
         let mut p = sp.add(1 + argc + 1);
-        let mut found = None;
-        let mut control = None;
+        let mut env = Env::default();
         while *p != 0 {
             let s = cstr(*p as *const u8);
             if let Some(v) = env_value(s, ENV_PROFILE) {
-                found = Some(v);
+                env.profile = Some(v);
             }
             if let Some(v) = env_value(s, ENV_CONTROL) {
-                control = Some(v);
+                env.control = Some(v);
+            }
+            if let Some(v) = env_value(s, ENV_DIR) {
+                env.dir = Some(v);
+            }
+            if let Some(v) = env_value(s, "XDG_RUNTIME_DIR") {
+                env.xdg_runtime_dir = Some(v);
             }
             p = p.add(1);
         }
@@ -108,15 +171,14 @@ unsafe fn scan_stack(sp: *const usize) -> (Option<&'static [u8]>, Option<&'stati
         while *p == 0 {
             p = p.add(1);
         }
-        let mut secure = false;
         while *p != 0 {
             const AT_SECURE: usize = 23;
             if *p == AT_SECURE {
-                secure = *p.add(1) != 0;
+                env.secure = *p.add(1) != 0;
             }
             p = p.add(2);
         }
-        (found, control, secure)
+        env
     }
 }
 
@@ -142,6 +204,29 @@ unsafe fn cstr(p: *const u8) -> &'static [u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_template_is_the_private_directory() {
+        let mut out = [0u8; 256];
+        let n = default_template(&mut out, Some(b"/d/x"), Some(b"/run/user/1"), b"prog");
+        assert_eq!(&out[..n], b"/d/x/prog.%p.stint", "STINT_DIR first");
+        let n = default_template(&mut out, Some(b""), Some(b"/run/user/1"), b"prog");
+        assert_eq!(&out[..n], b"/run/user/1/stint/prog.%p.stint", "empty STINT_DIR: XDG_RUNTIME_DIR");
+        let n = default_template(&mut out, None, Some(b"relative"), b"prog");
+        let uid = sys::geteuid();
+        let want = std::format!("/tmp/stint-{uid}/prog.%p.stint");
+        assert_eq!(&out[..n], want.as_bytes(), "a relative XDG_RUNTIME_DIR is ignored");
+        let n = default_template(&mut out, Some(b"/a%p"), None, b"prog");
+        assert_eq!(&out[..n], b"/a%%p/prog.%p.stint", "a % in the directory is not a pattern");
+    }
+
+    #[test]
+    fn decimal_digits() {
+        let mut b = [0u8; 10];
+        assert_eq!(decimal(0, &mut b), b"0");
+        assert_eq!(decimal(1000, &mut b), b"1000");
+        assert_eq!(decimal(u32::MAX, &mut b), b"4294967295");
+    }
 
     #[test]
     fn env_value_needs_the_whole_name_and_an_equals_sign() {
@@ -175,9 +260,10 @@ mod tests {
             0,
         ];
         // Safety: a stack laid out like the kernel's, strings NUL-terminated.
-        let (p, c, secure) = unsafe { scan_stack(stack.as_ptr()) };
-        assert_eq!(p, Some(&b"/p"[..]));
-        assert_eq!(c, Some(&b"/c"[..]));
-        assert!(secure);
+        let env = unsafe { scan_stack(stack.as_ptr()) };
+        assert_eq!(env.profile, Some(&b"/p"[..]));
+        assert_eq!(env.control, Some(&b"/c"[..]));
+        assert_eq!(env.dir, None);
+        assert!(env.secure);
     }
 }

@@ -236,6 +236,10 @@ pub struct Startup {
     pub tid_key_ok: u32,
     pub template_len: u32,
     pub control_len: u32,
+    /// 1 when the template is the default one, in the private per-user directory (D15):
+    /// the directory is created and checked before the file is (profile_file::create).
+    pub private_dir: u32,
+    _pad: u32,
     /// Profile path template (`%p` → pid), copied at start so later changes to the
     /// environment strings cannot affect a fork child.
     pub template: [u8; TEMPLATE_MAX],

@@ -15,6 +15,7 @@
 //! | `control` | `stint ctl` and the control file on running programs |
 //! | `debian` | real programs from Debian packages (pigz, sqlite3, lua) |
 //! | `errors` | bad input: one-line errors naming the file |
+//! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
 //! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
@@ -29,6 +30,7 @@ mod behaviour;
 mod control;
 mod debian;
 mod errors;
+mod location;
 mod locks;
 mod security;
 mod snapshots;

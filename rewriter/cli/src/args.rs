@@ -45,7 +45,8 @@ pub enum Command {
     stint rewrite ./server -o ./server.stint\n  \
     stint rewrite ./server -o ./server.stint --spec my-spec.yaml\n\n\
     The output behaves like the input. When it runs it writes a profile file, named by\n\
-    STINT_PROFILE (%p becomes the pid; default ./<program>.<pid>.stint); set STINT_PROFILE=\n\
+    STINT_PROFILE (%p becomes the pid; default <program>.<pid>.stint in $STINT_DIR, else\n\
+    $XDG_RUNTIME_DIR/stint, else /tmp/stint-<uid>; never the current directory); set STINT_PROFILE=\n\
     (empty) to run without measuring.")]
 pub struct RewriteArgs {
     /// The executable to rewrite.
@@ -114,10 +115,18 @@ pub enum By {
     stint report /tmp/pigz.1234.stint --by lock      # which locks threads waited on, and how long\n  \
     stint report /tmp/pigz.1234.stint --by thread    # lifetimes, exits, % of time per state\n  \
     stint report /tmp/pigz.1234.stint --format json  # everything, whatever --by says\n  \
-    stint report /tmp/pigz.1234.stint --since-snapshot  # only what came after `stint ctl ... snapshot`")]
+    stint report /tmp/pigz.1234.stint --since-snapshot  # only what came after `stint ctl ... snapshot`\n  \
+    stint report --last pigz                         # the newest pigz profile in the profile directory\n\n\
+    A rewritten program run without STINT_PROFILE puts its profile in $STINT_DIR, else\n\
+    $XDG_RUNTIME_DIR/stint, else /tmp/stint-<uid> (private to you), as <program>.<pid>.stint.")]
 pub struct ReportArgs {
     /// A profile file (it may belong to a running process).
-    pub profile: PathBuf,
+    #[arg(required_unless_present = "last", conflicts_with = "last")]
+    pub profile: Option<PathBuf>,
+    /// Instead of a file: the newest profile in the profile directory ($STINT_DIR, else
+    /// $XDG_RUNTIME_DIR/stint, else /tmp/stint-<uid>), of PROGRAM if given.
+    #[arg(long, value_name = "PROGRAM", num_args = 0..=1, default_missing_value = "")]
+    pub last: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Same as --format json.

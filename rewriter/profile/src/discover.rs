@@ -188,6 +188,46 @@ fn entry(pid: u32, path: PathBuf, p: &Profile, now_ns: u64) -> Entry {
     }
 }
 
+/// The directory a rewritten program puts its profile in when `STINT_PROFILE` is not set
+/// (DESIGN D15), by the runtime's rule: `$STINT_DIR`, else `$XDG_RUNTIME_DIR/stint` (an
+/// absolute path only), else `/tmp/stint-<euid>`.
+pub fn default_dir() -> PathBuf {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(d) = var(stint_layout::ENV_DIR) {
+        return PathBuf::from(d);
+    }
+    if let Some(x) = var("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|x| x.is_absolute()) {
+        return x.join("stint");
+    }
+    let euid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
+    PathBuf::from(format!("/tmp/stint-{euid}"))
+}
+
+/// The newest profile in `dir` (by modification time), of `program` if given: the files
+/// named `<program>.<pid>.stint` (any program when `None`).
+pub fn newest_in(dir: &Path, program: Option<&str>) -> std::io::Result<Option<PathBuf>> {
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".stint") else { continue };
+        let Some((prog, pid)) = stem.rsplit_once('.') else { continue };
+        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) || program.is_some_and(|p| p != prog) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let mtime = meta.modified()?;
+        if best.as_ref().is_none_or(|(t, _)| mtime > *t) {
+            best = Some((mtime, entry.path()));
+        }
+    }
+    Ok(best.map(|(_, p)| p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -923,6 +923,9 @@ pub const SEGMENT_MAGIC: [u8; 16] = *b"STINT-SEGMENT-v1";
 
 /// Environment variable naming the profile path (`%p` becomes the pid).
 pub const ENV_PROFILE: &str = "STINT_PROFILE";
+/// Environment variable naming the directory of profiles when `STINT_PROFILE` is not set
+/// (DESIGN D15); without it, `$XDG_RUNTIME_DIR/stint`, else `/tmp/stint-<uid>`.
+pub const ENV_DIR: &str = "STINT_DIR";
 
 /// Why a byte string is not a profile file this version can read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -247,7 +247,11 @@ impl<'a> Run<'a> {
             args: Vec::new(),
             cwd,
             env: Vec::new(),
-            env_remove: vec![stint_layout::ENV_PROFILE.to_string(), "STINT_CONTROL".to_string()],
+            env_remove: vec![
+                stint_layout::ENV_PROFILE.to_string(),
+                "STINT_CONTROL".to_string(),
+                stint_layout::ENV_DIR.to_string(),
+            ],
             stdin: None,
             timeout: Duration::from_secs(300),
         }
@@ -259,6 +263,12 @@ impl<'a> Run<'a> {
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.env_remove.retain(|x| x != k);
         self.env.push((k.to_string(), v.to_string()));
+        self
+    }
+    /// Remove `k` from the program's environment.
+    pub fn without(mut self, k: &str) -> Self {
+        self.env.retain(|(x, _)| x != k);
+        self.env_remove.push(k.to_string());
         self
     }
     pub fn stdin(mut self, data: Vec<u8>) -> Self {

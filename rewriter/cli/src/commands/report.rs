@@ -5,13 +5,19 @@
 use std::io::Write;
 
 use anyhow::anyhow;
-use stint_profile::{json, profile, report};
+use std::path::PathBuf;
+
+use stint_profile::{discover, json, profile, report};
 
 use crate::args::{By, Format, ReportArgs};
 
 pub fn run(a: ReportArgs) -> anyhow::Result<()> {
-    let p = if a.since_snapshot { profile::load_since_snapshot(&a.profile) } else { profile::load(&a.profile) }
-        .map_err(|e| anyhow!("{}: {e}", a.profile.display()))?;
+    let path = match (&a.profile, &a.last) {
+        (Some(p), _) => p.clone(),
+        (None, last) => last_profile(last.as_deref().filter(|p| !p.is_empty()))?,
+    };
+    let p = if a.since_snapshot { profile::load_since_snapshot(&path) } else { profile::load(&path) }
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let mut out = std::io::stdout().lock();
     let format = if a.json { Format::Json } else { a.format };
     match (format, a.by) {
@@ -27,4 +33,14 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         (Format::Table, By::Lock) => write!(out, "{}", report::to_lock_table(&p))?,
     }
     Ok(())
+}
+
+/// The newest profile of `program` (any program if `None`) in the profile directory.
+fn last_profile(program: Option<&str>) -> anyhow::Result<PathBuf> {
+    let dir = discover::default_dir();
+    let newest = discover::newest_in(&dir, program).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
+    newest.ok_or_else(|| match program {
+        Some(p) => anyhow!("{}: no profile of {p} (files named {p}.<pid>.stint)", dir.display()),
+        None => anyhow!("{}: no profiles", dir.display()),
+    })
 }
