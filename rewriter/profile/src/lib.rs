@@ -4,6 +4,7 @@
 //! - [`profile`]: the reader and the model (`Profile`, `ThreadProfile`, …);
 //! - [`report`]: the tables of `stint report` and the queries they share with the JSON;
 //! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
+//! - [`diff`]: two runs side by side by function name, and the CI gate of `stint diff`;
 //! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
 //!   with a typed [`ctl::CtlError`];
 //! - [`discover`]: finding the live profiles of running processes through `/proc`;
@@ -16,6 +17,7 @@
 #![deny(unsafe_code)]
 
 pub mod ctl;
+pub mod diff;
 pub mod discover;
 pub mod json;
 pub mod profile;
