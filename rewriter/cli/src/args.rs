@@ -37,6 +37,8 @@ pub enum Command {
     Top(TopArgs),
     /// List the live profiles of this user's processes.
     Ls(LsArgs),
+    /// Compare two runs by function name; with --threshold, a CI gate (exit 1 on regression).
+    Diff(DiffArgs),
 }
 
 /// Write an instrumented copy of an executable.
@@ -253,6 +255,86 @@ pub struct LsArgs {
     pub json: bool,
 }
 
+/// What `stint diff` compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffMetric {
+    /// Calls per function (deterministic: `--threshold 0` is an exact gate).
+    Calls,
+    /// Inclusive CPU time per function.
+    Cpu,
+    /// Inclusive wall time per function.
+    Wall,
+    /// Self time per function (needs call paths).
+    #[value(name = "self")]
+    SelfTime,
+    /// Time blocked per sync object (kind@function that first used it).
+    LockWait,
+    /// Time a mutex or rwlock was held, per sync object.
+    Hold,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffFormat {
+    Table,
+    Json,
+    /// A GitHub-flavoured table for a pull-request comment.
+    Markdown,
+}
+
+/// Compare two runs: base and new side by side, matched by function name.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint diff base.stint new.stint                       # CPU time per function, side by side\n  \
+    stint diff base.json new.json --threshold 5%          # exit 1 if a function got >5% slower\n  \
+    stint diff base.json new.json --threshold 10% --min-abs 2   # ... and by at least 2 ms\n  \
+    stint diff base.json new.json --metric calls --threshold 0  # exact gate on call counts\n  \
+    stint diff base.json new.json --metric calls --threshold 0 --format markdown > comment.md\n  \
+    stint diff base.stint new.stint --metric lock_wait --by-thread\n\n\
+    BASE and NEW are profile files or stint-profile/1 JSON (stint report --format json,\n\
+    stint merge -o), told apart by their content. Exit status: 0 within the thresholds (or\n\
+    without --threshold), 1 on a regression, 2 on bad input.")]
+pub struct DiffArgs {
+    /// The run to compare against (profile file or stint-profile/1 JSON).
+    pub base: PathBuf,
+    /// The run to check.
+    pub new: PathBuf,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub metric: DiffMetric,
+    /// A row regresses when it grows by more than this, in percent of its base (`5%`, `0`
+    /// for any growth). Without it, diff only prints and exits 0.
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub threshold: Option<f64>,
+    /// ...and by at least this much, in the metric's unit (calls, or ms for times), to
+    /// ignore noise on small figures.
+    #[arg(long, value_name = "N", requires = "threshold", value_parser = parse_min_abs)]
+    pub min_abs: Option<f64>,
+    /// One row per thread role (thread name, else start routine) and function.
+    #[arg(long)]
+    pub by_thread: bool,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: DiffFormat,
+}
+
+/// `--threshold`: a percentage, `5%`, `2.5%` or `0` (the `%` is optional).
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let n: f64 =
+        t.strip_suffix('%').unwrap_or(t).trim().parse().map_err(|_| format!("{s:?} is not a percentage (5%, 0)"))?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(format!("{s}: want a percentage of 0 or more"));
+    }
+    Ok(n)
+}
+
+/// `--min-abs`: a non-negative number.
+fn parse_min_abs(s: &str) -> Result<f64, String> {
+    let n: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(format!("{s}: want a number of 0 or more"));
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,6 +362,20 @@ mod tests {
             parse(&["stint", "report", "p.stint", "--by", "object"]).err(),
             Some(clap::error::ErrorKind::InvalidValue)
         );
+    }
+
+    #[test]
+    fn diff_limits_parse() {
+        assert_eq!(parse_percent("5%"), Ok(5.0));
+        assert_eq!(parse_percent("0"), Ok(0.0));
+        assert_eq!(parse_percent("2.5 %"), Ok(2.5));
+        for bad in ["-1%", "x", "", "%", "inf", "NaN"] {
+            assert!(parse_percent(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_min_abs("0.5"), Ok(0.5));
+        assert!(parse_min_abs("-2").is_err());
+        let e = Cli::try_parse_from(["stint", "diff", "a", "b", "--min-abs", "3"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
     }
 
     #[test]

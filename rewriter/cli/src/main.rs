@@ -21,11 +21,14 @@ fn main() -> ExitCode {
         Command::Ctl(a) => commands::ctl::run(a),
         Command::Top(a) => commands::top::run(a),
         Command::Ls(a) => commands::ls::run(a),
+        Command::Diff(a) => commands::diff::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`stint report … | head`) is not an error.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        // `stint diff` printed its regressions: a gate's failure, not bad input.
+        Err(e) if e.is::<commands::diff::Regressed>() => ExitCode::from(1),
         Err(e) => {
             eprintln!("{}", one_line(&e));
             ExitCode::from(2)

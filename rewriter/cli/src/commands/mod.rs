@@ -2,6 +2,7 @@
 //! libraries, and prints. No command imports another; what two share is in `crate::fmt` or
 //! `crate::input`.
 pub mod ctl;
+pub mod diff;
 pub mod inspect;
 pub mod ls;
 pub mod report;
