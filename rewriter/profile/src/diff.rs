@@ -415,6 +415,15 @@ fn gate_line(d: &DiffJson) -> String {
     }
 }
 
+/// `calls`, or a time metric with its display unit: `cpu (ms)`.
+fn title(m: Metric) -> String {
+    if m == Metric::Calls {
+        m.name().to_owned()
+    } else {
+        format!("{} ({})", m.name(), m.shown_unit())
+    }
+}
+
 fn what(d: &DiffJson) -> &'static str {
     if d.metric.is_lock() {
         "sync object"
@@ -426,14 +435,8 @@ fn what(d: &DiffJson) -> &'static str {
 /// The table: a header naming both runs, then base, new, change, %, status, (thread,) name.
 pub fn to_table(d: &DiffJson) -> String {
     let mut s = String::new();
-    let unit = d.metric.shown_unit();
-    let _ = writeln!(
-        s,
-        "stint diff: {} ({unit}) per {}{}",
-        d.metric.name(),
-        what(d),
-        if d.by_thread { " and thread" } else { "" }
-    );
+    let _ =
+        writeln!(s, "stint diff: {} per {}{}", title(d.metric), what(d), if d.by_thread { " and thread" } else { "" });
     let _ = writeln!(s, "base: {} pid {}  {}", d.base.program, d.base.pid, d.base.file);
     let _ = writeln!(s, "new:  {} pid {}  {}", d.new.program, d.new.pid, d.new.file);
     let _ = writeln!(s, "gate: {}", gate_line(d));
@@ -498,7 +501,7 @@ fn md_escape(s: &str) -> String {
 pub fn to_markdown(d: &DiffJson) -> String {
     let mut s = String::new();
     let run = |r: &RunJson| format!("`{}` pid {} (`{}`)", md_escape(&r.program), r.pid, md_escape(&r.file));
-    let _ = writeln!(s, "### stint diff: {} ({})\n", d.metric.name(), d.metric.shown_unit());
+    let _ = writeln!(s, "### stint diff: {}\n", title(d.metric));
     let _ = writeln!(s, "base {} → new {}\n", run(&d.base), run(&d.new));
     let _ = writeln!(s, "Gate: {}.\n", gate_line(d));
     let thread = if d.by_thread { " thread |" } else { "" };
