@@ -14,6 +14,7 @@
 //! | `behaviour` | every `testbins/*.c` program in every variant: same behaviour rewritten, its `//# expect:` directives |
 //! | `control` | `stint ctl` and the control file on running programs |
 //! | `debian` | real programs from Debian packages (pigz, sqlite3, lua) |
+//! | `diff` | `stint diff` on real runs: the exact calls gate, `--min-abs`, JSON inputs and output, markdown, bad input |
 //! | `errors` | bad input: one-line errors naming the file |
 //! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
@@ -29,6 +30,7 @@ mod common;
 mod behaviour;
 mod control;
 mod debian;
+mod diff;
 mod errors;
 mod location;
 mod locks;
