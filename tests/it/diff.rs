@@ -91,7 +91,10 @@ fn one_more_call_fails_the_exact_gate() {
     let out = o.stdout_str();
     assert_eq!(row(&out, "work"), ["10", "11", "+1", "+10.0%", "REGRESSION", "work"], "{out}");
     assert_eq!(row(&out, "spin")[..4], ["1", "1", "0", "+0.0%"], "{out}");
-    assert!(out.contains(&format!("base: diffwork pid ")) && out.contains(p(&a)) && out.contains(p(&b)), "{out}");
+    let header = |side: &str, path: &Path| {
+        out.lines().any(|l| l.starts_with(&format!("{side} diffwork pid ")) && l.ends_with(&format!("  {}", p(path))))
+    };
+    assert!(header("base:", &a) && header("new: ", &b), "{out}");
     assert!(out.trim_end().ends_with("1 REGRESSION: work"), "{out}");
     assert!(o.stderr.is_empty(), "{o:?}");
 }

@@ -268,6 +268,7 @@ pub enum DiffMetric {
     #[value(name = "self")]
     SelfTime,
     /// Time blocked per sync object (kind@function that first used it).
+    #[value(name = "lock_wait", alias = "lock-wait")]
     LockWait,
     /// Time a mutex or rwlock was held, per sync object.
     Hold,
@@ -308,7 +309,8 @@ pub struct DiffArgs {
     /// ignore noise on small figures.
     #[arg(long, value_name = "N", requires = "threshold", value_parser = parse_min_abs)]
     pub min_abs: Option<f64>,
-    /// One row per thread role (thread name, else start routine) and function.
+    /// One row per thread role (`main`, else the thread's own name, else its start routine)
+    /// and function; threads of one role are summed.
     #[arg(long)]
     pub by_thread: bool,
     #[arg(long, value_enum, default_value = "table")]
@@ -376,6 +378,14 @@ mod tests {
         assert!(parse_min_abs("-2").is_err());
         let e = Cli::try_parse_from(["stint", "diff", "a", "b", "--min-abs", "3"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        for (name, want) in
+            [("lock_wait", DiffMetric::LockWait), ("self", DiffMetric::SelfTime), ("hold", DiffMetric::Hold)]
+        {
+            match Cli::try_parse_from(["stint", "diff", "a", "b", "--metric", name]).map(|c| c.command) {
+                Ok(Command::Diff(a)) => assert_eq!(a.metric, want),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -325,8 +325,9 @@ fn rows_of(doc: &ProfileJson, opts: &DiffOptions) -> Result<BTreeMap<Key, Option
     }
     let objects: BTreeMap<&str, Option<&str>> =
         doc.objects.iter().map(|o| (o.address.as_str(), o.first_used_in.as_deref())).collect();
+    let inherited = doc.threads.iter().find(|t| t.main).and_then(|t| t.name.as_deref());
     for t in &doc.threads {
-        let role = opts.by_thread.then(|| role(t));
+        let role = opts.by_thread.then(|| role(t, inherited));
         match opts.metric {
             Metric::SelfTime => {}
             Metric::Calls | Metric::Cpu | Metric::Wall => {
@@ -357,17 +358,18 @@ fn rows_of(doc: &ProfileJson, opts: &DiffOptions) -> Result<BTreeMap<Key, Option
     Ok(rows)
 }
 
-/// A thread's role, stable across runs: its name, else its start routine, else `main`, else
-/// its first function, else `tid N`.
-fn role(t: &ThreadJson) -> String {
-    if let Some(n) = &t.name {
-        return n.clone();
+/// A thread's role, stable across runs: `main` for the main thread; else its name, unless it
+/// is the name every thread inherits (the main thread's: the program's); else its start
+/// routine; else its first function; else `tid N`.
+fn role(t: &ThreadJson, inherited: Option<&str>) -> String {
+    if t.main {
+        return "main".into();
+    }
+    if let Some(n) = t.name.as_deref().filter(|n| Some(*n) != inherited) {
+        return n.to_owned();
     }
     if let Some(s) = &t.start_routine {
         return s.clone();
-    }
-    if t.main {
-        return "main".into();
     }
     t.first_function.clone().unwrap_or_else(|| format!("tid {}", t.tid))
 }
@@ -409,7 +411,7 @@ fn gate_line(d: &DiffJson) -> String {
         Some(g) => format!(
             "a row regresses when it grows by more than {}% and by at least {} {}",
             g.threshold_pct,
-            d.metric.show(g.min_abs),
+            if d.metric == Metric::Calls { g.min_abs.to_string() } else { (g.min_abs as f64 / 1e6).to_string() },
             d.metric.shown_unit()
         ),
     }
@@ -703,9 +705,30 @@ mod tests {
         let opts = DiffOptions { metric: Metric::Calls, by_thread: true, gate: gate(0.0, 0) };
         let d = diff(&Side { doc: &b, file: "a" }, &Side { doc: &n, file: "b" }, &opts).unwrap();
         assert_eq!(d.rows.len(), 2);
+        assert!(d.rows.iter().any(|r| r.thread.as_deref() == Some("main")), "{d:?}");
         let w = d.rows.iter().find(|r| r.thread.as_deref() == Some("worker")).unwrap();
         assert_eq!((w.base, w.new), (Some(10), Some(11)));
         assert_eq!(d.regressions, vec!["worker: f".to_string()]);
+    }
+
+    #[test]
+    fn inherited_names_give_way_to_start_routines() {
+        let mut t = vec![
+            thread(10, Some("prog"), true, vec![func("f", 1, None)]),
+            thread(11, Some("prog"), false, vec![func("f", 2, None)]),
+            thread(12, Some("prog"), false, vec![func("f", 4, None)]),
+            thread(13, Some("io"), false, vec![func("f", 8, None)]),
+        ];
+        t[1].start_routine = Some("reader".into());
+        t[2].start_routine = Some("writer".into());
+        t[3].start_routine = Some("writer".into());
+        let b = doc(1, t);
+        let opts = DiffOptions { metric: Metric::Calls, by_thread: true, gate: None };
+        let d = diff(&Side { doc: &b, file: "a" }, &Side { doc: &b, file: "b" }, &opts).unwrap();
+        let mut roles: Vec<(&str, u64)> =
+            d.rows.iter().map(|r| (r.thread.as_deref().unwrap(), r.base.unwrap())).collect();
+        roles.sort();
+        assert_eq!(roles, [("io", 8), ("main", 1), ("reader", 2), ("writer", 4)]);
     }
 
     #[test]
