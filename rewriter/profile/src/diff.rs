@@ -252,14 +252,19 @@ pub fn diff(base: &Side, new: &Side, opts: &DiffOptions) -> Result<DiffJson, (Wh
             let (bv, nv) = (b.get(k), n.get(k));
             let status = match (bv, nv) {
                 (Some(Some(_)), Some(Some(_))) => Status::Both,
-                (None, Some(Some(_))) => Status::New,
-                (Some(Some(_)), None) => Status::Gone,
+                (None, _) => Status::New,
+                (_, None) => Status::Gone,
                 _ => Status::Off,
             };
             let (bv, nv) = (bv.copied().flatten(), nv.copied().flatten());
-            let change = (status != Status::Off).then(|| {
-                (nv.unwrap_or(0) as i128 - bv.unwrap_or(0) as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
-            });
+            // A side without the row counts as 0; a side with the row but no value is unknown.
+            let change = match status {
+                Status::Both => Some(nv.unwrap_or(0) as i128 - bv.unwrap_or(0) as i128),
+                Status::New => nv.map(i128::from),
+                Status::Gone => bv.map(|b| -i128::from(b)),
+                Status::Off => None,
+            }
+            .map(|c| c.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
             let change_pct = match (bv, change) {
                 (Some(base), Some(c)) if base > 0 => Some(c as f64 * 100.0 / base as f64),
                 _ => None,
@@ -666,6 +671,20 @@ mod tests {
         let u = row(&d, "u");
         assert_eq!((u.status, u.change, u.regression), (Status::Off, None, false));
         assert!(to_table(&d).lines().any(|l| l.contains("off") && l.ends_with(" u")), "{}", to_table(&d));
+    }
+
+    #[test]
+    fn untimed_function_only_in_one_run() {
+        let b = doc(1, vec![thread(1, None, true, vec![func("f", 1, Some(10)), func("u", 1, None)])]);
+        let n = doc(2, vec![thread(1, None, true, vec![func("f", 1, Some(10))])]);
+        let d = run(&b, &n, Metric::Cpu, gate(0.0, 0));
+        let u = row(&d, "u");
+        assert_eq!((u.status, u.change), (Status::Gone, None));
+        let line = to_table(&d).lines().find(|l| l.ends_with(" u")).unwrap().to_owned();
+        assert_eq!(line.split_whitespace().collect::<Vec<_>>(), ["off", "-", "-", "-", "gone", "u"]);
+        let back = run(&n, &b, Metric::Cpu, gate(0.0, 0));
+        let u = row(&back, "u");
+        assert_eq!((u.status, u.change, u.regression), (Status::New, None, false));
     }
 
     #[test]
