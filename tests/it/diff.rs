@@ -11,6 +11,7 @@
 //! | `json_output_names_regressions` | `--format json`: schema, `regressions`, the `work` row's base/new/change |
 //! | `timing_under_min_abs_passes` | M=1000 vs M=3000000, `--metric cpu --threshold 0`: exit 1 naming `spin`; with `--min-abs 10000` (ms) exit 0 |
 //! | `markdown_is_a_table` | `--format markdown`: the table header and rule, the regression in bold |
+//! | `threads_match_by_role` | `testbins/locks_mutex.c` run twice: `--by-thread --metric calls --threshold 0` passes with rows for the roles `main`, `holder`, `waiter` (tids differ); `--metric lock_wait --by-thread` has the waiter's wait on `mutex@holder` (over 100 ms of the 200 ms hold) in both runs |
 //! | `bad_input_exits_2` | a missing file, garbage, a truncated profile, JSON of another schema, `--metric self`: exit 2, one line naming the file |
 
 use crate::common::*;
@@ -204,4 +205,50 @@ fn bad_input_exits_2() {
     let o = diff(&[p(&good), p(&good), "--metric", "self"]);
     assert_eq!(o.status, 2, "{o:?}");
     assert_eq!(o.stderr_str(), format!("{}: self times need call paths (not in this profile)\n", p(&good)));
+}
+
+#[test]
+fn threads_match_by_role() {
+    let (bin, dir) = {
+        let _share = cpu_share();
+        let built = build(&program("locks_mutex"), Variant::PieO2);
+        let dir = fresh_dir("diff-threads");
+        let bin = dir.join("locks_mutex.stint");
+        rewrite(&built, &bin);
+        (bin, dir)
+    };
+    let runs: Vec<PathBuf> = ["a.stint", "b.stint"]
+        .iter()
+        .map(|name| {
+            let path = dir.join(name);
+            let _share = cpu_share();
+            let o = Run::new(&bin, &dir).env("STINT_PROFILE", p(&path)).run();
+            assert_eq!(o.status, 0, "{o:?}");
+            path
+        })
+        .collect();
+    let o =
+        diff(&[p(&runs[0]), p(&runs[1]), "--metric", "calls", "--by-thread", "--threshold", "0", "--format", "json"]);
+    assert_eq!(o.status, 0, "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    for (thread, function) in [("main", "main"), ("holder", "holder"), ("waiter", "waiter")] {
+        let r = rows
+            .iter()
+            .find(|r| r["thread"] == thread && r["name"] == function)
+            .unwrap_or_else(|| panic!("no row {thread}: {function}: {o:?}"));
+        assert_eq!((&r["base"], &r["new"], &r["status"]), (&1.into(), &1.into(), &"both".into()), "{r}");
+    }
+    let o = diff(&[p(&runs[0]), p(&runs[1]), "--metric", "lock_wait", "--by-thread", "--format", "json"]);
+    assert_eq!(o.status, 0, "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let wait = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["thread"] == "waiter" && r["name"] == "mutex@holder")
+        .unwrap_or_else(|| panic!("no waiter row on mutex@holder: {o:?}"));
+    for side in ["base", "new"] {
+        assert!(wait[side].as_u64().unwrap_or(0) > 100_000_000, "{wait}");
+    }
 }

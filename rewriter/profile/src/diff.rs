@@ -94,15 +94,17 @@ impl Metric {
         }
     }
 
-    fn show_signed(self, n: i128) -> String {
-        let sign = if n > 0 {
-            "+"
-        } else if n < 0 {
-            "-"
-        } else {
+    /// A change with its sign; none for one that shows as zero (`0.000`, not `-0.000`).
+    fn show_signed(self, n: i64) -> String {
+        let shown = self.show(n.unsigned_abs());
+        let sign = if shown.bytes().all(|b| b == b'0' || b == b'.') {
             ""
+        } else if n > 0 {
+            "+"
+        } else {
+            "-"
         };
-        format!("{sign}{}", self.show(n.unsigned_abs().min(u64::MAX as u128) as u64))
+        format!("{sign}{shown}")
     }
 
     /// The display unit of [`Metric::show`].
@@ -404,7 +406,7 @@ fn cells(d: &DiffJson, r: &DiffRow) -> [String; 5] {
     [
         value_cell(m, r, r.base, Status::New),
         value_cell(m, r, r.new, Status::Gone),
-        r.change.map_or("-".into(), |c| m.show_signed(c as i128)),
+        r.change.map_or("-".into(), |c| m.show_signed(c)),
         r.change_pct.map_or("-".into(), |p| format!("{p:+.1}%")),
         status_cell(r).to_owned(),
     ]
@@ -647,6 +649,15 @@ mod tests {
         assert_eq!(d.unit, "ns");
         // Sorted by size of change: g (+10 ms) before f (+2 ms).
         assert_eq!(d.rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["g", "f"]);
+    }
+
+    #[test]
+    fn changes_too_small_to_show_have_no_sign() {
+        assert_eq!(Metric::Cpu.show_signed(-400), "0.000");
+        assert_eq!(Metric::Cpu.show_signed(600), "+0.001");
+        assert_eq!(Metric::Cpu.show_signed(-2_500_000), "-2.500");
+        assert_eq!(Metric::Calls.show_signed(-3), "-3");
+        assert_eq!(Metric::Calls.show_signed(0), "0");
     }
 
     #[test]
