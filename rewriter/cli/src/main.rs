@@ -3,6 +3,7 @@
 //! anyhow lives only in this crate; the libraries' errors are typed.
 
 mod args;
+mod cache;
 mod commands;
 mod fmt;
 mod input;
@@ -21,6 +22,8 @@ fn main() -> ExitCode {
         Command::Ctl(a) => commands::ctl::run(a),
         Command::Top(a) => commands::top::run(a),
         Command::Ls(a) => commands::ls::run(a),
+        Command::Run(a) => commands::run::run(a),
+        Command::Batch(a) => commands::batch::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
