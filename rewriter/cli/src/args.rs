@@ -374,7 +374,10 @@ mod tests {
     fn batch_needs_a_destination() {
         let kind = |args: &[&str]| Cli::try_parse_from(args).err().map(|e| e.kind());
         assert_eq!(kind(&["stint", "batch", "d"]), Some(clap::error::ErrorKind::MissingRequiredArgument));
-        assert_eq!(kind(&["stint", "batch", "d", "-o", "o", "--in-place"]), Some(clap::error::ErrorKind::ArgumentConflict));
+        assert_eq!(
+            kind(&["stint", "batch", "d", "-o", "o", "--in-place"]),
+            Some(clap::error::ErrorKind::ArgumentConflict)
+        );
         assert_eq!(kind(&["stint", "batch", "d", "-o", "o"]), None);
         assert_eq!(kind(&["stint", "batch", "--restore", "d"]), None);
     }

@@ -19,7 +19,8 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
     if let Some(x) = nonempty("XDG_CACHE_HOME") {
         return Ok(x.join("stint"));
     }
-    let home = nonempty("HOME").ok_or_else(|| anyhow!("cannot find a cache directory: neither XDG_CACHE_HOME nor HOME is set"))?;
+    let home = nonempty("HOME")
+        .ok_or_else(|| anyhow!("cannot find a cache directory: neither XDG_CACHE_HOME nor HOME is set"))?;
     Ok(home.join(".cache").join("stint"))
 }
 

@@ -153,7 +153,8 @@ fn precheck(path: &Path, meta: &std::fs::Metadata, given: bool) -> Option<String
 
 /// Rewrite `items` on `jobs` threads, with a progress bar on a terminal.
 fn rewrite_all(items: &[Item], spec: &Spec, jobs: usize, in_place: bool) -> Vec<(PathBuf, Outcome)> {
-    let bar = indicatif::ProgressBar::with_draw_target(Some(items.len() as u64), indicatif::ProgressDrawTarget::stderr());
+    let bar =
+        indicatif::ProgressBar::with_draw_target(Some(items.len() as u64), indicatif::ProgressDrawTarget::stderr());
     if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {wide_msg}") {
         bar.set_style(style);
     }
@@ -292,7 +293,16 @@ fn summary(results: &[(PathBuf, Outcome)]) -> String {
     let widths = stint_profile::report::column_widths(&rows);
     let mut s = String::new();
     for r in &rows {
-        let line = format!("{:<w0$}  {:>w1$}  {:<w2$}  {}", r[0], r[1], r[2], r[3], w0 = widths[0], w1 = widths[1], w2 = widths[2]);
+        let line = format!(
+            "{:<w0$}  {:>w1$}  {:<w2$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
         s.push_str(line.trim_end());
         s.push('\n');
     }

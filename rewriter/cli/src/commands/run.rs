@@ -124,7 +124,8 @@ fn cached_rewrite(
 /// A new directory only we can read, for the profiles of this run.
 fn private_temp_dir(program: &str) -> anyhow::Result<PathBuf> {
     let base = std::env::temp_dir();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     for n in 0..100u32 {
         let dir = base.join(format!("stint-run-{program}-{}-{nanos:x}-{n}", std::process::id()));
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
