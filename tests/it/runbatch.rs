@@ -379,3 +379,39 @@ fn batch_exits_1_when_a_rewrite_fails() {
     assert!(o.stdout_str().contains("FAILED"), "{o:?}");
     assert!(o.stdout_str().ends_with("0 rewritten, 0 skipped, 1 failed\n"), "{o:?}");
 }
+
+#[test]
+fn run_debian_programs_behave_like_the_originals() {
+    let _cpu = cpu_share();
+    let dir = fresh_dir("runbatch-debian");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    for i in 0..5 {
+        std::fs::write(work.join(format!("f{i}.txt")), format!("{i}\n").repeat(1000 * i + 1)).unwrap();
+    }
+    let cache = dir.join("cache");
+    let lines: Vec<u8> = (0..2000).map(|i| format!("{}\n", (i * 7919) % 1009)).collect::<String>().into_bytes();
+    let cases: [(&str, Vec<&str>, Option<Vec<u8>>); 3] = [
+        ("sha256sum", vec!["f0.txt", "f1.txt", "f2.txt", "f3.txt", "f4.txt"], None),
+        ("sort", vec!["-n"], Some(lines)),
+        ("sha256sum", vec!["no-such-file"], None),
+    ];
+    for (prog, args, stdin) in cases {
+        let mut orig = Run::new(Path::new(prog), &work).args(&args);
+        let mut args_run = vec!["run", "-o", "../r.txt", "--", prog];
+        args_run.extend(&args);
+        let mut run = Run::new(stint_bin(), &work).env("XDG_CACHE_HOME", path_str(&cache)).args(&args_run);
+        if let Some(s) = stdin {
+            orig = orig.stdin(s.clone());
+            run = run.stdin(s);
+        }
+        let (a, b) = (orig.run(), run.run());
+        assert!(a.same_behaviour(&b), "{}", describe_difference(prog, &a, "stint run", &b));
+        assert!(std::fs::metadata(dir.join("r.txt")).unwrap().len() > 0, "{prog}: a report");
+        assert_eq!(
+            dir_entries(&work),
+            ["f0.txt", "f1.txt", "f2.txt", "f3.txt", "f4.txt"],
+            "{prog}: nothing new in the cwd"
+        );
+    }
+}
