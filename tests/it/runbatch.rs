@@ -415,3 +415,30 @@ fn run_debian_programs_behave_like_the_originals() {
         );
     }
 }
+
+#[test]
+fn run_control_file_reaches_the_program() {
+    let _cpu = cpu_share();
+    let dir = fresh_dir("runbatch-control");
+    let cache = dir.join("cache");
+    std::fs::write(dir.join("none.yaml"), "on: []\n").unwrap();
+    std::fs::write(dir.join("calls.yaml"), "on: [calls]\n").unwrap();
+    let csv_rows = |control: &str| -> Vec<Vec<String>> {
+        let out = format!("{control}.csv");
+        let o = stint_in(
+            &dir,
+            &cache,
+            &["run", "--control", control, "--format", "csv", "-o", &out, "--", path_str(&ends())],
+        );
+        assert_eq!(o.status, 0, "{o:?}");
+        let text = std::fs::read_to_string(dir.join(&out)).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("pid,ppid,program,tid,thread,function,address,calls,cpu_ns,wall_ns"));
+        lines.map(|l| l.split(',').map(str::to_string).collect()).collect()
+    };
+    assert_eq!(csv_rows("none.yaml"), Vec::<Vec<String>>::new(), "every metric off: no calls");
+    let rows = csv_rows("calls.yaml");
+    let work = rows.iter().find(|r| r[5] == "work").expect("work counted");
+    assert_eq!(work[7], "3", "{rows:?}");
+    assert_eq!(work[2], "ends");
+}
