@@ -391,7 +391,9 @@ fn run_debian_programs_behave_like_the_originals() {
     }
     let cache = dir.join("cache");
     let lines: Vec<u8> = (0..2000).map(|i| format!("{}\n", (i * 7919) % 1009)).collect::<String>().into_bytes();
-    let cases: [(&str, Vec<&str>, Option<Vec<u8>>); 3] = [
+    /// A Debian program, its arguments and its stdin.
+    type Case<'a> = (&'a str, Vec<&'a str>, Option<Vec<u8>>);
+    let cases: [Case; 3] = [
         ("sha256sum", vec!["f0.txt", "f1.txt", "f2.txt", "f3.txt", "f4.txt"], None),
         ("sort", vec!["-n"], Some(lines)),
         ("sha256sum", vec!["no-such-file"], None),
