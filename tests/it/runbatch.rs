@@ -444,3 +444,22 @@ fn run_control_file_reaches_the_program() {
     assert_eq!(work[7], "3", "{rows:?}");
     assert_eq!(work[2], "ends");
 }
+
+#[test]
+fn batch_never_writes_two_files_to_one_output() {
+    let _cpu = cpu_share();
+    let dir = fresh_dir("runbatch-collide");
+    for d in ["a", "b"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+        std::fs::copy(build(&program("recurse"), Variant::PieO2), dir.join(d).join("t")).unwrap();
+    }
+    let o = stint_in(&dir, &dir.join("cache"), &["batch", "a", "b", "-o", "out"]);
+    assert_eq!(o.status, 1, "{o:?}");
+    let out = o.stdout_str();
+    assert!(
+        out.lines().any(|l| l.starts_with("FAILED") && l.contains("b/t") && l.contains("is also the output of a/t")),
+        "{out}"
+    );
+    assert!(out.ends_with("1 rewritten, 0 skipped, 1 failed\n"), "{out}");
+    assert!(std::fs::read(dir.join("out/t")).unwrap() != std::fs::read(dir.join("a/t")).unwrap(), "a/t rewritten");
+}

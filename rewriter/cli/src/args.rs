@@ -279,7 +279,8 @@ pub enum RunFormat {
     single process, a JSON array of documents (main process first) when there were children.\n\
     Errors of stint itself (not an executable, rewrite refused) exit 2 before the program runs.")]
 pub struct RunArgs {
-    /// Metric spec (YAML); the built-in default counts calls of every function.
+    /// Metric spec (YAML); the built-in default measures calls, CPU and wall time of every
+    /// function.
     #[arg(long)]
     pub spec: Option<PathBuf>,
     /// Control file for the program (STINT_CONTROL).
@@ -325,7 +326,8 @@ pub struct BatchArgs {
     /// Undo --in-place: move every <name>.orig back to <name>.
     #[arg(long)]
     pub restore: bool,
-    /// Metric spec (YAML); the built-in default counts calls of every function.
+    /// Metric spec (YAML); the built-in default measures calls, CPU and wall time of every
+    /// function.
     #[arg(long)]
     pub spec: Option<PathBuf>,
     /// Rewrites at once (default: the number of cores).

@@ -59,6 +59,20 @@ pub fn run(a: BatchArgs) -> anyhow::Result<()> {
             }
         }
     }
+    // Two inputs whose files mirror to the same place (`-o out a/ b/`, both with `t`): the
+    // first keeps it, the others fail rather than overwrite it.
+    let mut seen: std::collections::HashMap<PathBuf, PathBuf> = std::collections::HashMap::new();
+    items.retain(|it| match seen.get(&it.dest) {
+        Some(first) => {
+            let why = format!("{} is also the output of {}", it.dest.display(), first.display());
+            results.push((it.path.clone(), Outcome::Failed(why)));
+            false
+        }
+        None => {
+            seen.insert(it.dest.clone(), it.path.clone());
+            true
+        }
+    });
     if let Some(out) = &a.output {
         std::fs::create_dir_all(out).map_err(|e| anyhow!("{}: cannot create directory: {e}", out.display()))?;
     }
