@@ -463,3 +463,35 @@ fn batch_never_writes_two_files_to_one_output() {
     assert!(out.ends_with("1 rewritten, 0 skipped, 1 failed\n"), "{out}");
     assert!(std::fs::read(dir.join("out/t")).unwrap() != std::fs::read(dir.join("a/t")).unwrap(), "a/t rewritten");
 }
+
+#[test]
+fn run_removes_its_profiles_unless_keep() {
+    let _cpu = cpu_share();
+    let dir = fresh_dir("runbatch-keep");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let bin = ends();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "-o", "r.txt"];
+        args.extend(extra);
+        args.extend(["--", path_str(&bin)]);
+        Run::new(stint_bin(), &dir)
+            .env("XDG_CACHE_HOME", path_str(&dir.join("cache")))
+            .env("TMPDIR", path_str(&tmp))
+            .args(&args)
+            .run()
+    };
+    let o = run(&[]);
+    assert_eq!(o.status, 0, "{o:?}");
+    assert_eq!(dir_entries(&tmp), Vec::<String>::new(), "profiles removed");
+    let o = run(&["--keep"]);
+    let kept = o.stderr_str().lines().find_map(|l| l.strip_prefix("stint: profiles kept in ").map(PathBuf::from));
+    let kept = kept.unwrap_or_else(|| panic!("the directory is named: {o:?}"));
+    assert!(kept.starts_with(&tmp), "{}", kept.display());
+    assert_eq!(file_mode(&kept), 0o700, "private");
+    let files = dir_entries(&kept);
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(files[0].starts_with("ends.") && files[0].ends_with(".stint"), "{files:?}");
+    let r = report_json(&kept.join(&files[0]));
+    assert_eq!(main_calls(&r, "work"), 3);
+}
