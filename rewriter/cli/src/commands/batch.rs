@@ -227,13 +227,30 @@ fn rewrite_one(item: &Item, spec: &Spec, in_place: bool) -> Outcome {
 /// rename the rewritten file over `path`: at no moment is `path` missing or half-written.
 fn replace_in_place(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     let orig = orig_of(path);
-    std::fs::hard_link(path, &orig).map_err(|e| match e.kind() {
+    let kept = match std::fs::hard_link(path, &orig) {
+        // A file system without hard links: a copy (never over an existing file) will do.
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => copy_new(path, &orig, mode),
+        r => r,
+    };
+    kept.map_err(|e| match e.kind() {
         std::io::ErrorKind::AlreadyExists => anyhow!("{} exists already; restore or remove it first", orig.display()),
         _ => anyhow!("{}: cannot keep the original: {e}", orig.display()),
     })?;
     write_atomically(path, bytes, mode).inspect_err(|_| {
         let _ = std::fs::remove_file(&orig);
     })
+}
+
+/// Copy `from` to a new file `to` (which must not exist) with `mode`.
+fn copy_new(from: &Path, to: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut src = std::fs::File::open(from)?;
+    let mut dst = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(to)?;
+    let res = std::io::copy(&mut src, &mut dst).and_then(|_| dst.sync_all());
+    if res.is_err() {
+        let _ = std::fs::remove_file(to);
+    }
+    res
 }
 
 fn orig_of(path: &Path) -> PathBuf {
@@ -339,6 +356,20 @@ mod tests {
         assert!(s.ends_with("1 rewritten, 1 skipped, 1 failed\n"), "{s}");
         assert!(s.lines().any(|l| l.starts_with("rewritten") && l.contains("99.5%") && l.contains(" a")), "{s}");
         assert!(s.lines().any(|l| l.starts_with("skipped") && l.ends_with("b.sh  script")), "{s}");
+    }
+
+    #[test]
+    fn copy_new_never_overwrites() {
+        let dir = std::env::temp_dir().join(format!("stint-batch-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::write(&a, b"original").unwrap();
+        copy_new(&a, &b, 0o640).unwrap();
+        assert_eq!(std::fs::read(&b).unwrap(), b"original");
+        std::fs::write(&a, b"changed").unwrap();
+        assert_eq!(copy_new(&a, &b, 0o640).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&b).unwrap(), b"original");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
