@@ -18,6 +18,7 @@
 //! | `errors` | bad input: one-line errors naming the file |
 //! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
+//! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
 //! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
 //! | `timers` | exits, the shadow stack and the CPU/wall timers against the programs' own clocks |
@@ -34,6 +35,7 @@ mod diff;
 mod errors;
 mod location;
 mod locks;
+mod runbatch;
 mod security;
 mod snapshots;
 mod timers;

@@ -39,6 +39,8 @@ pub enum Command {
     Ls(LsArgs),
     /// Compare two runs by function name; with --threshold, a CI gate (exit 1 on regression).
     Diff(DiffArgs),
+    Run(RunArgs),
+    Batch(BatchArgs),
 }
 
 /// Write an instrumented copy of an executable.
@@ -337,6 +339,86 @@ fn parse_min_abs(s: &str) -> Result<f64, String> {
     Ok(n)
 }
 
+/// Output format of `stint run`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RunFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+/// Rewrite a program (cached), run it, and print its profile to stderr.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint run -- ./prog args                          # report on stderr, prog's stdout untouched\n  \
+    stint run --format json -o prof.json -- ./prog    # stint-profile/1 JSON into prof.json\n  \
+    stint run --spec timing.yaml -- sort -n big.txt   # PROG is looked up in PATH\n  \
+    stint run --keep -- ./server                      # keep the profiles (their directory is printed)\n\n\
+    The rewritten program is cached in $XDG_CACHE_HOME/stint (else ~/.cache/stint), keyed by a\n\
+    SHA-256 of the input, the spec and the stint version. It runs with the original argv[0],\n\
+    stdin, stdout and stderr; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to stint run reach it.\n\
+    stint run exits with the program's exit status, or dies by the signal that killed it.\n\
+    Forked children write their own profiles; the report shows the main process first, then\n\
+    each child under its own header. --format json prints one stint-profile/1 document for a\n\
+    single process, a JSON array of documents (main process first) when there were children.\n\
+    Errors of stint itself (not an executable, rewrite refused) exit 2 before the program runs.")]
+pub struct RunArgs {
+    /// Metric spec (YAML); the built-in default measures calls, CPU and wall time of every
+    /// function.
+    #[arg(long)]
+    pub spec: Option<PathBuf>,
+    /// Control file for the program (STINT_CONTROL).
+    #[arg(long, value_name = "FILE")]
+    pub control: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: RunFormat,
+    /// Write the report to FILE instead of stderr.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Keep the profile files (their directory is printed on stderr).
+    #[arg(long)]
+    pub keep: bool,
+    /// Say whether the cached rewrite was used, and where it is.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// The program and its arguments (after `--`).
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG ARGS")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// Rewrite every ELF executable of a directory tree (a test suite) in parallel.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint batch build/tests -o build/tests.stint      # mirror the tree, rewritten\n  \
+    stint batch --in-place target/debug/deps          # originals kept as <name>.orig\n  \
+    stint batch --restore target/debug/deps           # put the .orig files back\n  \
+    stint batch ./a ./b -o out --jobs 2 --spec s.yaml\n\n\
+    Directories are searched recursively for executable files. Symbolic links, scripts,\n\
+    non-ELF files, shared libraries, static executables and files already rewritten are\n\
+    skipped, each with its reason. The summary (stdout) lists every file: rewritten with its\n\
+    entry coverage, skipped, or failed. Exit status 1 if any rewrite failed, 2 on bad input.")]
+pub struct BatchArgs {
+    /// Directories (searched recursively) and files.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Write the rewritten files here, mirroring the layout below each input directory.
+    #[arg(short, long, value_name = "OUTDIR", required_unless_present_any = ["in_place", "restore"], conflicts_with_all = ["in_place", "restore"])]
+    pub output: Option<PathBuf>,
+    /// Replace each executable by its rewritten copy; the original is kept as <name>.orig.
+    #[arg(long, conflicts_with = "restore")]
+    pub in_place: bool,
+    /// Undo --in-place: move every <name>.orig back to <name>.
+    #[arg(long)]
+    pub restore: bool,
+    /// Metric spec (YAML); the built-in default measures calls, CPU and wall time of every
+    /// function.
+    #[arg(long)]
+    pub spec: Option<PathBuf>,
+    /// Rewrites at once (default: the number of cores).
+    #[arg(short, long, value_name = "N")]
+    pub jobs: Option<std::num::NonZeroUsize>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +468,26 @@ mod tests {
                 other => panic!("{name}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn run_takes_everything_after_the_program() {
+        let cli = Cli::try_parse_from(["stint", "run", "--format", "json", "--", "prog", "-x", "--format", "y"]);
+        let Ok(Cli { command: Command::Run(a) }) = cli else { panic!("{cli:?}") };
+        assert_eq!(a.format, RunFormat::Json);
+        assert_eq!(a.command, ["prog", "-x", "--format", "y"]);
+    }
+
+    #[test]
+    fn batch_needs_a_destination() {
+        let kind = |args: &[&str]| Cli::try_parse_from(args).err().map(|e| e.kind());
+        assert_eq!(kind(&["stint", "batch", "d"]), Some(clap::error::ErrorKind::MissingRequiredArgument));
+        assert_eq!(
+            kind(&["stint", "batch", "d", "-o", "o", "--in-place"]),
+            Some(clap::error::ErrorKind::ArgumentConflict)
+        );
+        assert_eq!(kind(&["stint", "batch", "d", "-o", "o"]), None);
+        assert_eq!(kind(&["stint", "batch", "--restore", "d"]), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! anyhow lives only in this crate; the libraries' errors are typed.
 
 mod args;
+mod cache;
 mod commands;
 mod fmt;
 mod input;
@@ -22,6 +23,8 @@ fn main() -> ExitCode {
         Command::Top(a) => commands::top::run(a),
         Command::Ls(a) => commands::ls::run(a),
         Command::Diff(a) => commands::diff::run(a),
+        Command::Run(a) => commands::run::run(a),
+        Command::Batch(a) => commands::batch::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

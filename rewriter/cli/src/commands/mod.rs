@@ -1,10 +1,12 @@
 //! One module per subcommand: each takes its Args struct (`crate::args`), calls the
 //! libraries, and prints. No command imports another; what two share is in `crate::fmt` or
 //! `crate::input`.
+pub mod batch;
 pub mod ctl;
 pub mod diff;
 pub mod inspect;
 pub mod ls;
 pub mod report;
 pub mod rewrite;
+pub mod run;
 pub mod top;
