@@ -4,6 +4,7 @@
 //! - [`profile`]: the reader and the model (`Profile`, `ThreadProfile`, …);
 //! - [`report`]: the tables of `stint report` and the queries they share with the JSON;
 //! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
+//! - [`merge`]: many runs summed into one profile per program (`stint merge`);
 //! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
 //!   with a typed [`ctl::CtlError`];
 //! - [`discover`]: finding the live profiles of running processes through `/proc`;
@@ -18,6 +19,7 @@
 pub mod ctl;
 pub mod discover;
 pub mod json;
+pub mod merge;
 pub mod profile;
 pub mod report;
 pub mod synthetic;
