@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         Command::Ctl(a) => commands::ctl::run(a),
         Command::Top(a) => commands::top::run(a),
         Command::Ls(a) => commands::ls::run(a),
+        Command::Merge(a) => commands::merge::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -38,15 +38,16 @@ use thiserror::Error;
 use crate::json::{profile_json, FunctionJson, ObjectJson, ProfileJson, StateTimes, ThreadJson, WaitJson, SCHEMA};
 use crate::profile::{parse, ProfileError};
 
-/// Why inputs could not be merged. Each names the input it is about.
+/// Why inputs could not be merged. Each names the input it is about, and carries its cause
+/// in its one-line message (not as a `source`, so it is printed once).
 #[derive(Debug, Error)]
 pub enum MergeError {
-    #[error("{}: cannot read: {source}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{}: {source}", path.display())]
-    Profile { path: PathBuf, source: ProfileError },
-    #[error("{}: not a stint-profile/1 document: {source}", path.display())]
-    Json { path: PathBuf, source: serde_json::Error },
+    #[error("{}: cannot read: {err}", path.display())]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("{}: {err}", path.display())]
+    Profile { path: PathBuf, err: ProfileError },
+    #[error("{}: not a stint-profile/1 document: {err}", path.display())]
+    Json { path: PathBuf, err: serde_json::Error },
     #[error("{}: schema {found:?}, expected {SCHEMA:?}", path.display())]
     Schema { path: PathBuf, found: String },
     #[error("{}: neither a stint profile nor stint-profile/1 JSON", path.display())]
@@ -89,7 +90,7 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, MergeError> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let rd = std::fs::read_dir(p).map_err(|source| MergeError::Read { path: p.clone(), source })?;
+            let rd = std::fs::read_dir(p).map_err(|err| MergeError::Read { path: p.clone(), err })?;
             let mut files: Vec<PathBuf> = rd
                 .filter_map(Result::ok)
                 .map(|e| e.path())
@@ -115,41 +116,53 @@ pub fn is_profile_file(bytes: &[u8]) -> bool {
     bytes.starts_with(&FILE_MAGIC)
 }
 
-/// Read one input file: a profile (by magic) or a `stint-profile/1` JSON document.
-pub fn read_input(path: &Path) -> Result<Input, MergeError> {
-    let bytes = std::fs::read(path).map_err(|source| MergeError::Read { path: path.to_owned(), source })?;
+/// Read one input file: a profile (by magic), a `stint-profile/1` JSON document, or a JSON
+/// array of them (`stint merge` output for several programs).
+pub fn read_input(path: &Path) -> Result<Vec<Input>, MergeError> {
+    let bytes = std::fs::read(path).map_err(|err| MergeError::Read { path: path.to_owned(), err })?;
     read_input_bytes(path, &bytes)
 }
 
 /// [`read_input`] on bytes already read; `path` names the input.
-pub fn read_input_bytes(path: &Path, bytes: &[u8]) -> Result<Input, MergeError> {
+pub fn read_input_bytes(path: &Path, bytes: &[u8]) -> Result<Vec<Input>, MergeError> {
     let name = path.display().to_string();
     if is_profile_file(bytes) {
-        let p = parse(bytes).map_err(|source| MergeError::Profile { path: path.to_owned(), source })?;
-        return Ok(Input { profile: profile_json(&p), runs: 1, merged_from: vec![name] });
+        let p = parse(bytes).map_err(|err| MergeError::Profile { path: path.to_owned(), err })?;
+        return Ok(vec![Input { profile: profile_json(&p), runs: 1, merged_from: vec![name] }]);
     }
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+    if !matches!(bytes.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')) {
         return Err(MergeError::Unknown { path: path.to_owned() });
     }
-    let json = |source| MergeError::Json { path: path.to_owned(), source };
+    let json = |err| MergeError::Json { path: path.to_owned(), err };
     let value: serde_json::Value = serde_json::from_slice(bytes).map_err(json)?;
-    let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("").to_owned();
-    if schema != SCHEMA {
-        return Err(MergeError::Schema { path: path.to_owned(), found: schema });
-    }
-    let added: Added = serde_json::from_value(value.clone()).map_err(json)?;
-    let profile: ProfileJson = serde_json::from_value(value).map_err(json)?;
-    Ok(Input {
-        profile,
-        runs: added.runs.unwrap_or(1),
-        merged_from: added.merged_from.filter(|m| !m.is_empty()).unwrap_or_else(|| vec![name]),
-    })
+    let docs = match value {
+        serde_json::Value::Array(docs) => docs,
+        one => vec![one],
+    };
+    docs.into_iter()
+        .map(|value| {
+            let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("").to_owned();
+            if schema != SCHEMA {
+                return Err(MergeError::Schema { path: path.to_owned(), found: schema });
+            }
+            let added: Added = serde_json::from_value(value.clone()).map_err(json)?;
+            let profile: ProfileJson = serde_json::from_value(value).map_err(json)?;
+            Ok(Input {
+                profile,
+                runs: added.runs.unwrap_or(1),
+                merged_from: added.merged_from.filter(|m| !m.is_empty()).unwrap_or_else(|| vec![name.clone()]),
+            })
+        })
+        .collect()
 }
 
 /// Read every input (directories expanded) and merge them, one document per program, in
 /// the order programs first appear.
 pub fn merge_paths(paths: &[PathBuf]) -> Result<Vec<MergedJson>, MergeError> {
-    let inputs = expand(paths)?.iter().map(|p| read_input(p)).collect::<Result<Vec<_>, _>>()?;
+    let mut inputs = Vec::new();
+    for p in expand(paths)? {
+        inputs.extend(read_input(&p)?);
+    }
     Ok(merge(&inputs))
 }
 
@@ -350,6 +363,14 @@ fn sort_functions(f: &mut [FunctionJson]) {
     f.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.name.cmp(&b.name)).then_with(|| a.address.cmp(&b.address)));
 }
 
+/// The merged documents as JSON text: one object for one program, an array for several.
+pub fn to_json_text(merged: &[MergedJson]) -> serde_json::Result<String> {
+    match merged {
+        [one] => serde_json::to_string_pretty(one),
+        many => serde_json::to_string_pretty(many),
+    }
+}
+
 /// How a merged thread is headed in the table: its role.
 fn thread_heading(t: &ThreadJson) -> String {
     match role(t) {
@@ -448,7 +469,7 @@ mod tests {
     fn run(pid: u32, threads: &[(u32, Vec<(u32, u64)>)]) -> Input {
         let meta = synthetic_meta("pigz", &[("main", "0x1139"), ("worker", "0x1189")]);
         let bytes = write_synthetic(&meta, threads);
-        read_input_bytes(Path::new(&format!("pigz.{pid}.stint")), &bytes).unwrap()
+        read_input_bytes(Path::new(&format!("pigz.{pid}.stint")), &bytes).unwrap().remove(0)
     }
 
     fn calls(t: &ThreadJson, name: &str) -> Option<u64> {
@@ -596,12 +617,25 @@ mod tests {
         let inputs: Vec<Input> = (0..2).map(|k| run(100 + k, &[(100 + k, vec![(1, 4)])])).collect();
         let m = &merge(&inputs)[0];
         let text = serde_json::to_string_pretty(m).unwrap();
-        let back = read_input_bytes(Path::new("merged.json"), text.as_bytes()).unwrap();
+        let back = read_input_bytes(Path::new("merged.json"), text.as_bytes()).unwrap().remove(0);
         assert_eq!((back.runs, back.merged_from.len()), (2, 2));
         assert_eq!(back.profile, m.profile);
         // Merging it with one more run counts 3 runs.
         let again = &merge(&[back, run(200, &[(200, vec![(1, 4)])])])[0];
         assert_eq!((again.runs, calls(&again.profile.threads[0], "worker")), (3, Some(12)));
+    }
+
+    #[test]
+    fn an_array_of_programs_reads_as_its_documents() {
+        let a = doc("a", vec![thread(1, true, None, vec![function("main", 1, None)], vec![])], vec![]);
+        let b = doc("b", vec![thread(2, true, None, vec![function("main", 2, None)], vec![])], vec![]);
+        let merged = merge(&[a, b]);
+        let text = to_json_text(&merged).unwrap();
+        assert!(text.starts_with('['), "{text}");
+        let back = read_input_bytes(Path::new("all.json"), text.as_bytes()).unwrap();
+        let got: Vec<(&str, u64)> = back.iter().map(|i| (i.profile.program.as_str(), i.runs)).collect();
+        assert_eq!(got, [("a", 1), ("b", 1)]);
+        assert_eq!(merge(&back), merged);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod ctl;
 pub mod inspect;
 pub mod ls;
+pub mod merge;
 pub mod report;
 pub mod rewrite;
 pub mod top;
