@@ -16,6 +16,7 @@
 //! | `debian` | real programs from Debian packages (pigz, sqlite3, lua) |
 //! | `errors` | bad input: one-line errors naming the file |
 //! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
+//! | `merge` | `stint merge` and `stint report` over several runs: exact sums, forked children, bad inputs |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
 //! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
@@ -32,6 +33,7 @@ mod debian;
 mod errors;
 mod location;
 mod locks;
+mod merge;
 mod security;
 mod snapshots;
 mod timers;
