@@ -8,7 +8,9 @@
 //!   Forked children's profiles (`<program>.<childpid>.stint`) are just more inputs of the
 //!   same program.
 //! - **Threads by role**, not by tid (tids differ between runs): the main thread, else the
-//!   thread's name, else its start routine, else its first function. A merged thread's `tid`
+//!   thread's name, else its start routine, else its first function. A name equal to the
+//!   program's (the comm a thread inherits when nobody names it, cut to 15 bytes) is no
+//!   role. A merged thread's `tid`
 //!   (and `creator_tid`, and an object's `first_tid`) is `0`/`null`: it stands for many
 //!   threads. Its counters, states and waits are sums; `start_ns` is the earliest start,
 //!   `end_ns` the latest end (`null` if any is unknown); `exit`, `exit_value` and `state` are
@@ -192,11 +194,14 @@ enum Role {
     First(Option<String>),
 }
 
-fn role(t: &ThreadJson) -> Role {
+fn role(program: &str, t: &ThreadJson) -> Role {
+    // A thread nobody named carries the comm it inherited: the program's name, cut to 15
+    // bytes. That is no role; its start routine is.
+    let inherited = |n: &str| !n.is_empty() && program.starts_with(n) && (n == program || n.len() == 15);
     if t.main {
         Role::Main
-    } else if let Some(n) = &t.name {
-        Role::Named(n.clone())
+    } else if let Some(n) = t.name.as_deref().filter(|n| !inherited(n)) {
+        Role::Named(n.to_owned())
     } else if let Some(r) = &t.start_routine {
         Role::Routine(r.clone())
     } else {
@@ -254,7 +259,7 @@ fn merge_program(group: &[&Input]) -> MergedJson {
             for w in &mut t.waits {
                 w.object = w.object.as_ref().map(|a| map.get(a).cloned().unwrap_or_else(|| a.clone()));
             }
-            let r = role(&t);
+            let r = role(&first.program, &t);
             match roles.iter().position(|x| *x == r) {
                 Some(k) => {
                     let m = &mut threads[k];
@@ -372,8 +377,8 @@ pub fn to_json_text(merged: &[MergedJson]) -> serde_json::Result<String> {
 }
 
 /// How a merged thread is headed in the table: its role.
-fn thread_heading(t: &ThreadJson) -> String {
-    match role(t) {
+fn thread_heading(program: &str, t: &ThreadJson) -> String {
+    match role(program, t) {
         Role::Main => "thread (main)".to_owned(),
         Role::Named(n) => format!("thread {n}"),
         Role::Routine(r) => format!("thread  start: {r}"),
@@ -421,7 +426,7 @@ pub fn to_table(m: &MergedJson, top: Option<usize>) -> String {
     out.push('\n');
     let mut total = 0u64;
     for t in &p.threads {
-        let _ = write!(out, "\n{}\n", thread_heading(t));
+        let _ = write!(out, "\n{}\n", thread_heading(&p.program, t));
         total = t.functions.iter().fold(total, |s, f| add(s, f.calls));
         if t.functions.is_empty() {
             out.push_str("  (no calls)\n");
@@ -557,6 +562,22 @@ mod tests {
         assert_eq!(calls(&m.profile.threads[1], "read"), Some(12));
         assert_eq!(m.profile.threads[0].states.get("RUN"), Some(Some(20)));
         assert_eq!(m.profile.skipped_reentrant, 2);
+    }
+
+    #[test]
+    fn an_inherited_name_is_no_role_the_start_routine_is() {
+        let worker = |tid, name: &str, routine: &str, calls| {
+            let mut t = thread(tid, false, Some(name), vec![function("work", calls, None)], vec![]);
+            t.start_routine = Some(routine.into());
+            t
+        };
+        let long = "a-very-long-program-name";
+        let a = doc(long, vec![worker(2, &long[..15], "reader", 1), worker(3, &long[..15], "writer", 2)], vec![]);
+        let b = doc(long, vec![worker(5, &long[..15], "writer", 4), worker(6, "pool-1", "writer", 8)], vec![]);
+        let m = &merge(&[a, b])[0].profile;
+        let got: Vec<(Option<&str>, Option<u64>)> =
+            m.threads.iter().map(|t| (t.start_routine.as_deref(), calls(t, "work"))).collect();
+        assert_eq!(got, [(Some("reader"), Some(1)), (Some("writer"), Some(6)), (Some("writer"), Some(8))]);
     }
 
     #[test]
