@@ -5,6 +5,7 @@
 //! | --- | --- |
 //! | `three_runs_sum_exactly` | calltree run 3 times: every function's calls in the merge are exactly 3× one run's; `runs` = 3, `merged_from` the 3 files |
 //! | `forked_child_merges_with_parent` | forker's parent and child profiles: `g` = parent's + child's calls (7 + 5), `runs` = 2 |
+//! | `threads_merge_by_role` | locks_join (6 threads: named, unnamed with start routines, one that inherits its creator's name) run twice: 6 merged threads, each with the calls of its role summed; its table has 6 too |
 //! | `report_of_several_files_is_the_merge_table` | `stint report a b c` prints what `stint report merged.json` prints, and the directory form too |
 //! | `merged_json_is_read_by_report_json` | `stint report merged.json --format json` gives back the merged document |
 //! | `two_programs_give_an_array` | calltree and forker runs merged: a JSON array, one document per program |
@@ -103,6 +104,56 @@ fn forked_child_merges_with_parent() {
     assert_eq!(doc["runs"], 2);
     assert_eq!(calls_by_name(&doc).get("g"), Some(&(7 + 5)));
     assert_eq!(calls_by_name(&doc).get("main"), Some(&1));
+}
+
+/// Calls per function of the thread that plays `role` (main, or its start routine).
+fn role_calls(doc: &serde_json::Value, main: bool, routine: Option<&str>) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for t in doc["threads"].as_array().unwrap() {
+        if t["main"].as_bool() == Some(main) && t["start_routine"].as_str() == routine {
+            for f in t["functions"].as_array().unwrap() {
+                *m.entry(f["name"].as_str().unwrap().to_owned()).or_default() += f["calls"].as_u64().unwrap();
+            }
+        }
+    }
+    m
+}
+
+#[test]
+fn threads_merge_by_role() {
+    let _share = cpu_share();
+    let dir = fresh_dir("merge-threads");
+    let p = program("locks_join");
+    let bin = build(&p, p.variants[0]);
+    let out = dir.join("bin").join("locks_join");
+    rewrite(&bin, &out);
+    let profiles = dir.join("runs");
+    std::fs::create_dir_all(&profiles).unwrap();
+    for _ in 0..2 {
+        let o = Run::new(&out, &dir).env("STINT_PROFILE", &profile_template(&profiles, "locks_join")).run();
+        assert!(o.status == 0, "{o:?}");
+    }
+    let files: Vec<PathBuf> = dir_entries(&profiles).into_iter().map(|f| profiles.join(f)).collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let runs: Vec<serde_json::Value> = files.iter().map(|f| report_json(f)).collect();
+    let doc = merge_ok(&strs(&files), &dir.join("merged.json"));
+    let threads = doc["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 6, "{doc:#}");
+    for t in threads {
+        let (main, routine) = (t["main"].as_bool().unwrap(), t["start_routine"].as_str());
+        let mut want = BTreeMap::new();
+        for r in &runs {
+            for (k, v) in role_calls(r, main, routine) {
+                *want.entry(k).or_default() += v;
+            }
+        }
+        assert!(!want.is_empty(), "{routine:?}: no calls in the runs");
+        assert_eq!(role_calls(&doc, main, routine), want, "thread main={main} start_routine={routine:?}");
+    }
+    // The table of the merged document keeps the six roles.
+    let o = stint(&["report", path_str(&dir.join("merged.json"))]);
+    let headings = o.stdout_str().lines().filter(|l| l.starts_with("thread")).count();
+    assert_eq!(headings, 6, "{}", o.stdout_str());
 }
 
 #[test]

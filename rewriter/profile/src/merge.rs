@@ -8,9 +8,10 @@
 //!   Forked children's profiles (`<program>.<childpid>.stint`) are just more inputs of the
 //!   same program.
 //! - **Threads by role**, not by tid (tids differ between runs): the main thread, else the
-//!   thread's name, else its start routine, else its first function. A name equal to the
-//!   program's (the comm a thread inherits when nobody names it, cut to 15 bytes) is no
-//!   role. A merged thread's `tid`
+//!   thread's name, else its start routine, else its first function. A name a thread only
+//!   inherited (its creator's name, or the program's cut to 15 bytes: the comm a thread has
+//!   when nobody names it) is no role; such a merged thread's `name` is `null`, so a merged
+//!   document merges again by the same roles. A merged thread's `tid`
 //!   (and `creator_tid`, and an object's `first_tid`) is `0`/`null`: it stands for many
 //!   threads. Its counters, states and waits are sums; `start_ns` is the earliest start,
 //!   `end_ns` the latest end (`null` if any is unknown); `exit`, `exit_value` and `state` are
@@ -194,10 +195,17 @@ enum Role {
     First(Option<String>),
 }
 
-fn role(program: &str, t: &ThreadJson) -> Role {
-    // A thread nobody named carries the comm it inherited: the program's name, cut to 15
-    // bytes. That is no role; its start routine is.
-    let inherited = |n: &str| !n.is_empty() && program.starts_with(n) && (n == program || n.len() == 15);
+/// The role of thread `t` of run `run`.
+fn role(run: &ProfileJson, t: &ThreadJson) -> Role {
+    // A thread nobody named carries the comm it inherited from its creator (for threads of
+    // the main thread: the program's name, cut to 15 bytes). That is no role; its start
+    // routine is.
+    let creator = t.creator_tid.and_then(|c| run.threads.iter().find(|x| x.tid == c && x.tid != t.tid));
+    let program = run.program.as_str();
+    let inherited = |n: &str| {
+        creator.is_some_and(|c| c.name.as_deref() == Some(n))
+            || (!n.is_empty() && program.starts_with(n) && (n == program || n.len() == 15))
+    };
     if t.main {
         Role::Main
     } else if let Some(n) = t.name.as_deref().filter(|n| !inherited(n)) {
@@ -255,11 +263,11 @@ fn merge_program(group: &[&Input]) -> MergedJson {
     let mut exit_agrees: Vec<bool> = Vec::new();
     for (i, map) in group.iter().zip(&addr_maps) {
         for t in &i.profile.threads {
+            let r = role(&i.profile, t);
             let mut t = t.clone();
             for w in &mut t.waits {
                 w.object = w.object.as_ref().map(|a| map.get(a).cloned().unwrap_or_else(|| a.clone()));
             }
-            let r = role(&first.program, &t);
             match roles.iter().position(|x| *x == r) {
                 Some(k) => {
                     let m = &mut threads[k];
@@ -267,6 +275,11 @@ fn merge_program(group: &[&Input]) -> MergedJson {
                     add_thread(m, &t);
                 }
                 None => {
+                    if !single && !matches!(r, Role::Named(_) | Role::Main) {
+                        // Inherited, not a role: a later merge of this document (without
+                        // creator tids) must not take it for one.
+                        t.name = None;
+                    }
                     roles.push(r);
                     exit_agrees.push(true);
                     threads.push(ThreadJson { transitions: Vec::new(), ..t });
@@ -377,14 +390,19 @@ pub fn to_json_text(merged: &[MergedJson]) -> serde_json::Result<String> {
 }
 
 /// How a merged thread is headed in the table: its role.
-fn thread_heading(program: &str, t: &ThreadJson) -> String {
-    match role(program, t) {
-        Role::Main => "thread (main)".to_owned(),
-        Role::Named(n) => format!("thread {n}"),
-        Role::Routine(r) => format!("thread  start: {r}"),
-        Role::First(Some(f)) => format!("thread  first: {f}"),
-        Role::First(None) => "thread  (no function)".to_owned(),
+fn thread_heading(t: &ThreadJson) -> String {
+    let mut h = String::from("thread");
+    if t.main {
+        h.push_str(" (main)");
+    } else if let Some(n) = &t.name {
+        let _ = write!(h, " {n}");
     }
+    if let Some(r) = &t.start_routine {
+        let _ = write!(h, "  start: {r}");
+    } else if let (false, Some(f)) = (t.main, &t.first_function) {
+        let _ = write!(h, "  first: {f}");
+    }
+    h
 }
 
 /// Milliseconds with three decimals, `-` if unknown.
@@ -426,7 +444,7 @@ pub fn to_table(m: &MergedJson, top: Option<usize>) -> String {
     out.push('\n');
     let mut total = 0u64;
     for t in &p.threads {
-        let _ = write!(out, "\n{}\n", thread_heading(&p.program, t));
+        let _ = write!(out, "\n{}\n", thread_heading(t));
         total = t.functions.iter().fold(total, |s, f| add(s, f.calls));
         if t.functions.is_empty() {
             out.push_str("  (no calls)\n");
@@ -578,6 +596,29 @@ mod tests {
         let got: Vec<(Option<&str>, Option<u64>)> =
             m.threads.iter().map(|t| (t.start_routine.as_deref(), calls(t, "work"))).collect();
         assert_eq!(got, [(Some("reader"), Some(1)), (Some("writer"), Some(6)), (Some("writer"), Some(8))]);
+    }
+
+    #[test]
+    fn a_name_inherited_from_the_creator_is_no_role() {
+        let named = |tid, name: &str, routine: &str, creator| {
+            let mut t = thread(tid, false, Some(name), vec![function("work", 1, None)], vec![]);
+            t.start_routine = Some(routine.into());
+            t.creator_tid = Some(creator);
+            t
+        };
+        let run = || {
+            let main = thread(1, true, Some("p"), vec![function("main", 1, None)], vec![]);
+            doc("p", vec![main, named(2, "beta-w", "beta_main", 1), named(3, "beta-w", "child_main", 2)], vec![])
+        };
+        let m = &merge(&[run(), run()])[0].profile;
+        let got: Vec<(Option<&str>, Option<u64>)> =
+            m.threads.iter().map(|t| (t.start_routine.as_deref(), calls(t, "work"))).collect();
+        assert_eq!(got, [(None, None), (Some("beta_main"), Some(2)), (Some("child_main"), Some(2))]);
+        assert_eq!(m.threads[2].name, None);
+        // Merged again (no creator tids now), the roles stay apart.
+        let text = to_json_text(&merge(&[run(), run()])).unwrap();
+        let again = merge(&read_input_bytes(Path::new("m.json"), text.as_bytes()).unwrap());
+        assert_eq!(again[0].profile.threads.len(), 3);
     }
 
     #[test]
