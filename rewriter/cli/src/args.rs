@@ -318,7 +318,8 @@ mod tests {
     The output is stint-profile/1 JSON (what `stint report --format json` prints) with\n\
     `runs` and `merged_from` added: threads summed by role (main, name, start routine; tid 0),\n\
     functions by name, sync objects by kind and first user. Several programs give a JSON\n\
-    array, one document per program. `stint report FILE` and `stint diff` read it.")]
+    array, one document per program. `stint report FILE` reads both; `stint diff` reads one\n\
+    document (merge one program at a time for it).")]
 pub struct MergeArgs {
     /// Profile files, stint-profile/1 JSON documents, or directories (every *.stint in them).
     #[arg(required = true)]
