@@ -17,6 +17,7 @@
 //! | `diff` | `stint diff` on real runs: the exact calls gate, `--min-abs`, JSON inputs and output, markdown, bad input |
 //! | `errors` | bad input: one-line errors naming the file |
 //! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
+//! | `merge` | `stint merge` and `stint report` over several runs: exact sums, forked children, bad inputs |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
 //! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
@@ -35,6 +36,7 @@ mod diff;
 mod errors;
 mod location;
 mod locks;
+mod merge;
 mod runbatch;
 mod security;
 mod snapshots;

@@ -41,6 +41,7 @@ pub enum Command {
     Diff(DiffArgs),
     Run(RunArgs),
     Batch(BatchArgs),
+    Merge(MergeArgs),
 }
 
 /// Write an instrumented copy of an executable.
@@ -120,13 +121,17 @@ pub enum By {
     stint report /tmp/pigz.1234.stint --by thread    # lifetimes, exits, % of time per state\n  \
     stint report /tmp/pigz.1234.stint --format json  # everything, whatever --by says\n  \
     stint report /tmp/pigz.1234.stint --since-snapshot  # only what came after `stint ctl ... snapshot`\n  \
-    stint report --last pigz                         # the newest pigz profile in the profile directory\n\n\
+    stint report --last pigz                         # the newest pigz profile in the profile directory\n  \
+    stint report runs/a.stint runs/b.stint           # several runs summed (as `stint merge`)\n  \
+    stint report runs/                               # every *.stint in runs/, summed\n\n\
     A rewritten program run without STINT_PROFILE puts its profile in $STINT_DIR, else\n\
     $XDG_RUNTIME_DIR/stint, else /tmp/stint-<uid> (private to you), as <program>.<pid>.stint.")]
 pub struct ReportArgs {
     /// A profile file (it may belong to a running process).
+    /// Profile files, stint-profile/1 JSON (`stint merge` output) or directories (every
+    /// *.stint in them); several are summed per program as `stint merge` does.
     #[arg(required_unless_present = "last", conflicts_with = "last")]
-    pub profile: Option<PathBuf>,
+    pub profile: Vec<PathBuf>,
     /// Instead of a file: the newest profile in the profile directory ($STINT_DIR, else
     /// $XDG_RUNTIME_DIR/stint, else /tmp/stint-<uid>), of PROGRAM if given.
     #[arg(long, value_name = "PROGRAM", num_args = 0..=1, default_missing_value = "")]
@@ -509,4 +514,28 @@ mod tests {
         let top = Cli::command().find_subcommand_mut("top").unwrap().render_long_help().to_string();
         assert!(top.contains("--once"), "{top}");
     }
+}
+
+/// Sum many runs into one profile per program.
+#[derive(Parser, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint merge runs/*.stint -o suite.json          # a whole test suite, forked children too\n  \
+    stint merge runs/ -o suite.json                 # every *.stint in runs/\n  \
+    stint merge suite.json tonight/ -o all.json     # merged documents merge again\n  \
+    stint merge a.stint b.stint -o -                # to stdout\n\n\
+    The output is stint-profile/1 JSON (what `stint report --format json` prints) with\n\
+    `runs` and `merged_from` added: threads summed by role (main, name, start routine; tid 0),\n\
+    functions by name, sync objects by kind and first user. Several programs give a JSON\n\
+    array, one document per program. `stint report FILE` reads both; `stint diff` reads one\n\
+    document (merge one program at a time for it).")]
+pub struct MergeArgs {
+    /// Profile files, stint-profile/1 JSON documents, or directories (every *.stint in them).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Where to write the merged JSON (`-` for stdout).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Print nothing on success.
+    #[arg(short, long)]
+    pub quiet: bool,
 }

@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         Command::Diff(a) => commands::diff::run(a),
         Command::Run(a) => commands::run::run(a),
         Command::Batch(a) => commands::batch::run(a),
+        Command::Merge(a) => commands::merge::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,7 @@
 //! - [`report`]: the tables of `stint report` and the queries they share with the JSON;
 //! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
 //! - [`diff`]: two runs side by side by function name, and the CI gate of `stint diff`;
+//! - [`merge`]: many runs summed into one profile per program (`stint merge`);
 //! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
 //!   with a typed [`ctl::CtlError`];
 //! - [`discover`]: finding the live profiles of running processes through `/proc`;
@@ -20,6 +21,7 @@ pub mod ctl;
 pub mod diff;
 pub mod discover;
 pub mod json;
+pub mod merge;
 pub mod profile;
 pub mod report;
 pub mod synthetic;

@@ -6,6 +6,7 @@ pub mod ctl;
 pub mod diff;
 pub mod inspect;
 pub mod ls;
+pub mod merge;
 pub mod report;
 pub mod rewrite;
 pub mod run;

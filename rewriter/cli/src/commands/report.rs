@@ -1,20 +1,22 @@
 //! `stint report`: load a profile (whole, or since the newest snapshot) and print one of the
 //! tables of [`stint_profile::report`] or the `stint-profile/1` document
-//! ([`stint_profile::json`]).
+//! ([`stint_profile::json`]). Several inputs, a directory or a JSON document (`stint merge`
+//! output) are summed per program ([`stint_profile::merge`]) and shown as the merged table
+//! (or the merged JSON, as `stint merge` writes it).
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
-use anyhow::anyhow;
-use std::path::PathBuf;
-
-use stint_profile::{discover, json, profile, report};
+use anyhow::{anyhow, bail, Context};
+use stint_profile::{discover, json, merge, profile, report};
 
 use crate::args::{By, Format, ReportArgs};
 
 pub fn run(a: ReportArgs) -> anyhow::Result<()> {
-    let path = match (&a.profile, &a.last) {
-        (Some(p), _) => p.clone(),
-        (None, last) => last_profile(last.as_deref().filter(|p| !p.is_empty()))?,
+    let path = match (a.profile.as_slice(), &a.last) {
+        ([], last) => last_profile(last.as_deref().filter(|p| !p.is_empty()))?,
+        ([one], _) if is_profile_file(one)? => one.clone(),
+        (many, _) => return run_merged(&a, many),
     };
     let p = if a.since_snapshot { profile::load_since_snapshot(&path) } else { profile::load(&path) }
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
@@ -31,6 +33,40 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         }
         (Format::Table, By::Thread) => write!(out, "{}", report::to_thread_table(&p))?,
         (Format::Table, By::Lock) => write!(out, "{}", report::to_lock_table(&p))?,
+    }
+    Ok(())
+}
+
+/// Whether `path` is one profile file (by its magic), not JSON or a directory.
+fn is_profile_file(path: &Path) -> anyhow::Result<bool> {
+    if path.is_dir() {
+        return Ok(false);
+    }
+    let mut head = [0u8; 8];
+    let mut f = std::fs::File::open(path).with_context(|| path.display().to_string())?;
+    let n = f.read(&mut head).with_context(|| path.display().to_string())?;
+    Ok(merge::is_profile_file(&head[..n]))
+}
+
+/// Several inputs (or JSON, or a directory): the merged profile, per program.
+fn run_merged(a: &ReportArgs, paths: &[PathBuf]) -> anyhow::Result<()> {
+    if a.since_snapshot {
+        bail!("--since-snapshot: needs one profile file");
+    }
+    let merged = merge::merge_paths(paths)?;
+    let mut out = std::io::stdout().lock();
+    let format = if a.json { Format::Json } else { a.format };
+    match (format, a.by) {
+        (Format::Json, _) => writeln!(out, "{}", merge::to_json_text(&merged)?)?,
+        (Format::Table, By::Function) => {
+            for (k, m) in merged.iter().enumerate() {
+                if k > 0 {
+                    writeln!(out)?;
+                }
+                write!(out, "{}", merge::to_table(m, a.top))?;
+            }
+        }
+        (Format::Table, _) => bail!("--by thread|lock: needs one profile file (merged profiles show --by function)"),
     }
     Ok(())
 }

@@ -1,0 +1,52 @@
+//! `stint merge`: many runs (profile files, `stint-profile/1` JSON, directories of `*.stint`)
+//! summed into one `stint-profile/1` document per program ([`stint_profile::merge`]), written
+//! to a temporary name beside `-o` and renamed (or printed with `-o -`). One program gives one
+//! JSON object; several give an array of them, one per program.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context;
+use stint_profile::merge;
+
+use crate::args::MergeArgs;
+
+pub fn run(a: MergeArgs) -> anyhow::Result<()> {
+    let merged = merge::merge_paths(&a.files)?;
+    let mut text = merge::to_json_text(&merged)?;
+    text.push('\n');
+    if a.output.as_os_str() == "-" {
+        std::io::stdout().lock().write_all(text.as_bytes())?;
+        return Ok(());
+    }
+    write_atomically(&a.output, text.as_bytes())?;
+    if !a.quiet {
+        for m in &merged {
+            let fns: usize = m.profile.threads.iter().map(|t| t.functions.len()).sum();
+            eprintln!(
+                "{}: {} runs of {}, {} thread roles, {} function rows",
+                a.output.display(),
+                m.runs,
+                m.profile.program,
+                m.profile.threads.len(),
+                fns
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Write `bytes` to a temporary file beside `path`, then rename it to `path`: no half-written
+/// output, whatever happens.
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let name = path.file_name().with_context(|| format!("{}: not a file name", path.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let r = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r.with_context(|| path.display().to_string())
+}
