@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use stint_layout::FILE_MAGIC;
 use thiserror::Error;
 
-use crate::json::{profile_json, ProfileJson, ThreadJson};
+use crate::json::{profile_json, ProfileJson};
 use crate::profile::{parse, ProfileError};
 
 /// `schema` of the JSON `stint diff --format json` prints.
@@ -214,7 +214,17 @@ pub fn parse_input(bytes: &[u8]) -> Result<ProfileJson, DiffError> {
     if bytes.starts_with(&FILE_MAGIC) {
         return Ok(profile_json(&parse(bytes)?));
     }
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        // `stint merge` of several programs (a test suite): one document per program.
+        let docs: Vec<serde_json::Value> = serde_json::from_slice(bytes).map_err(DiffError::Json)?;
+        let docs = docs
+            .iter()
+            .map(|d| parse_input(&serde_json::to_vec(d).map_err(DiffError::Json)?))
+            .collect::<Result<Vec<_>, _>>()?;
+        return suite(docs).ok_or(DiffError::NotAProfile);
+    }
+    if first != Some(&b'{') {
         return Err(DiffError::NotAProfile);
     }
     #[derive(Deserialize)]
@@ -227,6 +237,36 @@ pub fn parse_input(bytes: &[u8]) -> Result<ProfileJson, DiffError> {
         other => return Err(DiffError::Schema(other.unwrap_or("(none)").to_owned())),
     }
     serde_json::from_slice(bytes).map_err(DiffError::Json)
+}
+
+/// Several programs' documents as one: functions and the objects' first users are named
+/// `program: function`, so rows of different programs (every one has a `main`) never meet.
+/// A single document stays as it is.
+fn suite(mut docs: Vec<ProfileJson>) -> Option<ProfileJson> {
+    if docs.len() <= 1 {
+        return docs.pop();
+    }
+    let names: Vec<String> = docs.iter().map(|d| d.program.clone()).collect();
+    let mut all = docs[0].clone();
+    all.program = format!("{} programs ({})", docs.len(), names.join(", "));
+    all.pid = 0;
+    all.ppid = 0;
+    all.threads.clear();
+    all.objects.clear();
+    for d in docs {
+        let prefix = |n: &str| format!("{}: {n}", d.program);
+        for mut t in d.threads {
+            for f in &mut t.functions {
+                f.name = prefix(&f.name);
+            }
+            all.threads.push(t);
+        }
+        for mut o in d.objects {
+            o.first_used_in = o.first_used_in.map(|f| prefix(&f));
+            all.objects.push(o);
+        }
+    }
+    Some(all)
 }
 
 /// Reads a diff input from a file ([`parse_input`]).
@@ -332,9 +372,9 @@ fn rows_of(doc: &ProfileJson, opts: &DiffOptions) -> Result<BTreeMap<Key, Option
     }
     let objects: BTreeMap<&str, Option<&str>> =
         doc.objects.iter().map(|o| (o.address.as_str(), o.first_used_in.as_deref())).collect();
-    let inherited = doc.threads.iter().find(|t| t.main).and_then(|t| t.name.as_deref());
     for t in &doc.threads {
-        let role = opts.by_thread.then(|| role(t, inherited));
+        // The same roles `stint merge` sums threads by.
+        let role = opts.by_thread.then(|| crate::merge::role(doc, t).to_string());
         match opts.metric {
             Metric::SelfTime => {}
             Metric::Calls | Metric::Cpu | Metric::Wall => {
@@ -363,22 +403,6 @@ fn rows_of(doc: &ProfileJson, opts: &DiffOptions) -> Result<BTreeMap<Key, Option
         return Err(DiffError::MetricOff { metric: opts.metric.name(), what });
     }
     Ok(rows)
-}
-
-/// A thread's role, stable across runs: `main` for the main thread; else its name, unless it
-/// is the name every thread inherits (the main thread's: the program's); else its start
-/// routine; else its first function; else `tid N`.
-fn role(t: &ThreadJson, inherited: Option<&str>) -> String {
-    if t.main {
-        return "main".into();
-    }
-    if let Some(n) = t.name.as_deref().filter(|n| Some(*n) != inherited) {
-        return n.to_owned();
-    }
-    if let Some(s) = &t.start_routine {
-        return s.clone();
-    }
-    t.first_function.clone().unwrap_or_else(|| format!("tid {}", t.tid))
 }
 
 fn status_cell(r: &DiffRow) -> &'static str {
@@ -533,7 +557,7 @@ pub fn to_markdown(d: &DiffJson) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::{FunctionJson, ObjectJson, StateTimes, WaitJson, SCHEMA};
+    use crate::json::{FunctionJson, ObjectJson, StateTimes, ThreadJson, WaitJson, SCHEMA};
 
     fn func(name: &str, calls: u64, cpu_ns: Option<u64>) -> FunctionJson {
         FunctionJson { name: name.into(), address: "0x1000".into(), calls, cpu_ns, wall_ns: cpu_ns }
@@ -806,6 +830,23 @@ mod tests {
         let bytes = crate::synthetic::write_synthetic(&meta, &[(1234, vec![(0, 1), (1, 2)])]);
         let p = parse_input(&bytes).unwrap();
         assert_eq!((p.program.as_str(), p.threads[0].functions.len()), ("pigz", 2));
+    }
+
+    #[test]
+    fn a_merge_of_several_programs_is_one_suite() {
+        let mut a = doc(1, vec![thread(1, None, true, vec![func("main", 1, None), func("f", 2, None)])]);
+        a.program = "alpha".into();
+        let mut b = doc(2, vec![thread(2, None, true, vec![func("main", 1, None)])]);
+        b.program = "beta".into();
+        let text = serde_json::to_string(&vec![&a, &b]).unwrap();
+        let s = parse_input(text.as_bytes()).unwrap();
+        assert_eq!(s.program, "2 programs (alpha, beta)");
+        let names: Vec<&str> = s.threads.iter().flat_map(|t| t.functions.iter().map(|f| f.name.as_str())).collect();
+        assert_eq!(names, ["alpha: main", "alpha: f", "beta: main"], "every program's main stays its own row");
+        let one = serde_json::to_string(&vec![&a]).unwrap();
+        assert_eq!(parse_input(one.as_bytes()).unwrap(), a, "an array of one is that document");
+        assert!(matches!(parse_input(b"[1]"), Err(DiffError::NotAProfile)));
+        assert!(matches!(parse_input(b"[]"), Err(DiffError::NotAProfile)));
     }
 
     #[test]

@@ -186,17 +186,29 @@ pub fn merge(inputs: &[Input]) -> Vec<MergedJson> {
         .collect()
 }
 
-/// The role a thread plays in its program, the same across runs.
+/// The role a thread plays in its program, the same across runs (tids are not): how `merge`
+/// sums threads and `diff --by-thread` matches them.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Role {
+pub enum Role {
     Main,
     Named(String),
     Routine(String),
     First(Option<String>),
 }
 
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Main => f.write_str("main"),
+            Role::Named(n) | Role::Routine(n) => f.write_str(n),
+            Role::First(Some(n)) => f.write_str(n),
+            Role::First(None) => f.write_str("?"),
+        }
+    }
+}
+
 /// The role of thread `t` of run `run`.
-fn role(run: &ProfileJson, t: &ThreadJson) -> Role {
+pub fn role(run: &ProfileJson, t: &ThreadJson) -> Role {
     // A thread nobody named carries the comm it inherited from its creator (for threads of
     // the main thread: the program's name, cut to 15 bytes). That is no role; its start
     // routine is.
