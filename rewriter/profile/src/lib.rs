@@ -3,6 +3,7 @@
 //!
 //! - [`profile`]: the reader and the model (`Profile`, `ThreadProfile`, …);
 //! - [`report`]: the tables of `stint report` and the queries they share with the JSON;
+//! - [`csv`]: the `stint report` tables as CSV (RFC 4180);
 //! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
 //! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
 //!   with a typed [`ctl::CtlError`];
@@ -15,6 +16,7 @@
 //! `stint` binary prints what these modules return.
 #![deny(unsafe_code)]
 
+pub mod csv;
 pub mod ctl;
 pub mod discover;
 pub mod json;
