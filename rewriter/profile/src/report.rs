@@ -693,6 +693,10 @@ fn thread_heading(p: &Profile, t: &ThreadProfile) -> String {
 }
 
 #[cfg(test)]
+#[path = "report_opts_tests.rs"]
+mod opts_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::profile::{load, parse, parse_with, Observer};
@@ -851,7 +855,10 @@ mod tests {
             h.ppid = 1200;
             h.lost_threads = 1;
         });
-        insta::assert_snapshot!(to_table_with(&parse(&b).unwrap(), &TableOptions { top: Some(1) }));
+        insta::assert_snapshot!(to_table_with(
+            &parse(&b).unwrap(),
+            &TableOptions { top: Some(1), ..Default::default() }
+        ));
     }
 
     #[test]
