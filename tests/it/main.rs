@@ -17,6 +17,7 @@
 //! | `errors` | bad input: one-line errors naming the file |
 //! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
+//! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
 //! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
 //! | `timers` | exits, the shadow stack and the CPU/wall timers against the programs' own clocks |
@@ -32,6 +33,7 @@ mod debian;
 mod errors;
 mod location;
 mod locks;
+mod report_opts;
 mod security;
 mod snapshots;
 mod timers;

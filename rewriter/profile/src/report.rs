@@ -74,9 +74,12 @@ fn timers_on(p: &Profile, t: &ThreadProfile, name: &str, address: &str) -> bool 
         })
 }
 
-/// Whether the profile's meta has a timer metric (`cpu_time` or `wall_time`).
+/// Whether the profile measures times at all: its meta has a timer metric (`cpu_time` or
+/// `wall_time`) and some point has a timer bit (the rewriter lists every metric in the meta,
+/// so a calls-only spec shows in the points only).
 pub fn has_timers(p: &Profile) -> bool {
     p.metrics.iter().any(|m| m.name == crate::profile::CPU_METRIC || m.name == crate::profile::WALL_METRIC)
+        && p.points.iter().any(|pm| pm.bits & stint_layout::TIMER_BITS != 0)
 }
 
 /// The functions thread `t` called, one row per (name, address), by calls descending, then
@@ -447,7 +450,7 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
                 "off: its timers are off (stint ctl ... enable cpu_time wall_time) and none of its calls was timed\n",
             );
         } else {
-            out.push_str("off: the profile measured no times (its spec has no cpu_time or wall_time metric)\n");
+            out.push_str("off: the profile measured no times (its spec times no function)\n");
         }
     }
     push_warnings(&mut out, p);
