@@ -349,8 +349,15 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
     let widest_calls = sections.iter().flat_map(|s| s.shown.iter().map(|f| f.calls).chain([s.hidden.1])).max();
     let calls_w = widest_calls.unwrap_or(0).to_string().len().max("calls".len());
     if let Some(width) = opts.width {
-        let addr_w = sections.iter().flat_map(|s| &s.shown).map(|f| f.address.chars().count()).max().unwrap_or(0);
-        let fixed = 2 + calls_w + 2 + if timed { 11 + 2 + 11 + 2 + 10 + 2 } else { 0 } + 2 + addr_w;
+        let addr_w = sections
+            .iter()
+            .flat_map(|s| &s.shown)
+            .map(|f| f.address.chars().count())
+            .chain(["address".len()])
+            .max()
+            .unwrap_or(0);
+        // `cpu/call us` is one wider than its column's values.
+        let fixed = 2 + calls_w + 2 + if timed { 11 + 2 + 11 + 2 + "cpu/call us".len() + 2 } else { 0 } + 2 + addr_w;
         let max = width.saturating_sub(fixed).max(MIN_SHORT_NAME);
         for f in sections.iter_mut().flat_map(|s| &mut s.shown) {
             f.name = shorten_middle(&f.name, max);
