@@ -18,7 +18,7 @@
 use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 const LONG: &str = "a_function_with_a_really_long_name_as_cxx_templates_produce_them_quite_often";
@@ -58,7 +58,7 @@ fn runs() -> &'static Runs {
     })
 }
 
-fn report(profile: &PathBuf, args: &[&str]) -> String {
+fn report(profile: &Path, args: &[&str]) -> String {
     let mut a = vec!["report", path_str(profile)];
     a.extend(args);
     let o = stint(&a);
