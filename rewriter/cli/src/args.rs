@@ -134,8 +134,9 @@ pub enum By {
     stint report --last pigz                         # the newest pigz profile in the profile directory\n  \
     stint report /tmp/pigz.1234.stint --sort calls --top 10 --thread 'worker-*'\n  \
     stint report /tmp/pigz.1234.stint --format csv > pigz.csv  # tid,thread,function,address,calls,cpu_ns,wall_ns\n\n\
-    In the tables, `off` marks a time whose metric was off, `-` a function measured by calls\n\
-    only (see `stint inspect --skipped`).\n\n\
+    In the tables, `off` marks a time whose metric was off, `open` a timed function none of\n\
+    whose calls returned yet, `-` a function measured by calls only (see `stint inspect\n\
+    --skipped`); a footer explains each mark used.\n\n\
     A rewritten program run without STINT_PROFILE puts its profile in $STINT_DIR, else\n\
     $XDG_RUNTIME_DIR/stint, else /tmp/stint-<uid> (private to you), as <program>.<pid>.stint.")]
 pub struct ReportArgs {
@@ -156,7 +157,7 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value = "function")]
     pub by: By,
     /// Show the N most expensive functions per thread (in --sort order) and how many were
-    /// cut; 0 shows all (--by function only).
+    /// cut; 0 shows all (--by function: the table and CSV).
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
     /// Sort functions by calls, cpu or wall time (inclusive), most first; ties by calls, then
@@ -164,7 +165,7 @@ pub struct ReportArgs {
     #[arg(long, value_enum, value_name = "KEY")]
     pub sort: Option<Sort>,
     /// Only these threads: a kernel tid, or a glob (`*`, `?`) on the thread's name or its
-    /// start routine.
+    /// start routine (--by function, and every --format csv).
     #[arg(long, value_name = "TID|NAME-GLOB")]
     pub thread: Option<String>,
     /// Shorten long function names (with `…` in the middle) so table lines fit in N
