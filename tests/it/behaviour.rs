@@ -445,6 +445,7 @@ behaviour_tests! {
     bench_locks: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     ctl_loop: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     top_spin: [pie_o2: "pie-O2"];
+    report_opts: [pie_o2: "pie-O2"];
     locks_mutex: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     locks_condvar: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     locks_rwlock: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];

@@ -152,7 +152,7 @@ fn real_profile(dir: &Path) -> PathBuf {
 }
 
 fn assert_report_refuses(file: &Path, what: &str) {
-    for format in ["json", "table"] {
+    for format in ["json", "table", "csv"] {
         let o = stint(&["report", file.to_str().unwrap(), "--format", format]);
         assert_one_line_error(&o, file, &format!("{what} (--format {format})"));
         if format == "json" {

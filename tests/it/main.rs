@@ -20,6 +20,7 @@
 //! | `merge` | `stint merge` and `stint report` over several runs: exact sums, forked children, bad inputs |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
 //! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
+//! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
 //! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
 //! | `timers` | exits, the shadow stack and the CPU/wall timers against the programs' own clocks |
@@ -37,6 +38,7 @@ mod errors;
 mod location;
 mod locks;
 mod merge;
+mod report_opts;
 mod runbatch;
 mod security;
 mod snapshots;

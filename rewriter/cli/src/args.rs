@@ -97,6 +97,21 @@ pub struct InspectArgs {
 pub enum Format {
     Table,
     Json,
+    /// One record per row of the table (RFC 4180), times in ns.
+    Csv,
+}
+
+/// What `stint report` sorts functions by (most first; ties by calls, then name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Sort {
+    Calls,
+    /// Inclusive CPU time.
+    Cpu,
+    /// Inclusive wall time.
+    Wall,
+    /// Self time (not available yet: it needs call paths).
+    #[value(name = "self")]
+    SelfTime,
 }
 
 /// What the table of `stint report` is arranged by.
@@ -123,12 +138,17 @@ pub enum By {
     stint report /tmp/pigz.1234.stint --since-snapshot  # only what came after `stint ctl ... snapshot`\n  \
     stint report --last pigz                         # the newest pigz profile in the profile directory\n  \
     stint report runs/a.stint runs/b.stint           # several runs summed (as `stint merge`)\n  \
-    stint report runs/                               # every *.stint in runs/, summed\n\n\
+    stint report runs/                               # every *.stint in runs/, summed\n  \
+    stint report /tmp/pigz.1234.stint --sort calls --top 10 --thread 'worker-*'\n  \
+    stint report /tmp/pigz.1234.stint --format csv > pigz.csv  # tid,thread,function,address,calls,cpu_ns,wall_ns\n\n\
+    In the tables, `off` marks a time whose metric was off, `open` a timed function none of\n\
+    whose calls returned yet, `-` a function measured by calls only (see `stint inspect\n\
+    --skipped`); a footer explains each mark used.\n\n\
     A rewritten program run without STINT_PROFILE puts its profile in $STINT_DIR, else\n\
     $XDG_RUNTIME_DIR/stint, else /tmp/stint-<uid> (private to you), as <program>.<pid>.stint.")]
 pub struct ReportArgs {
-    /// A profile file (it may belong to a running process).
-    /// Profile files, stint-profile/1 JSON (`stint merge` output) or directories (every
+    /// A profile file (it may belong to a running process); or several profile files,
+    /// stint-profile/1 JSON (`stint merge` output) or directories (every
     /// *.stint in them); several are summed per program as `stint merge` does.
     #[arg(required_unless_present = "last", conflicts_with = "last")]
     pub profile: Vec<PathBuf>,
@@ -145,9 +165,22 @@ pub struct ReportArgs {
     /// JSON output is the same for all three.
     #[arg(long, value_enum, default_value = "function")]
     pub by: By,
-    /// Show at most N functions per thread (--by function only).
-    #[arg(long)]
+    /// Show the N most expensive functions per thread (in --sort order) and how many were
+    /// cut; 0 shows all (--by function: the table and CSV).
+    #[arg(long, value_name = "N")]
     pub top: Option<usize>,
+    /// Sort functions by calls, cpu or wall time (inclusive), most first; ties by calls, then
+    /// name. Default: cpu (calls for a profile without timers).
+    #[arg(long, value_enum, value_name = "KEY")]
+    pub sort: Option<Sort>,
+    /// Only these threads: a kernel tid, or a glob (`*`, `?`) on the thread's name or its
+    /// start routine (--by function, and every --format csv).
+    #[arg(long, value_name = "TID|NAME-GLOB")]
+    pub thread: Option<String>,
+    /// Shorten long function names (with `…` in the middle) so table lines fit in N
+    /// columns. Default: the terminal's width if stdout is one, else no limit.
+    #[arg(long, value_name = "N")]
+    pub width: Option<usize>,
     /// Only what happened after the newest `stint ctl <profile> snapshot`.
     #[arg(long)]
     pub since_snapshot: bool,
@@ -493,6 +526,20 @@ mod tests {
         );
         assert_eq!(kind(&["stint", "batch", "d", "-o", "o"]), None);
         assert_eq!(kind(&["stint", "batch", "--restore", "d"]), None);
+    }
+
+    #[test]
+    fn report_sort_values() {
+        let sort = |v: &str| match Cli::try_parse_from(["stint", "report", "p.stint", "--sort", v]).map(|c| c.command) {
+            Ok(Command::Report(a)) => Ok(a.sort),
+            Ok(other) => panic!("not report: {other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        assert_eq!(sort("calls"), Ok(Some(Sort::Calls)));
+        assert_eq!(sort("cpu"), Ok(Some(Sort::Cpu)));
+        assert_eq!(sort("wall"), Ok(Some(Sort::Wall)));
+        assert_eq!(sort("self"), Ok(Some(Sort::SelfTime)));
+        assert_eq!(sort("time"), Err(clap::error::ErrorKind::InvalidValue));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! - [`profile`]: the reader and the model (`Profile`, `ThreadProfile`, …);
 //! - [`report`]: the tables of `stint report` and the queries they share with the JSON;
+//! - [`csv`]: the `stint report` tables as CSV (RFC 4180);
 //! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
 //! - [`diff`]: two runs side by side by function name, and the CI gate of `stint diff`;
 //! - [`merge`]: many runs summed into one profile per program (`stint merge`);
@@ -17,6 +18,7 @@
 //! `stint` binary prints what these modules return.
 #![deny(unsafe_code)]
 
+pub mod csv;
 pub mod ctl;
 pub mod diff;
 pub mod discover;

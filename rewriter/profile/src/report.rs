@@ -38,6 +38,48 @@ pub struct FunctionCalls {
     /// has no TSC calibration).
     pub cpu_ns: Option<u64>,
     pub wall_ns: Option<u64>,
+    /// Whether the times mean anything: timed, metric off, or calls only.
+    pub timing: Timing,
+}
+
+/// What the time figures of a [`FunctionCalls`] row are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// Measured (`cpu_ns`/`wall_ns` are `None` only without a TSC calibration).
+    Timed,
+    /// The timer metrics were off: the profile has none (the spec measured calls only), or
+    /// the function is timed but no time was recorded for it and its timers are off now
+    /// (gate or thread mask, `stint ctl disable`).
+    Off,
+    /// Timed, timers on, called, but no time recorded: no call of it returned while timed
+    /// (it still runs, like a thread's start routine of a live process, or it never returns,
+    /// like `_start`). Its open frame's time is not counted.
+    Open,
+    /// The profile has timers but not this function: calls only (the spec left it out, or
+    /// not all of its exits could be patched; `stint inspect --skipped` says which).
+    CallsOnly,
+}
+
+/// Whether thread `t` measures the timers of the function `(name, address)` now: the
+/// gate of one of its timed points and the thread's mask both have a timer bit (a file
+/// without a readable control region counts as on).
+fn timers_on(p: &Profile, t: &ThreadProfile, name: &str, address: &str) -> bool {
+    let thread_on = (t.thread_mask & u32::from(stint_layout::TIMER_BITS)) != 0;
+    thread_on
+        && p.points.iter().any(|pm| {
+            pm.function == name
+                && pm.address == address
+                && p.timed(pm.id)
+                && p.gates.get(pm.id as usize).is_none_or(|g| g & stint_layout::TIMER_BITS != 0)
+        })
+}
+
+/// Whether the profile measures times at all: its meta has a timer metric (`cpu_time` or
+/// `wall_time`) and some point has a timer bit (the rewriter lists every metric in the meta,
+/// so a calls-only spec shows in the points only).
+pub fn has_timers(p: &Profile) -> bool {
+    p.metrics.iter().any(|m| m.name == crate::profile::CPU_METRIC || m.name == crate::profile::WALL_METRIC)
+        && p.points.iter().any(|pm| pm.bits & stint_layout::TIMER_BITS != 0)
 }
 
 /// The functions thread `t` called, one row per (name, address), by calls descending, then
@@ -63,9 +105,17 @@ pub fn functions(p: &Profile, t: &ThreadProfile) -> Vec<FunctionCalls> {
         sum.2 = sum.2.saturating_add(wall);
         sum.3 = true;
     }
+    let timers = has_timers(p);
     let mut rows: Vec<_> = sums
         .into_iter()
         .map(|((name, address), (calls, cpu, wall, timed))| FunctionCalls {
+            timing: match (timers, timed) {
+                (false, _) => Timing::Off,
+                (true, false) => Timing::CallsOnly,
+                (true, true) if cpu == 0 && wall == 0 && !timers_on(p, t, &name, &address) => Timing::Off,
+                (true, true) if cpu == 0 && wall == 0 => Timing::Open,
+                (true, true) => Timing::Timed,
+            },
             name,
             address,
             calls,
@@ -153,11 +203,94 @@ pub fn uptime_ns(p: &Profile, now_realtime_ns: u64) -> Option<u64> {
     ends.chain(events).max()
 }
 
-/// How much of the profile the table shows.
+/// What a function table is sorted by (most first; ties by calls, then name, then address).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortBy {
+    Calls,
+    /// Inclusive CPU time; functions without a measured time come last.
+    #[default]
+    Cpu,
+    /// Inclusive wall time; functions without a measured time come last.
+    Wall,
+}
+
+/// How much of the profile the table shows, and in which order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TableOptions {
-    /// At most this many functions per thread (the rest are summed in one line); all if `None`.
+    /// At most this many functions per thread (the rest are summed in one line); all if
+    /// `None` or `Some(0)`.
     pub top: Option<usize>,
+    /// The order of the functions; `None`: CPU time (as `Some(Cpu)`, except that a profile
+    /// without timers keeps the narrow table: the timer columns show only when asked for).
+    pub sort: Option<SortBy>,
+    /// Only the threads [`thread_matches`] selects.
+    pub thread: Option<String>,
+    /// Shorten function names (in the middle, with `…`) so that lines fit in this many
+    /// columns; names keep at least [`MIN_SHORT_NAME`] characters. Unlimited if `None`.
+    pub width: Option<usize>,
+}
+
+/// Names are never shortened below this many characters, whatever `--width` says.
+pub const MIN_SHORT_NAME: usize = 12;
+
+/// Whether thread `t` is selected by `pat`: a number is a kernel tid (exact), anything else
+/// a glob (`*`, `?`) on the thread's name or on its start routine's name.
+pub fn thread_matches(p: &Profile, t: &ThreadProfile, pat: &str) -> bool {
+    if let Ok(tid) = pat.parse::<u32>() {
+        return t.tid == tid;
+    }
+    let glob = |s: &str| stint_layout::glob::glob_match(pat.as_bytes(), s.as_bytes());
+    t.name.as_deref().is_some_and(glob) || start_routine(p, t).is_some_and(|s| glob(&s))
+}
+
+/// The threads `pat` selects (all if `None`), in column order.
+pub fn select_threads<'a>(p: &'a Profile, pat: Option<&str>) -> Vec<&'a ThreadProfile> {
+    p.threads.iter().filter(|t| pat.is_none_or(|pat| thread_matches(p, t, pat))).collect()
+}
+
+/// The measured time a row is sorted by (`None`: off, calls only or uncalibrated).
+fn sort_time(f: &FunctionCalls, sort: SortBy) -> Option<u64> {
+    if f.timing != Timing::Timed {
+        return None;
+    }
+    match sort {
+        SortBy::Calls => None,
+        SortBy::Cpu => f.cpu_ns,
+        SortBy::Wall => f.wall_ns,
+    }
+}
+
+/// Sort rows by `sort`, most first; ties by calls (most first), then name, then address.
+pub fn sort_functions(rows: &mut [FunctionCalls], sort: SortBy) {
+    rows.sort_by(|a, b| {
+        sort_time(b, sort)
+            .cmp(&sort_time(a, sort))
+            .then(b.calls.cmp(&a.calls))
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.address.cmp(&b.address))
+    });
+}
+
+/// The functions thread `t` called, in the order `sort` gives.
+pub fn functions_sorted(p: &Profile, t: &ThreadProfile, sort: SortBy) -> Vec<FunctionCalls> {
+    let mut rows = functions(p, t);
+    sort_functions(&mut rows, sort);
+    rows
+}
+
+/// `name` shortened to at most `max` characters by replacing its middle with `…`.
+pub fn shorten_middle(name: &str, max: usize) -> String {
+    let n = name.chars().count();
+    if n <= max || max == 0 {
+        return name.to_owned();
+    }
+    let keep = max - 1;
+    let head = keep.div_ceil(2);
+    let tail = keep - head;
+    let mut out: String = name.chars().take(head).collect();
+    out.push('…');
+    out.extend(name.chars().skip(n - tail));
+    out
 }
 
 /// The whole profile as a table.
@@ -186,6 +319,9 @@ const MAX_FUNCTION_WIDTH: usize = 48;
 ///
 /// total: 2 threads, 1001 calls
 /// ```
+///
+/// With timers the columns `cpu ms`, `wall ms` and `cpu/call us` come after the calls: `off`
+/// where the metric was off, `-` for a function measured by calls only (a footer says why).
 pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
     struct Section {
         heading: String,
@@ -193,23 +329,40 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
         /// Functions left out by `top`, and their calls.
         hidden: (usize, u64),
     }
-    let sections: Vec<Section> = p
-        .threads
+    let sort = opts.sort.unwrap_or_default();
+    let threads = select_threads(p, opts.thread.as_deref());
+    let mut sections: Vec<Section> = threads
         .iter()
         .map(|t| {
-            let mut shown = functions(p, t);
-            let keep = opts.top.unwrap_or(usize::MAX).min(shown.len());
+            let mut shown = functions_sorted(p, t, sort);
+            let keep = opts.top.filter(|&n| n > 0).unwrap_or(usize::MAX).min(shown.len());
             let rest = shown.split_off(keep);
             let hidden = (rest.len(), rest.iter().fold(0u64, |s, f| s.saturating_add(f.calls)));
             Section { heading: thread_heading(p, t), shown, hidden }
         })
         .collect();
 
-    // Timer columns only when some function is timed: call-count-only profiles keep the
-    // narrow table.
-    let timed = sections.iter().flat_map(|s| &s.shown).any(|f| f.wall_ns.is_some() || f.cpu_ns.is_some());
+    // Timer columns when some function is timed, or when the order asked for is by a timer:
+    // call-count-only profiles keep the narrow table.
+    let timed = sections.iter().flat_map(|s| &s.shown).any(|f| f.wall_ns.is_some() || f.cpu_ns.is_some())
+        || matches!(opts.sort, Some(SortBy::Cpu | SortBy::Wall));
     let widest_calls = sections.iter().flat_map(|s| s.shown.iter().map(|f| f.calls).chain([s.hidden.1])).max();
     let calls_w = widest_calls.unwrap_or(0).to_string().len().max("calls".len());
+    if let Some(width) = opts.width {
+        let addr_w = sections
+            .iter()
+            .flat_map(|s| &s.shown)
+            .map(|f| f.address.chars().count())
+            .chain(["address".len()])
+            .max()
+            .unwrap_or(0);
+        // `cpu/call us` is one wider than its column's values.
+        let fixed = 2 + calls_w + 2 + if timed { 11 + 2 + 11 + 2 + "cpu/call us".len() + 2 } else { 0 } + 2 + addr_w;
+        let max = width.saturating_sub(fixed).max(MIN_SHORT_NAME);
+        for f in sections.iter_mut().flat_map(|s| &mut s.shown) {
+            f.name = shorten_middle(&f.name, max);
+        }
+    }
     let names_w = sections.iter().flat_map(|s| &s.shown).map(|f| f.name.chars().count()).max().unwrap_or(0);
     let name_w = names_w.clamp(MIN_FUNCTION_WIDTH, MAX_FUNCTION_WIDTH);
 
@@ -224,23 +377,38 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
     }
     out.push('\n');
 
+    let mut calls_only = 0usize;
+    let mut off = 0usize;
+    let mut open = 0usize;
     for s in &sections {
         let _ = write!(out, "\n{}\n", s.heading);
         if s.shown.is_empty() && s.hidden.0 == 0 {
             out.push_str("  (no calls)\n");
             continue;
         }
-        let times = |f: &FunctionCalls| -> String {
+        let mut times = |f: &FunctionCalls| -> String {
             if !timed {
                 return String::new();
             }
-            let per_call = f.cpu_ns.filter(|_| f.calls > 0).map(|c| c as f64 / f.calls as f64 / 1e3);
-            format!(
-                "{:>11}  {:>11}  {:>10}  ",
-                f.cpu_ns.map_or("-".into(), |n| format!("{:.3}", n as f64 / 1e6)),
-                f.wall_ns.map_or("-".into(), |n| format!("{:.3}", n as f64 / 1e6)),
-                per_call.map_or("-".into(), |us| format!("{us:.3}")),
-            )
+            let (cpu, wall, per_call) = match f.timing {
+                Timing::Off => {
+                    off += 1;
+                    ("off".into(), "off".into(), "off".into())
+                }
+                Timing::CallsOnly => {
+                    calls_only += 1;
+                    ("-".into(), "-".into(), "-".into())
+                }
+                Timing::Open => {
+                    open += 1;
+                    ("open".into(), "open".into(), "open".into())
+                }
+                Timing::Timed => {
+                    let per_call = f.cpu_ns.filter(|_| f.calls > 0).map(|c| c as f64 / f.calls as f64 / 1e3);
+                    (ms(f.cpu_ns), ms(f.wall_ns), per_call.map_or("-".into(), |us| format!("{us:.3}")))
+                }
+            };
+            format!("{cpu:>11}  {wall:>11}  {per_call:>10}  ")
         };
         let head =
             if timed { format!("{:>11}  {:>11}  {:>10}  ", "cpu ms", "wall ms", "cpu/call us") } else { String::new() };
@@ -251,15 +419,20 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
         }
         if s.hidden.0 > 0 {
             let more = if s.hidden.0 == 1 { "function" } else { "functions" };
-            let _ = writeln!(out, "  {:>calls_w$}  ({} more {more})", s.hidden.1, s.hidden.0);
+            let _ = writeln!(out, "  {:>calls_w$}  … {} more {more} (--top 0 for all)", s.hidden.1, s.hidden.0);
         }
     }
-    let _ = write!(out, "\ntotal: {} threads, {} calls\n", p.threads.len(), p.total_calls());
-    if timed {
+    let calls = threads.iter().fold(0u64, |s, t| s.saturating_add(t.total_calls()));
+    if threads.len() == p.threads.len() {
+        let _ = write!(out, "\ntotal: {} threads, {calls} calls\n", p.threads.len());
+    } else {
+        let _ = write!(out, "\ntotal: {} of {} threads, {calls} calls\n", threads.len(), p.threads.len());
+    }
+    if timed && has_timers(p) {
         let sources: std::collections::BTreeSet<&str> =
-            p.threads.iter().filter_map(|t| t.clock_source.as_deref()).collect();
+            threads.iter().filter_map(|t| t.clock_source.as_deref()).collect();
         let sources: Vec<&str> = sources.into_iter().collect();
-        let sum = |f: fn(&ThreadProfile) -> u64| p.threads.iter().fold(0u64, |s, t| s.saturating_add(f(t)));
+        let sum = |f: fn(&ThreadProfile) -> u64| threads.iter().fold(0u64, |s, t| s.saturating_add(f(t)));
         let _ = writeln!(
             out,
             "times: inclusive; cpu clock: {}; frames closed after exception/longjmp: {}; timer events skipped in signal handlers: {}",
@@ -267,6 +440,25 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
             sum(|t| t.abandoned_frames),
             sum(|t| t.timer_skipped),
         );
+    }
+    if calls_only > 0 {
+        out.push_str(
+            "-: calls only (not timed: the spec left it out, not all of its exits could be patched (stint inspect --skipped), or a thread-library call (waits: --by lock))\n",
+        );
+    }
+    if open > 0 {
+        out.push_str(
+            "open: timed, but none of its calls returned yet (it still runs, or never returns, like _start); time not counted\n",
+        );
+    }
+    if off > 0 {
+        if has_timers(p) {
+            out.push_str(
+                "off: its timers are off (stint ctl ... enable cpu_time wall_time) and none of its calls was timed\n",
+            );
+        } else {
+            out.push_str("off: the profile measured no times (its spec times no function)\n");
+        }
     }
     push_warnings(&mut out, p);
     out
@@ -511,6 +703,10 @@ fn thread_heading(p: &Profile, t: &ThreadProfile) -> String {
 }
 
 #[cfg(test)]
+#[path = "report_opts_tests.rs"]
+mod opts_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::profile::{load, parse, parse_with, Observer};
@@ -669,7 +865,10 @@ mod tests {
             h.ppid = 1200;
             h.lost_threads = 1;
         });
-        insta::assert_snapshot!(to_table_with(&parse(&b).unwrap(), &TableOptions { top: Some(1) }));
+        insta::assert_snapshot!(to_table_with(
+            &parse(&b).unwrap(),
+            &TableOptions { top: Some(1), ..Default::default() }
+        ));
     }
 
     #[test]
