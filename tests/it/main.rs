@@ -22,6 +22,7 @@
 //! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
 //! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
+//! | `suite` | a test suite in CI: `batch`, runs, `merge`, `diff` against a checked-in baseline |
 //! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
 //! | `timers` | exits, the shadow stack and the CPU/wall timers against the programs' own clocks |
 //! | `tools` | the tools the tests need |
@@ -42,6 +43,7 @@ mod report_opts;
 mod runbatch;
 mod security;
 mod snapshots;
+mod suite;
 mod timers;
 mod tools;
 mod top;
