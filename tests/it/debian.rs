@@ -44,20 +44,26 @@ fn compare(
     args: &[&str],
     stdin: Option<Vec<u8>>,
 ) -> (Outcome, Outcome, serde_json::Value) {
-    let run = |bin: &Path, profile: Option<&str>| {
+    // The rewritten program runs as a user runs it: no STINT_* variable, the profile in the
+    // default directory (D15: here a private XDG_RUNTIME_DIR of the test), never the cwd.
+    let run = |bin: &Path, xdg: Option<&Path>| {
         let cwd = fresh_dir(&format!("cwd-{name}"));
         let mut r = Run::new(bin, &cwd).args(args);
         if let Some(s) = &stdin {
             r = r.stdin(s.clone());
         }
-        if let Some(t) = profile {
-            r = r.env(stint_layout::ENV_PROFILE, t);
+        if let Some(x) = xdg {
+            r = r.env("XDG_RUNTIME_DIR", path_str(x));
         }
-        r.run()
+        let o = r.run();
+        assert_eq!(dir_entries(&cwd), Vec::<String>::new(), "{name}: the cwd must stay as it was");
+        o
     };
     let want = run(original, None);
-    let profiles = fresh_dir(&format!("profiles-{name}"));
-    let got = run(rewritten, Some(&profile_template(&profiles, name)));
+    let xdg = fresh_dir(&format!("xdg-{name}"));
+    std::fs::set_permissions(&xdg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let got = run(rewritten, Some(&xdg));
+    let profiles = xdg.join("stint");
     assert!(
         want.same_behaviour(&got),
         "{name} {}: the rewritten program behaves differently\n{}",

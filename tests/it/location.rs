@@ -47,14 +47,6 @@ fn xdg(dir: &Path) -> PathBuf {
     x
 }
 
-fn entries(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// Run the original and the rewritten program with `env` in an empty cwd; both must print
 /// the same and exit the same, and the cwd must stay empty. Returns the rewritten run.
 fn run_both(dir: &Path, env: &[(&str, Option<&str>)]) -> Outcome {
@@ -74,14 +66,14 @@ fn run_both(dir: &Path, env: &[(&str, Option<&str>)]) -> Outcome {
     let rw = go(&out);
     assert_eq!(rw.status, orig.status, "exit status: {rw:?}");
     assert_eq!(rw.stdout, orig.stdout, "stdout: {rw:?}");
-    assert_eq!(entries(&cwd), Vec::<String>::new(), "the cwd must stay empty");
+    assert_eq!(dir_entries(&cwd), Vec::<String>::new(), "the cwd must stay empty");
     rw
 }
 
 /// The one profile in `dir`, checked to be `echoargs.<pid>.stint`, mode 0600.
 fn the_profile(dir: &Path, pid: u32) -> PathBuf {
     let want = format!("echoargs.{pid}.stint");
-    assert_eq!(entries(dir), vec![want.clone()], "{}", dir.display());
+    assert_eq!(dir_entries(dir), vec![want.clone()], "{}", dir.display());
     let p = dir.join(want);
     assert_eq!(file_mode(&p), 0o600, "{}", p.display());
     p
@@ -156,7 +148,7 @@ fn symlinked_directory_is_refused() {
     std::os::unix::fs::symlink(&real, &link).unwrap();
     let rw = run_both(&dir, &[("STINT_DIR", Some(path_str(&link)))]);
     assert_refused(&rw, &link, "cannot open profile directory");
-    assert_eq!(entries(&real), Vec::<String>::new(), "nothing written through the link");
+    assert_eq!(dir_entries(&real), Vec::<String>::new(), "nothing written through the link");
 }
 
 #[test]
@@ -168,7 +160,7 @@ fn directory_open_to_others_is_refused() {
     std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let rw = run_both(&dir, &[("STINT_DIR", Some(path_str(&open)))]);
     assert_refused(&rw, &open, "open to other users");
-    assert_eq!(entries(&open), Vec::<String>::new());
+    assert_eq!(dir_entries(&open), Vec::<String>::new());
 }
 
 #[test]
@@ -186,7 +178,7 @@ fn directory_of_another_user_is_refused() {
     std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
     let rw = run_both(&dir, &[("STINT_DIR", Some(path_str(&theirs)))]);
     assert_refused(&rw, &theirs, "belongs to another user");
-    assert_eq!(entries(&theirs), Vec::<String>::new());
+    assert_eq!(dir_entries(&theirs), Vec::<String>::new());
 }
 
 #[test]
@@ -228,9 +220,9 @@ fn sha256sum_star_is_unchanged() {
         std::fs::write(files.join(name), format!("{i}\n").repeat(1000 * (i + 1))).unwrap();
     }
     // `sha256sum *` as a shell expands it: every entry of the directory, sorted.
-    let star = |p: &Path| Run::new(p, &files).args(entries(&files)).env("XDG_RUNTIME_DIR", path_str(&x)).run();
+    let star = |p: &Path| Run::new(p, &files).args(dir_entries(&files)).env("XDG_RUNTIME_DIR", path_str(&x)).run();
     let orig = star(Path::new("/usr/bin/sha256sum"));
     let rw = star(&out);
     assert_eq!((rw.status, &rw.stdout, &rw.stderr), (orig.status, &orig.stdout, &orig.stderr), "{rw:?}");
-    assert_eq!(entries(&files), vec!["a", "b.txt", "c d"], "no new entry for a second `sha256sum *` to see");
+    assert_eq!(dir_entries(&files), vec!["a", "b.txt", "c d"], "no new entry for a second `sha256sum *` to see");
 }
