@@ -11,6 +11,8 @@
 //! | `directory_of_another_user_is_refused` | owned by uid 65534 (needs root, as CI runs): refused |
 //! | `git_work_tree_stays_clean` | a rewritten program run inside a git work tree: `git status` shows nothing new |
 //! | `sha256sum_star_is_unchanged` | `/usr/bin/sha256sum` rewritten and run as `sha256sum *` in a directory prints what the original prints |
+//! | `ls_la_is_unchanged` | `/usr/bin/ls` rewritten: `ls -la` of its cwd prints what the original prints (no new entry, same directory mtime) |
+//! | `tar_of_cwd_is_unchanged` | `/usr/bin/tar` rewritten: `tar cf - .` in its cwd writes the same archive bytes |
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -225,4 +227,42 @@ fn sha256sum_star_is_unchanged() {
     let rw = star(&out);
     assert_eq!((rw.status, &rw.stdout, &rw.stderr), (orig.status, &orig.stdout, &orig.stderr), "{rw:?}");
     assert_eq!(dir_entries(&files), vec!["a", "b.txt", "c d"], "no new entry for a second `sha256sum *` to see");
+}
+
+/// `/usr/bin/<tool>` rewritten, run with `args` in a directory of a few files, with no
+/// `STINT_*` variable: stdout, stderr and status equal the original's run the same way.
+fn real_tool_in_cwd(tool_name: &str, args: &[&str]) {
+    let _share = cpu_share();
+    let dir = fresh_dir(tool_name);
+    let x = xdg(&dir);
+    let out = dir.join("rewritten").join(tool_name);
+    rewrite(&Path::new("/usr/bin").join(tool_name), &out);
+    let files = dir.join("files");
+    std::fs::create_dir(&files).unwrap();
+    for name in ["one", "two.txt"] {
+        std::fs::write(files.join(name), name.repeat(100)).unwrap();
+    }
+    let go = |p: &Path| Run::new(p, &files).args(args).env("XDG_RUNTIME_DIR", path_str(&x)).run();
+    let orig = go(&Path::new("/usr/bin").join(tool_name));
+    let rw = go(&out);
+    assert_eq!((rw.status, &rw.stderr), (orig.status, &orig.stderr), "{tool_name}: {rw:?}");
+    assert!(rw.stdout == orig.stdout, "{tool_name} {args:?}: stdout differs from the original's");
+    assert_eq!(dir_entries(&files), vec!["one", "two.txt"]);
+    the_profile_of(&x.join("stint"), tool_name, rw.pid);
+}
+
+/// The profile `<program>.<pid>.stint` is in `dir`.
+fn the_profile_of(dir: &Path, program: &str, pid: u32) {
+    let p = dir.join(format!("{program}.{pid}.stint"));
+    assert!(p.is_file(), "{} missing", p.display());
+}
+
+#[test]
+fn ls_la_is_unchanged() {
+    real_tool_in_cwd("ls", &["-la", "--time-style=full-iso"]);
+}
+
+#[test]
+fn tar_of_cwd_is_unchanged() {
+    real_tool_in_cwd("tar", &["cf", "-", "."]);
 }
