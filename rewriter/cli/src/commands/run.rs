@@ -261,33 +261,22 @@ fn to_csv(profiles: &[(PathBuf, Profile)]) -> String {
         for t in &p.threads {
             let thread_name = t.name.clone().or_else(|| report::start_routine(p, t)).unwrap_or_default();
             for f in report::functions(p, t) {
-                let cells = [
+                s.push_str(&stint_profile::csv::record(&[
                     p.pid.to_string(),
                     p.ppid.to_string(),
-                    csv_cell(&p.program),
+                    p.program.clone(),
                     t.tid.to_string(),
-                    csv_cell(&thread_name),
-                    csv_cell(&f.name),
-                    csv_cell(&f.address),
+                    thread_name.clone(),
+                    f.name.clone(),
+                    f.address.clone(),
                     f.calls.to_string(),
                     opt(f.cpu_ns),
                     opt(f.wall_ns),
-                ];
-                s.push_str(&cells.join(","));
-                s.push('\n');
+                ]));
             }
         }
     }
     s
-}
-
-/// A CSV field, quoted when it holds a comma, a quote or a line break (RFC 4180).
-fn csv_cell(v: &str) -> String {
-    if v.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", v.replace('"', "\"\""))
-    } else {
-        v.to_string()
-    }
 }
 
 /// Exit with the program's status, or die by the signal that killed it.
@@ -317,13 +306,6 @@ fn exit_like(status: ExitStatus) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn csv_cells_are_quoted_when_needed() {
-        assert_eq!(csv_cell("main"), "main");
-        assert_eq!(csv_cell("f(int, int)"), "\"f(int, int)\"");
-        assert_eq!(csv_cell("a\"b"), "\"a\"\"b\"");
-    }
 
     #[test]
     fn resolve_finds_programs_in_path() {
