@@ -24,7 +24,7 @@
 
 use crate::clock;
 use crate::control;
-use crate::state::{Rt, Startup, ALL_METRICS, CONTROL_PATH_MAX};
+use crate::state::{Rt, Startup, ALL_METRICS, CONTROL_PATH_MAX, PATH_MAX};
 use crate::sys::{self, Errno};
 use crate::text::copy_into;
 use core::mem::size_of;
@@ -64,7 +64,7 @@ const NEW_FILE: usize = sys::O_RDWR | sys::O_CREAT | sys::O_EXCL | sys::O_NOFOLL
 fn create_in_private_dir(rt: &Rt, path_nul: &[u8]) -> Result<usize, ()> {
     let path = path_nul.split_last().map_or(&[][..], |(_, p)| p);
     let slash = path.iter().rposition(|&b| b == b'/').ok_or(())?;
-    let mut dir = [0u8; PATH_MAX_DIR];
+    let mut dir = [0u8; PATH_MAX];
     let n = copy_into(&mut dir, &[path.get(..slash.max(1)).unwrap_or(b"/"), b"\0"]);
     let (Some(dir_nul), Some(name_nul)) = (dir.get(..n), path_nul.get(slash + 1..)) else {
         warn(rt, b"profile directory path too long", path, None);
@@ -103,9 +103,6 @@ fn create_in_private_dir(rt: &Rt, path_nul: &[u8]) -> Result<usize, ()> {
     sys::close(dfd);
     created
 }
-
-/// Room for the directory part of a profile path.
-const PATH_MAX_DIR: usize = 1536;
 
 /// Expand `%p` (pid) and `%%` in the template into `su.path`, NUL-terminated; returns the
 /// length without the NUL. Written without indexing so the image has no panic paths.

@@ -13,7 +13,9 @@ use crate::state::{Rt, CONTROL_PATH_MAX};
 use crate::sys;
 use crate::text::{copy_into, Writer};
 use crate::trap;
-use stint_layout::{CONFIG_MAGIC, ENV_CONTROL, ENV_DIR, ENV_PROFILE};
+use stint_layout::{
+    ProfileDir, CONFIG_MAGIC, ENV_CONTROL, ENV_DIR, ENV_PROFILE, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
+};
 
 /// Start-up, from the entry stub.
 ///
@@ -100,17 +102,16 @@ struct Env {
 }
 
 /// The profile path template when `STINT_PROFILE` is not set (D15): a private per-user
-/// directory, never the current one (a profile growing in the cwd changed what `git add -A`
-/// and `sha256sum *` saw). `$STINT_DIR`, else `$XDG_RUNTIME_DIR/stint` (an absolute path
-/// only, as the XDG spec asks), else `/tmp/stint-<euid>`; then `/<program>.%p.stint`. A `%`
+/// directory ([`ProfileDir`]: `$STINT_DIR`, else `$XDG_RUNTIME_DIR/stint`, else
+/// `/tmp/stint-<euid>`), never the current one (a profile growing in the cwd changed what
+/// `git add -A` and `sha256sum *` saw); then `/<program>.%p.stint`. A `%`
 /// in the directory is escaped so that only the file name's `%p` expands.
 fn default_template(out: &mut [u8], dir: Option<&[u8]>, xdg: Option<&[u8]>, program: &[u8]) -> usize {
     let mut uid = [0u8; 10];
-    let uid = decimal(sys::geteuid(), &mut uid);
-    let parts: [&[u8]; 2] = match (dir, xdg) {
-        (Some(d), _) if !d.is_empty() => [d, b""],
-        (_, Some(x)) if x.first() == Some(&b'/') => [x, b"/stint"],
-        _ => [b"/tmp/stint-", uid],
+    let parts: [&[u8]; 2] = match ProfileDir::choose(dir, xdg) {
+        ProfileDir::Named(d) => [d, b""],
+        ProfileDir::XdgRuntime(x) => [x, XDG_PROFILE_SUBDIR.as_bytes()],
+        ProfileDir::Tmp => [TMP_PROFILE_DIR_PREFIX.as_bytes(), decimal(sys::geteuid(), &mut uid)],
     };
     let mut w = Writer::new(out);
     for &c in parts.iter().flat_map(|p| p.iter()) {

@@ -72,9 +72,9 @@ fn run_both(dir: &Path, env: &[(&str, Option<&str>)]) -> Outcome {
     rw
 }
 
-/// The one profile in `dir`, checked to be `echoargs.<pid>.stint`, mode 0600.
-fn the_profile(dir: &Path, pid: u32) -> PathBuf {
-    let want = format!("echoargs.{pid}.stint");
+/// The one profile in `dir`, checked to be `<program>.<pid>.stint`, mode 0600.
+fn the_profile(dir: &Path, program: &str, pid: u32) -> PathBuf {
+    let want = format!("{program}.{pid}.stint");
     assert_eq!(dir_entries(dir), vec![want.clone()], "{}", dir.display());
     let p = dir.join(want);
     assert_eq!(file_mode(&p), 0o600, "{}", p.display());
@@ -98,7 +98,7 @@ fn default_location_leaves_cwd_alone() {
     assert_eq!(rw.stderr_str(), "", "nothing on stderr");
     let pdir = x.join("stint");
     assert_eq!(file_mode(&pdir), 0o700, "{}", pdir.display());
-    let prof = the_profile(&pdir, rw.pid);
+    let prof = the_profile(&pdir, "echoargs", rw.pid);
     let o = Run::new(stint_bin(), &dir)
         .args(["report", "--last", "echoargs", "--json"])
         .env("XDG_RUNTIME_DIR", path_str(&x))
@@ -120,7 +120,7 @@ fn stint_dir_overrides() {
     let rw = run_both(&dir, &[("XDG_RUNTIME_DIR", Some(path_str(&x))), ("STINT_DIR", Some(path_str(&mine)))]);
     assert_eq!(rw.stderr_str(), "", "nothing on stderr");
     assert_eq!(file_mode(&mine), 0o700, "created private");
-    the_profile(&mine, rw.pid);
+    the_profile(&mine, "echoargs", rw.pid);
     assert!(!x.join("stint").exists(), "STINT_DIR wins over XDG_RUNTIME_DIR");
 }
 
@@ -206,7 +206,7 @@ fn git_work_tree_stays_clean() {
     let rw = Run::new(&out, &tree).args(["x"]).env("XDG_RUNTIME_DIR", path_str(&x)).run();
     assert_eq!(rw.status, 3, "{rw:?}");
     assert_eq!(git(&["status", "--porcelain", "--ignored"]), "", "the work tree is as it was");
-    the_profile(&x.join("stint"), rw.pid);
+    the_profile(&x.join("stint"), "echoargs", rw.pid);
 }
 
 #[test]
@@ -248,13 +248,7 @@ fn real_tool_in_cwd(tool_name: &str, args: &[&str]) {
     assert_eq!((rw.status, &rw.stderr), (orig.status, &orig.stderr), "{tool_name}: {rw:?}");
     assert!(rw.stdout == orig.stdout, "{tool_name} {args:?}: stdout differs from the original's");
     assert_eq!(dir_entries(&files), vec!["one", "two.txt"]);
-    the_profile_of(&x.join("stint"), tool_name, rw.pid);
-}
-
-/// The profile `<program>.<pid>.stint` is in `dir`.
-fn the_profile_of(dir: &Path, program: &str, pid: u32) {
-    let p = dir.join(format!("{program}.{pid}.stint"));
-    assert!(p.is_file(), "{} missing", p.display());
+    the_profile(&x.join("stint"), tool_name, rw.pid);
 }
 
 #[test]

@@ -192,15 +192,19 @@ fn entry(pid: u32, path: PathBuf, p: &Profile, now_ns: u64) -> Entry {
 /// (DESIGN D15), by the runtime's rule: `$STINT_DIR`, else `$XDG_RUNTIME_DIR/stint` (an
 /// absolute path only), else `/tmp/stint-<euid>`.
 pub fn default_dir() -> PathBuf {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(d) = var(stint_layout::ENV_DIR) {
-        return PathBuf::from(d);
-    }
-    if let Some(x) = var("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|x| x.is_absolute()) {
-        return x.join("stint");
-    }
-    let euid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
-    PathBuf::from(format!("/tmp/stint-{euid}"))
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use stint_layout::{ProfileDir, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR};
+    let (dir, xdg) = (std::env::var_os(stint_layout::ENV_DIR), std::env::var_os("XDG_RUNTIME_DIR"));
+    let bytes = match ProfileDir::choose(dir.as_deref().map(OsStrExt::as_bytes), xdg.as_deref().map(OsStrExt::as_bytes))
+    {
+        ProfileDir::Named(d) => d.to_vec(),
+        ProfileDir::XdgRuntime(x) => [x, XDG_PROFILE_SUBDIR.as_bytes()].concat(),
+        ProfileDir::Tmp => {
+            let euid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
+            format!("{TMP_PROFILE_DIR_PREFIX}{euid}").into_bytes()
+        }
+    };
+    PathBuf::from(std::ffi::OsString::from_vec(bytes))
 }
 
 /// The newest profile in `dir` (by modification time), of `program` if given: the files

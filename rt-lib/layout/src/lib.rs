@@ -927,6 +927,34 @@ pub const ENV_PROFILE: &str = "STINT_PROFILE";
 /// (DESIGN D15); without it, `$XDG_RUNTIME_DIR/stint`, else `/tmp/stint-<uid>`.
 pub const ENV_DIR: &str = "STINT_DIR";
 
+/// The directory of profiles when `STINT_PROFILE` is not set (DESIGN D15), chosen by one rule
+/// for the runtime (which creates files there) and the commands (which look there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfileDir<'a> {
+    /// `$STINT_DIR`, when set and not empty.
+    Named(&'a [u8]),
+    /// `$XDG_RUNTIME_DIR` followed by [`XDG_PROFILE_SUBDIR`], when it is an absolute path.
+    XdgRuntime(&'a [u8]),
+    /// [`TMP_PROFILE_DIR_PREFIX`] followed by the effective uid in decimal.
+    Tmp,
+}
+
+/// What [`ProfileDir::XdgRuntime`] appends to `$XDG_RUNTIME_DIR`.
+pub const XDG_PROFILE_SUBDIR: &str = "/stint";
+/// What [`ProfileDir::Tmp`] puts before the uid.
+pub const TMP_PROFILE_DIR_PREFIX: &str = "/tmp/stint-";
+
+impl<'a> ProfileDir<'a> {
+    /// The directory from the values of `STINT_DIR` and `XDG_RUNTIME_DIR`.
+    pub fn choose(stint_dir: Option<&'a [u8]>, xdg_runtime_dir: Option<&'a [u8]>) -> ProfileDir<'a> {
+        match (stint_dir, xdg_runtime_dir) {
+            (Some(d), _) if !d.is_empty() => ProfileDir::Named(d),
+            (_, Some(x)) if x.first() == Some(&b'/') => ProfileDir::XdgRuntime(x),
+            _ => ProfileDir::Tmp,
+        }
+    }
+}
+
 /// Why a byte string is not a profile file this version can read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FormatError {

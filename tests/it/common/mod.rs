@@ -101,27 +101,42 @@ pub mod synthetic {
 
 /// This test process's own directory under `CARGO_TARGET_TMPDIR`, named after the test
 /// crate (`it`) and the pid; modules that name paths in it themselves use a subdirectory
-/// named after the module. Directories of earlier runs whose process is gone are removed the
-/// first time this is called, so failed runs stay inspectable until the next run.
+/// named after the module. It holds builds, rewritten programs and the profiles of the runs,
+/// and is removed when the test process exits (`atexit`), so a test run leaves no profile
+/// behind; set `STINT_KEEP_TEST_DIRS=1` to keep it for inspection. Directories of earlier
+/// runs whose process is gone (kept, or left by a killed run or by the test binaries of
+/// older layouts, `stint-<crate>-<pid>`) are removed the first time this is called.
 pub fn run_root() -> &'static Path {
-    static ROOT: OnceLock<PathBuf> = OnceLock::new();
     ROOT.get_or_init(|| {
         let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let prefix = format!("stint-{}-", env!("CARGO_CRATE_NAME"));
         if let Ok(entries) = std::fs::read_dir(base) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if let Some(pid) = name.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) {
+                let pid = name.strip_prefix("stint-").and_then(|r| r.rsplit_once('-')).map(|(_, pid)| pid);
+                if let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) {
                     if !Path::new(&format!("/proc/{pid}")).exists() {
                         let _ = std::fs::remove_dir_all(e.path());
                     }
                 }
             }
         }
-        let root = base.join(format!("{prefix}{}", std::process::id()));
+        let root = base.join(format!("stint-{}-{}", env!("CARGO_CRATE_NAME"), std::process::id()));
         std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: cannot create: {e}", root.display()));
+        if std::env::var_os("STINT_KEEP_TEST_DIRS").is_none_or(|v| v.is_empty() || v == "0") {
+            // Safety: registering a plain `extern "C" fn` with the C library.
+            unsafe { libc::atexit(remove_run_root) };
+        }
         root
     })
+}
+
+static ROOT: OnceLock<PathBuf> = OnceLock::new();
+
+/// `atexit` handler: remove this process's [`run_root`] (every test has finished).
+extern "C" fn remove_run_root() {
+    if let Some(root) = ROOT.get() {
+        let _ = std::fs::remove_dir_all(root);
+    }
 }
 
 /// A fresh, empty directory under [`run_root`], named `label-N`.
