@@ -2,6 +2,7 @@
 //! model, and everything the tools do with that model (D18):
 //!
 //! - [`profile`]: the reader and the model (`Profile`, `ThreadProfile`, …);
+//! - [`calltree`]: calling-context trees (D16) and the call paths views and exporters share;
 //! - [`report`]: the tables of `stint report` and the queries they share with the JSON;
 //! - [`csv`]: the `stint report` tables as CSV (RFC 4180);
 //! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
@@ -18,6 +19,7 @@
 //! `stint` binary prints what these modules return.
 #![deny(unsafe_code)]
 
+pub mod calltree;
 pub mod csv;
 pub mod ctl;
 pub mod diff;

@@ -382,6 +382,13 @@ pub struct ThreadProfile {
     /// `seq` of the snapshot whose baseline the thread holds (0: none).
     #[serde(default)]
     pub snapshot: u64,
+    /// The thread's calling-context tree (D16), parents before children; empty when the
+    /// profile has no call paths. See [`crate::calltree`].
+    #[serde(default)]
+    pub calltree: Vec<crate::calltree::CallNode>,
+    /// Call-path nodes the thread could not record because its tree was full.
+    #[serde(default)]
+    pub calltree_lost: u64,
 }
 
 impl ThreadProfile {
@@ -559,6 +566,8 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             counts,
             thread_mask: c.thread_mask,
             snapshot: c.snap_seq,
+            calltree: Vec::new(),
+            calltree_lost: 0,
         });
     }
 

@@ -1,0 +1,144 @@
+//! Calling-context trees (DESIGN D16): the model every report view and exporter shares.
+//!
+//! A thread's tree is a vector of [`CallNode`]s in which a node's parent always comes
+//! before it (`parent < index`), so one forward pass can aggregate and one backward pass can
+//! sum children. Inclusive figures are what the runtime measured per node; self figures are
+//! inclusive minus the children's inclusive (never below zero).
+//!
+//! A profile written by a runtime without call paths (or with the `call_paths` metric off)
+//! has an empty tree; [`paths`] then falls back to one single-frame path per function, so an
+//! exporter or view written against paths works on every profile.
+
+use serde::{Deserialize, Serialize};
+
+use crate::profile::ThreadProfile;
+
+/// One node of a thread's calling-context tree: a point reached through one chain of callers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallNode {
+    /// Index of the parent node in the thread's tree; `None` for a root (a frame entered with
+    /// no instrumented caller on the shadow stack).
+    pub parent: Option<u32>,
+    /// Point id (an index into `Profile::points`) of the function this node enters.
+    pub point: u32,
+    /// Exact calls through this path.
+    pub calls: u64,
+    /// Inclusive CPU time, TSC ticks (0 when CPU time was off).
+    pub cpu_ticks: u64,
+    /// Inclusive wall time, TSC ticks (0 when wall time was off).
+    pub wall_ticks: u64,
+}
+
+/// One call path with its figures, root first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathSample {
+    /// Point ids from the root to the leaf.
+    pub stack: Vec<u32>,
+    /// Calls of the leaf through this path.
+    pub calls: u64,
+    /// Inclusive CPU ticks of the leaf through this path.
+    pub cpu_ticks: u64,
+    /// Inclusive wall ticks of the leaf through this path.
+    pub wall_ticks: u64,
+    /// CPU ticks spent in the leaf itself (inclusive minus its children's inclusive).
+    pub self_cpu_ticks: u64,
+    /// Wall ticks spent in the leaf itself.
+    pub self_wall_ticks: u64,
+}
+
+/// Self figures per node: (self CPU ticks, self wall ticks), index-aligned with `tree`.
+pub fn self_ticks(tree: &[CallNode]) -> Vec<(u64, u64)> {
+    let mut child = vec![(0u64, 0u64); tree.len()];
+    for n in tree {
+        if let Some(p) = n.parent.map(|p| p as usize).filter(|&p| p < tree.len()) {
+            child[p].0 = child[p].0.saturating_add(n.cpu_ticks);
+            child[p].1 = child[p].1.saturating_add(n.wall_ticks);
+        }
+    }
+    tree.iter()
+        .zip(child)
+        .map(|(n, (c, w))| (n.cpu_ticks.saturating_sub(c), n.wall_ticks.saturating_sub(w)))
+        .collect()
+}
+
+/// The point ids from the root to `node`, root first. A parent index that does not come
+/// before its child (a corrupt tree) ends the chain instead of looping.
+pub fn stack_of(tree: &[CallNode], node: usize) -> Vec<u32> {
+    let mut stack = Vec::new();
+    let mut at = Some(node);
+    while let Some(i) = at.filter(|&i| i < tree.len()) {
+        stack.push(tree[i].point);
+        at = tree[i].parent.map(|p| p as usize).filter(|&p| p < i);
+    }
+    stack.reverse();
+    stack
+}
+
+/// The thread's call paths: one per node of its tree, or, when the thread has no tree, one
+/// single-frame path per function from the flat counts and times (self = inclusive there,
+/// since nothing is known about callees).
+pub fn paths(t: &ThreadProfile) -> Vec<PathSample> {
+    if !t.calltree.is_empty() {
+        let selfs = self_ticks(&t.calltree);
+        return t
+            .calltree
+            .iter()
+            .enumerate()
+            .map(|(i, n)| PathSample {
+                stack: stack_of(&t.calltree, i),
+                calls: n.calls,
+                cpu_ticks: n.cpu_ticks,
+                wall_ticks: n.wall_ticks,
+                self_cpu_ticks: selfs[i].0,
+                self_wall_ticks: selfs[i].1,
+            })
+            .collect();
+    }
+    let mut out: Vec<PathSample> = t
+        .counts
+        .iter()
+        .map(|&(p, calls)| PathSample { stack: vec![p], calls, ..Default::default() })
+        .collect();
+    for &(p, cpu, wall) in &t.times {
+        let i = match out.iter().position(|s| s.stack[0] == p) {
+            Some(i) => i,
+            None => {
+                out.push(PathSample { stack: vec![p], ..Default::default() });
+                out.len() - 1
+            }
+        };
+        let s = &mut out[i];
+        (s.cpu_ticks, s.wall_ticks, s.self_cpu_ticks, s.self_wall_ticks) = (cpu, wall, cpu, wall);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(parent: Option<u32>, point: u32, calls: u64, cpu: u64, wall: u64) -> CallNode {
+        CallNode { parent, point, calls, cpu_ticks: cpu, wall_ticks: wall }
+    }
+
+    #[test]
+    fn self_is_inclusive_minus_children() {
+        // main(0) → a(1) → b(2); main → c(3) → b(2)
+        let tree = vec![
+            node(None, 0, 1, 100, 200),
+            node(Some(0), 1, 1, 40, 50),
+            node(Some(1), 2, 3, 30, 30),
+            node(Some(0), 3, 1, 50, 60),
+            node(Some(3), 2, 5, 45, 70), // wall above the parent's: clamps to 0
+        ];
+        assert_eq!(self_ticks(&tree), vec![(10, 90), (10, 20), (30, 30), (5, 0), (45, 70)]);
+        assert_eq!(stack_of(&tree, 4), vec![0, 3, 2]);
+    }
+
+    #[test]
+    fn a_parent_after_its_child_ends_the_chain() {
+        let tree = vec![node(Some(1), 0, 1, 0, 0), node(Some(0), 1, 1, 0, 0)];
+        assert_eq!(stack_of(&tree, 1), vec![0, 1]);
+        assert_eq!(stack_of(&tree, 0), vec![0]);
+    }
+}
