@@ -98,6 +98,12 @@ struct Live {
     ended: String,
     /// `ls --json` after it ended.
     listed_after: Vec<serde_json::Value>,
+    /// `report --format json` while it runs, and the ms from the workers' registration to the
+    /// start of that reading and from the spawn to its end (bounds of main's open frame).
+    report_live: serde_json::Value,
+    main_open_ms: (f64, f64),
+    /// `report` (the table) while it runs.
+    report_table: String,
 }
 
 /// Run `top_spin` (under the CPU turn) and observe it, once per test process.
@@ -122,6 +128,7 @@ fn observe_live() -> Live {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{}: cannot start: {e}", exe.display()));
+    let spawned = Instant::now();
     let mut running = Running(child);
     let pid = running.0.id();
     let profile = dir.join(format!("top_spin.{pid}.stint"));
@@ -139,6 +146,7 @@ fn observe_live() -> Live {
         assert!(start.elapsed() < Duration::from_secs(10), "top_spin's workers are not in {}", profile.display());
         std::thread::sleep(Duration::from_millis(20));
     }
+    let registered = Instant::now();
 
     let before = tasks(pid);
     let o = top_once(&profile, "0.3");
@@ -148,6 +156,14 @@ fn observe_live() -> Live {
     // stint ls, while it runs.
     let listed = ls_json();
     let table = stint(&["ls"]);
+
+    // stint report, while main waits in the join and the workers spin: their frames are open.
+    std::thread::sleep(Duration::from_millis(200));
+    let read_start = Instant::now();
+    let report_live = report_json(&profile);
+    let main_open_ms =
+        (read_start.duration_since(registered).as_secs_f64() * 1e3, spawned.elapsed().as_secs_f64() * 1e3);
+    let report_table = stint(&["report", path_str(&profile)]).stdout_str();
 
     // After the exit.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -160,7 +176,21 @@ fn observe_live() -> Live {
     };
     let ended = top_once(&profile, "0.1").stdout_str();
     let listed_after = ls_json();
-    Live { pid, profile, before, after, text, listed, table, status, ended, listed_after }
+    Live {
+        pid,
+        profile,
+        before,
+        after,
+        text,
+        listed,
+        table,
+        status,
+        ended,
+        listed_after,
+        report_live,
+        main_open_ms,
+        report_table,
+    }
 }
 
 /// `testbins/top_spin.c` rewritten and running, then ended: one test per part of what
@@ -253,6 +283,56 @@ mod live_program_in_top_and_ls {
         assert!(table.starts_with("PID "), "{table}");
         let line = table.lines().find(|l| l.starts_with(&format!("{pid} "))).unwrap_or_else(|| panic!("{table}"));
         assert!(line.ends_with(path_str(&l.profile)) && line.contains(" top_spin "), "{line:?}");
+    }
+
+    /// A function of the thread's JSON report.
+    fn function<'a>(t: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+        let fs = t["functions"].as_array().expect("functions");
+        fs.iter().find(|f| f["name"] == name).unwrap_or_else(|| panic!("no {name} in {t}"))
+    }
+
+    #[test]
+    fn open_frames_count_up_to_the_reading() {
+        let l = live();
+        let threads = l.report_live["threads"].as_array().expect("threads");
+        let main = threads.iter().find(|t| t["tid"] == l.pid).expect("main thread");
+        let f = function(main, "main");
+        assert_eq!(f["running"], true, "main has not returned: {f}");
+        // main was entered before the workers registered and read at the reading.
+        let wall_ms = f["wall_ns"].as_u64().expect("main's wall time") as f64 / 1e6;
+        let (lo, hi) = l.main_open_ms;
+        assert!(wall_ms >= lo && wall_ms <= hi, "main's wall {wall_ms:.1} ms, not in [{lo:.1}, {hi:.1}]: {f}");
+        // A function whose calls all returned is not marked: main's thread ran no other
+        // timed function but _start and main still open.
+        let marked: Vec<&str> = main["functions"]
+            .as_array()
+            .expect("functions")
+            .iter()
+            .filter(|f| f["running"] == true)
+            .filter_map(|f| f["name"].as_str())
+            .collect();
+        assert_eq!(marked, ["_start", "main"], "{main}");
+        // The spinning workers: their start routine runs, its CPU time counted, at most its wall time.
+        let workers: Vec<_> = threads.iter().filter(|t| t["tid"] != l.pid).collect();
+        assert_eq!(workers.len(), 2);
+        for t in workers {
+            let f = function(t, "spin");
+            assert_eq!(f["running"], true, "{f}");
+            let (cpu, wall) = (f["cpu_ns"].as_u64().expect("cpu"), f["wall_ns"].as_u64().expect("wall"));
+            assert!(cpu > 0 && cpu <= wall, "spin: cpu {cpu} ns, wall {wall} ns: {f}");
+        }
+    }
+
+    #[test]
+    fn open_frames_marked_in_the_table() {
+        let l = live();
+        let table = &l.report_table;
+        let main =
+            table.lines().find(|r| r.split_whitespace().nth(4) == Some("main")).unwrap_or_else(|| panic!("{table}"));
+        let cells: Vec<&str> = main.split_whitespace().collect();
+        assert!(cells[1].ends_with('+') && cells[2].ends_with('+') && cells[3] == "-", "{main:?}\n{table}");
+        assert!(table.contains("\n+: includes a call still running when the profile was read"), "{table}");
+        assert!(!table.contains("\nopen: "), "{table}");
     }
 
     #[test]

@@ -131,6 +131,10 @@ pub struct FunctionJson {
     pub cpu_ns: Option<u64>,
     /// Inclusive wall time in ns; `null` as `cpu_ns`.
     pub wall_ns: Option<u64>,
+    /// The times include a call still running when the profile was read, counted up to
+    /// then (absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub running: bool,
 }
 
 /// A thread's use of one sync object.
@@ -255,6 +259,7 @@ fn thread_json(p: &Profile, t: &ThreadProfile) -> ThreadJson {
                 calls: f.calls,
                 cpu_ns: f.cpu_ns,
                 wall_ns: f.wall_ns,
+                running: f.running,
             })
             .collect(),
         running: t.alive,

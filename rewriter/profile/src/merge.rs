@@ -512,7 +512,7 @@ mod tests {
     }
 
     fn function(name: &str, calls: u64, cpu: Option<u64>) -> FunctionJson {
-        FunctionJson { name: name.into(), address: "0x10".into(), calls, cpu_ns: cpu, wall_ns: None }
+        FunctionJson { name: name.into(), address: "0x10".into(), calls, cpu_ns: cpu, wall_ns: None, running: false }
     }
 
     fn doc(program: &str, threads: Vec<ThreadJson>, objects: Vec<ObjectJson>) -> Input {

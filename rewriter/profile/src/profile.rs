@@ -51,10 +51,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 pub use stint_layout::meta::{MetricMeta, PointMeta, META_SCHEMA, POINT_ENTRY, POINT_WRAP};
 use stint_layout::{
-    baseline_counter_offset, baseline_state_offset, baseline_wait_offset, clock_source_name, object_kind_name,
-    ColumnHeader, Control, ControlFileStatus, FileHeader, FormatError, Metric, Pod, RequestOp, SyncObject, Transition,
-    WaitEntry, COLUMN_LIVE, FLAG_FORK_CHILD, N_STATES, RING_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
-    STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
+    baseline_counter_offset, baseline_state_offset, baseline_wait_offset, clock_source_name, metric_bit,
+    object_kind_name, ColumnHeader, Control, ControlFileStatus, FileHeader, FormatError, Metric, Pod, RequestOp,
+    SyncObject, Transition, WaitEntry, COLUMN_LIVE, FLAG_FORK_CHILD, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES,
+    RING_CAP, SHADOW_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
 };
 use thiserror::Error;
 
@@ -274,14 +274,28 @@ pub struct Observer {
     pub process_alive: fn(pid: u32) -> bool,
     /// The TSC now.
     pub now_tsc: fn() -> u64,
+    /// CPU time thread `tid` of process `pid` has used so far, ns (`None`: unknown).
+    pub thread_cpu_ns: fn(pid: u32, tid: u32) -> Option<u64>,
 }
 
 impl Observer {
     /// This machine: `/proc/<pid>` (not a zombie), `/proc/<pid>/task/<tid>`, `rdtsc`.
-    pub const SYSTEM: Observer =
-        Observer { thread_alive: system_thread_alive, process_alive: system_process_alive, now_tsc: system_tsc };
+    pub const SYSTEM: Observer = Observer {
+        thread_alive: system_thread_alive,
+        process_alive: system_process_alive,
+        now_tsc: system_tsc,
+        thread_cpu_ns: system_thread_cpu_ns,
+    };
     /// Every process has ended (the file is read as a post-mortem).
-    pub const ENDED: Observer = Observer { thread_alive: |_, _| false, process_alive: |_| false, now_tsc: || 0 };
+    pub const ENDED: Observer =
+        Observer { thread_alive: |_, _| false, process_alive: |_| false, now_tsc: || 0, thread_cpu_ns: |_, _| None };
+}
+
+/// `/proc/<pid>/task/<tid>/schedstat`'s first field: the time the thread ran on a CPU, ns (the
+/// clock `CLOCK_THREAD_CPUTIME_ID` reads, which the runtime's CPU timers follow).
+fn system_thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    s.split_ascii_whitespace().next()?.parse().ok()
 }
 
 fn system_process_alive(pid: u32) -> bool {
@@ -382,6 +396,10 @@ pub struct ThreadProfile {
     /// `seq` of the snapshot whose baseline the thread holds (0: none).
     #[serde(default)]
     pub snapshot: u64,
+    /// Points whose times in `times` include a call that had not returned when the file was
+    /// read: its frame's time up to then was added (live threads only).
+    #[serde(default)]
+    pub open_frames: Vec<u32>,
     /// The thread's calling-context tree (D16), parents before children; empty when the
     /// profile has no call paths. See [`crate::calltree`].
     #[serde(default)]
@@ -535,6 +553,22 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
                 }
             }
         }
+        // Frames still open on a live thread count up to now (after a snapshot: up to now from
+        // the snapshot, which is when the thread took its baseline, or when it was asked to).
+        let mut open_frames = Vec::new();
+        if thread_alive && time_slots.is_some() {
+            let cpu_now = (obs.thread_cpu_ns)(h.pid, c.tid).map(|ns| ns_to_ticks(ns, h.tsc_hz));
+            let since = snapshot.map(|seq| {
+                if c.snap_seq == seq {
+                    c.snap_tsc
+                } else {
+                    let since_ns = realtime_now_ns().saturating_sub(control.last_snapshot_realtime_ns);
+                    now_tsc.saturating_sub(ns_to_ticks(since_ns, h.tsc_hz))
+                }
+            });
+            let now = OpenNow { wall: now_tsc, cpu: cpu_now, since };
+            open_frames = add_open_frames(col, &c, &meta.points, now, &mut times);
+        }
         threads.push(ThreadProfile {
             alive: thread_alive,
             creator_tid: (c.creator_tid != 0).then_some(c.creator_tid),
@@ -566,6 +600,7 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             counts,
             thread_mask: c.thread_mask,
             snapshot: c.snap_seq,
+            open_frames,
             calltree: Vec::new(),
             calltree_lost: 0,
         });
@@ -715,6 +750,70 @@ fn object_entry(b: &[u8], h: &FileHeader, i: u32) -> Option<ObjectProfile> {
         kind: o.kind,
         first_tid: o.first_tid,
     })
+}
+
+/// The clocks a live thread's open frames are closed at, TSC ticks.
+#[derive(Clone, Copy)]
+struct OpenNow {
+    wall: u64,
+    /// The thread's CPU clock (`None`: unknown, CPU time of open frames not added).
+    cpu: Option<u64>,
+    /// With `--since-snapshot`: the TSC of the snapshot (open time before it is not counted).
+    since: Option<u64>,
+}
+
+/// Add to `times` (sorted by point) the time of the frames still open on the shadow stack of a
+/// live thread, up to `now`, as the runtime would when they close: only the outermost frame of
+/// each point counts (recursion is counted once) and only the timers its entry switched on.
+/// Returns the points that got time this way. Frames are read bounds-checked: a column written
+/// by someone else can make the figures wrong, never the reader fail.
+fn add_open_frames(
+    col: &[u8],
+    c: &ColumnHeader,
+    points: &[PointMeta],
+    now: OpenNow,
+    times: &mut Vec<(u32, u64, u64)>,
+) -> Vec<u32> {
+    let (wall_bit, cpu_bit) = (metric_bit(METRIC_WALL_TIME) as u32, metric_bit(METRIC_CPU_TIME) as u32);
+    let mut open = Vec::new();
+    for i in 0..c.depth.min(SHADOW_CAP) {
+        let Some(f) = ColumnHeader::frame(col, i) else { break };
+        if f.point as usize >= points.len() || open.contains(&f.point) {
+            continue;
+        }
+        let start = |t: u64| now.since.map_or(t, |s| t.max(s));
+        let wall = if f.bits & wall_bit != 0 { now.wall.saturating_sub(start(f.wall_start)) } else { 0 };
+        let cpu = match now.cpu {
+            // CPU time since a snapshot can be no more than the wall time since it.
+            Some(cpu) if f.bits & cpu_bit != 0 => {
+                let d = cpu.saturating_sub(f.cpu_start);
+                if now.since.is_some() {
+                    d.min(wall)
+                } else {
+                    d
+                }
+            }
+            _ => 0,
+        };
+        if wall == 0 && cpu == 0 {
+            continue;
+        }
+        open.push(f.point);
+        match times.binary_search_by_key(&f.point, |&(p, _, _)| p) {
+            Ok(k) => {
+                times[k].1 = times[k].1.saturating_add(cpu);
+                times[k].2 = times[k].2.saturating_add(wall);
+            }
+            Err(k) => times.insert(k, (f.point, cpu, wall)),
+        }
+    }
+    open.sort_unstable();
+    open
+}
+
+/// Nanoseconds as TSC ticks at `tsc_hz`.
+fn ns_to_ticks(ns: u64, tsc_hz: u64) -> u64 {
+    (ns as u128 * tsc_hz as u128 / 1_000_000_000) as u64
 }
 
 /// TSC ticks of the state the thread is in now, not yet in `state_ticks`: up to `now_tsc`
@@ -1200,8 +1299,12 @@ mod tests {
     }
 
     /// Every process and thread runs, and the TSC reads `SYNTHETIC_START_TSC + 5000`.
-    const ALIVE_AT_5000: Observer =
-        Observer { thread_alive: |_, _| true, process_alive: |_| true, now_tsc: || SYNTHETIC_START_TSC + 5000 };
+    const ALIVE_AT_5000: Observer = Observer {
+        thread_alive: |_, _| true,
+        process_alive: |_| true,
+        now_tsc: || SYNTHETIC_START_TSC + 5000,
+        thread_cpu_ns: |_, _| None,
+    };
 
     const T0: u64 = SYNTHETIC_START_TSC;
 

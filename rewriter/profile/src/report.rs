@@ -40,6 +40,8 @@ pub struct FunctionCalls {
     pub wall_ns: Option<u64>,
     /// Whether the times mean anything: timed, metric off, or calls only.
     pub timing: Timing,
+    /// The times include a call still running when the file was read, counted up to then.
+    pub running: bool,
 }
 
 /// What the time figures of a [`FunctionCalls`] row are.
@@ -51,9 +53,10 @@ pub enum Timing {
     /// the function is timed but no time was recorded for it and its timers are off now
     /// (gate or thread mask, `stint ctl disable`).
     Off,
-    /// Timed, timers on, called, but no time recorded: no call of it returned while timed
-    /// (it still runs, like a thread's start routine of a live process, or it never returns,
-    /// like `_start`). Its open frame's time is not counted.
+    /// Timed, timers on, called, but no time recorded: no call of it returned while timed and
+    /// its thread no longer runs (it never returned, like `_start`, or the thread ended unseen).
+    /// A call still running on a live thread is counted up to the reading instead
+    /// (`FunctionCalls::running`).
     Open,
     /// The profile has timers but not this function: calls only (the spec left it out, or
     /// not all of its exits could be patched; `stint inspect --skipped` says which).
@@ -106,6 +109,9 @@ pub fn functions(p: &Profile, t: &ThreadProfile) -> Vec<FunctionCalls> {
         sum.3 = true;
     }
     let timers = has_timers(p);
+    let running = |name: &str, address: &str| {
+        t.open_frames.iter().filter_map(|&id| p.point(id)).any(|pm| pm.function == name && pm.address == address)
+    };
     let mut rows: Vec<_> = sums
         .into_iter()
         .map(|((name, address), (calls, cpu, wall, timed))| FunctionCalls {
@@ -116,6 +122,7 @@ pub fn functions(p: &Profile, t: &ThreadProfile) -> Vec<FunctionCalls> {
                 (true, true) if cpu == 0 && wall == 0 => Timing::Open,
                 (true, true) => Timing::Timed,
             },
+            running: running(&name, &address),
             name,
             address,
             calls,
@@ -380,6 +387,7 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
     let mut calls_only = 0usize;
     let mut off = 0usize;
     let mut open = 0usize;
+    let mut running = 0usize;
     for s in &sections {
         let _ = write!(out, "\n{}\n", s.heading);
         if s.shown.is_empty() && s.hidden.0 == 0 {
@@ -402,6 +410,11 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
                 Timing::Open => {
                     open += 1;
                     ("open".into(), "open".into(), "open".into())
+                }
+                Timing::Timed if f.running => {
+                    running += 1;
+                    // Per call means nothing while a call is still running.
+                    (format!("{}+", ms(f.cpu_ns)), format!("{}+", ms(f.wall_ns)), "-".into())
                 }
                 Timing::Timed => {
                     let per_call = f.cpu_ns.filter(|_| f.calls > 0).map(|c| c as f64 / f.calls as f64 / 1e3);
@@ -445,6 +458,9 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
         out.push_str(
             "-: calls only (not timed: the spec left it out, not all of its exits could be patched (stint inspect --skipped), or a thread-library call (waits: --by lock))\n",
         );
+    }
+    if running > 0 {
+        out.push_str("+: includes a call still running when the profile was read, counted up to then\n");
     }
     if open > 0 {
         out.push_str(
@@ -1087,6 +1103,7 @@ mod tests {
             thread_alive: |_, tid| tid == 1234,
             process_alive: |_| true,
             now_tsc: || SYNTHETIC_START_TSC + 102 * MS,
+            thread_cpu_ns: |_, _| None,
         };
         let p = parse_with(&locks_file(), &obs).unwrap();
         assert_eq!(to_json(&p)["threads"][0]["running"], json!(true));

@@ -1045,6 +1045,15 @@ impl ColumnHeader {
         ColumnHeader::read_from(b, 0).ok_or(FormatError::Truncated)
     }
 
+    /// Shadow-stack frame `i` (`0..min(depth, SHADOW_CAP)`, the outermost first) of a column
+    /// given the column's bytes.
+    pub fn frame(col: &[u8], i: u32) -> Option<Frame> {
+        if i >= SHADOW_CAP {
+            return None;
+        }
+        Frame::read_from(col, (SHADOW_OFFSET + i * FRAME_SIZE) as usize)
+    }
+
     /// Counter (`slot`, `point`) of a column given the column's bytes.
     pub fn counter(col: &[u8], n_points: u32, slot: u32, point: u32) -> Option<u64> {
         u64::read_from(col, usize::try_from(counter_offset(n_points, slot, point)).ok()?)

@@ -969,6 +969,7 @@ mod tests {
             thread_alive: |_, _| true,
             process_alive: |_| true,
             now_tsc: || SYNTHETIC_START_TSC, // no open state interval
+            thread_cpu_ns: |_, _| None,
         };
         let mut profile = parse_with(b, &obs).unwrap();
         for t in &mut profile.threads {
