@@ -32,6 +32,7 @@
 mod common;
 
 mod behaviour;
+mod buildtrees;
 mod control;
 mod debian;
 mod diff;
