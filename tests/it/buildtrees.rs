@@ -223,10 +223,10 @@ fn cargo_deps() -> &'static CargoDeps {
         std::fs::create_dir_all(&cwd).unwrap();
         // One test thread: the harness's own threads then do the same work in every run.
         let args = ["--test-threads", "1"];
-        let orig = Run::new(&bin, &cwd).args(&args).run();
+        let orig = Run::new(&bin, &cwd).args(args).run();
         let batch = stint(&["batch", "--in-place", path_str(&deps)]);
         let profiles = dir.join("p");
-        let rewritten = Run::new(&bin, &cwd).args(&args).env("STINT_DIR", path_str(&profiles)).run();
+        let rewritten = Run::new(&bin, &cwd).args(args).env("STINT_DIR", path_str(&profiles)).run();
         let merged_path = dir.join("merged.json");
         let o = stint(&["merge", path_str(&profiles), "-o", path_str(&merged_path), "-q"]);
         assert_eq!(o.status, 0, "stint merge: {o:?}");
