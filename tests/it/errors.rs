@@ -111,6 +111,17 @@ fn rewrite_rejects_a_shared_library() {
     assert_rewrite_refuses(&lib, "shared library");
 }
 
+/// A shared library that can also be run as a program (it has an interpreter): glibc's
+/// `libc.so.6` prints its version when run, and was once taken for a PIE.
+#[test]
+fn rewrite_rejects_a_runnable_shared_library() {
+    let _share = cpu_share();
+    let libc = String::from_utf8(tool("gcc", &["-print-file-name=libc.so.6"])).unwrap();
+    let libc = std::fs::canonicalize(libc.trim()).expect("libc.so.6");
+    let msg = assert_rewrite_refuses(&libc, "shared library");
+    assert!(msg.contains("SONAME"), "{msg:?}");
+}
+
 #[test]
 fn rewrite_rejects_its_own_output() {
     let _share = cpu_share();

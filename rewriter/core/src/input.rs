@@ -150,15 +150,25 @@ impl<'a> InputElf<'a> {
             String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(b)).into_owned()
         });
         let has_dynamic = segments.iter().any(|s| s.p_type == elf::PT_DYNAMIC);
+        let dynamic = DynamicInfo::read(data, &segments);
         let kind = match (e_type, interp.is_some()) {
             (elf::ET_EXEC, true) => ElfKind::Exec,
+            // A library that can also be run (libc.so.6 prints its version): it names itself
+            // (DT_SONAME) and is not marked PIE. A PIE from a linker too old to set DF_1_PIE has
+            // no SONAME, and stays an executable.
+            (elf::ET_DYN, true) if dynamic.soname && !dynamic.pie => {
+                return Err(Error::UnsupportedKind(
+                    "shared library (it has a SONAME and no PIE flag, though it can be run): stint rewrites executables, not libraries"
+                        .into(),
+                ))
+            }
             (elf::ET_DYN, true) => ElfKind::Pie,
             (elf::ET_EXEC, false) => {
                 return Err(Error::UnsupportedKind(
                     "static executable: not supported yet (only dynamically linked executables)".into(),
                 ))
             }
-            (elf::ET_DYN, false) if has_dynamic && !is_static_pie(data, &segments) => {
+            (elf::ET_DYN, false) if has_dynamic && !dynamic.pie => {
                 return Err(Error::UnsupportedKind("shared library: stint rewrites executables, not libraries".into()))
             }
             (elf::ET_DYN, false) => {
@@ -261,26 +271,40 @@ impl<'a> InputElf<'a> {
     }
 }
 
-/// A static-pie has DF_1_PIE in DT_FLAGS_1 and no interpreter.
-fn is_static_pie(data: &[u8], segments: &[Segment]) -> bool {
-    let Some(dynamic) = segments.iter().find(|s| s.p_type == elf::PT_DYNAMIC) else {
-        return false;
-    };
-    let b = &data[dynamic.offset as usize..(dynamic.offset + dynamic.filesz) as usize];
-    let n = b.len() / std::mem::size_of::<elf::Dyn64<LittleEndian>>();
-    let Ok((entries, _)) = object::pod::slice_from_bytes::<elf::Dyn64<LittleEndian>>(b, n) else {
-        return false;
-    };
-    for e in entries {
-        let (tag, val) = (e.d_tag.get(LittleEndian), e.d_val.get(LittleEndian));
-        if tag == u64::from(elf::DT_FLAGS_1) {
-            return val & u64::from(elf::DF_1_PIE) != 0;
+/// What the kind of an ET_DYN file depends on in its dynamic section.
+#[derive(Default)]
+struct DynamicInfo {
+    /// DT_FLAGS_1 has DF_1_PIE (a PIE, or with no interpreter a static-pie).
+    pie: bool,
+    /// DT_SONAME is present (a shared library names itself).
+    soname: bool,
+}
+
+impl DynamicInfo {
+    /// Read from the PT_DYNAMIC segment (all false without one, or if it is unreadable).
+    fn read(data: &[u8], segments: &[Segment]) -> DynamicInfo {
+        let mut info = DynamicInfo::default();
+        let Some(dynamic) = segments.iter().find(|s| s.p_type == elf::PT_DYNAMIC) else {
+            return info;
+        };
+        let Some(b) = data.get(dynamic.offset as usize..dynamic.offset.saturating_add(dynamic.filesz) as usize) else {
+            return info;
+        };
+        let n = b.len() / std::mem::size_of::<elf::Dyn64<LittleEndian>>();
+        let Ok((entries, _)) = object::pod::slice_from_bytes::<elf::Dyn64<LittleEndian>>(b, n) else {
+            return info;
+        };
+        for e in entries {
+            let (tag, val) = (e.d_tag.get(LittleEndian), e.d_val.get(LittleEndian));
+            match tag {
+                t if t == u64::from(elf::DT_FLAGS_1) => info.pie = val & u64::from(elf::DF_1_PIE) != 0,
+                t if t == u64::from(elf::DT_SONAME) => info.soname = true,
+                t if t == u64::from(elf::DT_NULL) => break,
+                _ => {}
+            }
         }
-        if tag == u64::from(elf::DT_NULL) {
-            break;
-        }
+        info
     }
-    false
 }
 
 fn machine_name(m: u16) -> &'static str {
