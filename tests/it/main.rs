@@ -34,6 +34,7 @@ mod common;
 mod behaviour;
 mod buildtrees;
 mod control;
+mod corpus;
 mod debian;
 mod diff;
 mod errors;
