@@ -66,7 +66,7 @@ pub fn build(profiles: &[Profile], progress: &ProgressBar) -> ChromeTrace {
         for th in &proc.threads {
             ev.push(meta("thread_name", Some(th.tid), &th.name));
             for s in &th.slices {
-                let complete = |name: &str, cat, args| ChromeEvent {
+                let complete = |name: &str, cat: &'static str, args| ChromeEvent {
                     name: name.to_owned(),
                     ph: "X",
                     pid,
@@ -81,7 +81,7 @@ pub fn build(profiles: &[Profile], progress: &ProgressBar) -> ChromeTrace {
                         ev.push(complete(&s.state, "state", args("object", o.as_str().into())));
                         ev.push(complete(o, "lock", serde_json::Map::new()));
                     }
-                    None => ev.push(complete(&s.state, "state", serde_json::Map::new())),
+                    None => ev.push(complete(&s.state, s.category(), serde_json::Map::new())),
                 }
             }
         }
@@ -132,7 +132,8 @@ mod tests {
             (Some("mutex 0x5000"), Some(0.3), Some(0.4))
         );
         let states = evs.iter().filter(|e| e["cat"] == "state").count();
-        assert_eq!(states, 3);
+        assert_eq!(states, 4);
+        assert_eq!(evs.iter().filter(|e| e["cat"] == "thread").count(), 1);
         let counter: Vec<_> =
             evs.iter().filter(|e| e["ph"] == "C").map(|e| e["args"]["blocked"].as_i64().unwrap()).collect();
         assert_eq!(counter, vec![1, 0]);

@@ -94,7 +94,7 @@ pub fn build(profiles: &[Profile], weight: Weight, progress: &ProgressBar) -> Fx
         for (t, track) in p.threads.iter().zip(tl.threads) {
             let start = base.saturating_add(t.registered_monotonic_ns.saturating_sub(p.start_monotonic_ns));
             let th = fx.add_thread(process, t.tid, Timestamp::from_nanos_since_reference(start), t.is_main(p));
-            fx.set_thread_name(th, &thread_label(t));
+            fx.set_thread_name(th, &thread_label(p, t));
             let mut at = start;
             for s in paths(t) {
                 let w = weight.of(p, &s) / unit;

@@ -22,7 +22,7 @@ fn frame(s: &str) -> String {
 pub fn lines(profiles: &[Profile], weight: Weight, progress: &ProgressBar) -> Vec<String> {
     let mut sums: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     for (p, t, paths) in all_paths(profiles, progress) {
-        let thread = frame(&thread_label(t));
+        let thread = frame(&thread_label(p, t));
         for s in paths {
             let v = weight.of(p, &s);
             if v == 0 {

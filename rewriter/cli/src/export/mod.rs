@@ -73,11 +73,14 @@ pub fn ns(p: &Profile, ticks: u64) -> u64 {
     p.ticks_to_ns(ticks).unwrap_or(0)
 }
 
-/// How exports name a thread: its name when it has one, else its tid.
-pub fn thread_label(t: &ThreadProfile) -> String {
-    match &t.name {
-        Some(n) if !n.is_empty() => n.clone(),
-        _ => t.tid.to_string(),
+/// How exports name a thread: its name when no other thread of its process has the same
+/// one, `name (tid)` when several share it (threads inherit the program's name), else its
+/// tid.
+pub fn thread_label(p: &Profile, t: &ThreadProfile) -> String {
+    match t.name.as_deref().filter(|n| !n.is_empty()) {
+        Some(n) if p.threads.iter().filter(|o| o.name.as_deref() == Some(n)).count() > 1 => format!("{n} ({})", t.tid),
+        Some(n) => n.to_owned(),
+        None => t.tid.to_string(),
     }
 }
 
@@ -126,6 +129,21 @@ pub struct StateSlice {
     pub object: Option<String>,
 }
 
+impl StateSlice {
+    /// `thread` for a lifetime slice, `state` for a state interval.
+    pub fn category(&self) -> &'static str {
+        if self.state == LIFETIME {
+            "thread"
+        } else {
+            "state"
+        }
+    }
+}
+
+/// The name of the one slice of a thread whose profile recorded no transitions (state_trace
+/// off): its lifetime, so every thread still has a visible track.
+pub const LIFETIME: &str = "thread";
+
 /// One thread's track of the timeline.
 #[derive(Clone, Debug)]
 pub struct ThreadTrack {
@@ -160,7 +178,28 @@ pub fn timeline(profiles: &[Profile], progress: &ProgressBar) -> Vec<ProcessTrac
                 .iter()
                 .map(|t| {
                     let end = thread_end(p, t).map(|e| base.saturating_add(e));
+                    let registered =
+                        base.saturating_add(t.registered_monotonic_ns.saturating_sub(p.start_monotonic_ns));
                     let mut slices = Vec::new();
+                    match t.transitions.first() {
+                        None => slices.push(StateSlice {
+                            start_ns: registered,
+                            end_ns: end.unwrap_or(registered).max(registered),
+                            state: LIFETIME.to_owned(),
+                            object: None,
+                        }),
+                        // The whole ring is kept: the thread ran from its registration to its
+                        // first transition.
+                        Some(first) if t.ring_head == t.transitions.len() as u64 && registered < at(first.tsc) => {
+                            slices.push(StateSlice {
+                                start_ns: registered,
+                                end_ns: at(first.tsc),
+                                state: state_name(STATE_RUN).unwrap_or("RUN").to_owned(),
+                                object: None,
+                            })
+                        }
+                        Some(_) => {}
+                    }
                     for (i, tr) in t.transitions.iter().enumerate() {
                         if tr.state == STATE_EXITED {
                             continue;
@@ -184,7 +223,7 @@ pub fn timeline(profiles: &[Profile], progress: &ProgressBar) -> Vec<ProcessTrac
                         });
                     }
                     progress.inc(1);
-                    ThreadTrack { tid: t.tid, name: thread_label(t), slices }
+                    ThreadTrack { tid: t.tid, name: thread_label(p, t), slices }
                 })
                 .collect();
             // Ends before starts at equal times, so a hand-over reads as no change.
@@ -268,7 +307,11 @@ pub(crate) mod testing {
             TransitionProfile { tsc: s + 300, state: STATE_BLOCKED_MUTEX, object: Some(0) },
             TransitionProfile { tsc: s + 700, state: STATE_RUN, object: None },
         ];
+        p.threads[1].ring_head = 3;
+        p.threads[1].registered_monotonic_ns = p.start_monotonic_ns + 50;
         p.threads[1].end_monotonic_ns = Some(p.start_monotonic_ns + 900);
+        p.threads[0].registered_monotonic_ns = p.start_monotonic_ns + 10;
+        p.threads[0].end_monotonic_ns = Some(p.start_monotonic_ns + 1000);
         p
     }
 
@@ -295,9 +338,26 @@ mod tests {
             w.slices.iter().map(|s| (s.start_ns, s.end_ns, s.state.as_str(), s.object.as_deref())).collect();
         assert_eq!(
             got,
-            vec![(100, 300, "RUN", None), (300, 700, "BLOCKED_MUTEX", Some("mutex 0x5000")), (700, 900, "RUN", None)]
+            vec![
+                (50, 100, "RUN", None),
+                (100, 300, "RUN", None),
+                (300, 700, "BLOCKED_MUTEX", Some("mutex 0x5000")),
+                (700, 900, "RUN", None)
+            ]
         );
+        // No transitions: one lifetime slice.
+        let m = &tl[0].threads[0];
+        let got: Vec<_> = m.slices.iter().map(|s| (s.start_ns, s.end_ns, s.state.as_str())).collect();
+        assert_eq!(got, vec![(10, 1000, LIFETIME)]);
         assert_eq!(tl[0].blocked, vec![(300, 1), (700, 0)]);
+    }
+
+    #[test]
+    fn threads_sharing_a_name_are_told_apart_by_tid() {
+        let mut p = tree_profile();
+        assert_eq!((thread_label(&p, &p.threads[0]), thread_label(&p, &p.threads[1])), ("100".into(), "worker".into()));
+        p.threads[0].name = Some("worker".into());
+        assert_eq!(thread_label(&p, &p.threads[0]), "worker (100)");
     }
 
     #[test]

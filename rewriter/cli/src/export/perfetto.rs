@@ -184,12 +184,12 @@ pub fn build(profiles: &[Profile], progress: &ProgressBar) -> Trace {
             for s in &th.slices {
                 let mut push = |ts: u64, p: TracePacket| events.push((ts, events.len(), p));
                 let obj = s.object.as_deref();
-                push(s.start_ns, slice(s.start_ns, track, EventType::SliceBegin, Some(&s.state), "state", obj));
+                push(s.start_ns, slice(s.start_ns, track, EventType::SliceBegin, Some(&s.state), s.category(), obj));
                 if let Some(o) = obj {
                     push(s.start_ns, slice(s.start_ns, track, EventType::SliceBegin, Some(o), "lock", None));
                     push(s.end_ns, slice(s.end_ns, track, EventType::SliceEnd, None, "lock", None));
                 }
-                push(s.end_ns, slice(s.end_ns, track, EventType::SliceEnd, None, "state", None));
+                push(s.end_ns, slice(s.end_ns, track, EventType::SliceEnd, None, s.category(), None));
             }
         }
         let counter = next_uuid();
@@ -248,6 +248,9 @@ mod tests {
             .map(|(ts, e)| (ts, e.r#type.unwrap(), e.name.clone().unwrap_or_default()))
             .collect();
         let want: Vec<(u64, i32, String)> = vec![
+            (10, 1, "thread".into()),
+            (50, 1, "RUN".into()),
+            (100, 2, "".into()),
             (100, 1, "RUN".into()),
             (300, 2, "".into()),
             (300, 1, "BLOCKED_MUTEX".into()),
@@ -256,6 +259,7 @@ mod tests {
             (700, 2, "".into()),
             (700, 1, "RUN".into()),
             (900, 2, "".into()),
+            (1000, 2, "".into()),
         ];
         assert_eq!(evs, want);
         let counters: Vec<_> =

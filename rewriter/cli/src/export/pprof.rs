@@ -178,7 +178,7 @@ pub fn build(profiles: &[Profile], progress: &ProgressBar) -> PprofProfile {
             });
             id
         });
-        let thread = st.get(&thread_label(t));
+        let thread = st.get(&thread_label(p, t));
         for s in paths {
             let values = [s.calls, ns(p, s.self_cpu_ticks), ns(p, s.self_wall_ticks)];
             if values == [0, 0, 0] {
