@@ -36,6 +36,7 @@ mod control;
 mod debian;
 mod diff;
 mod errors;
+mod export;
 mod location;
 mod locks;
 mod merge;
