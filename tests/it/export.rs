@@ -93,8 +93,11 @@ fn export(c: &Case, format: &str, extra: &[&str]) -> Vec<u8> {
     std::fs::read(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display()))
 }
 
-/// The report's (thread tid, function) → (calls, cpu_ns, wall_ns).
-fn report_rows(r: &serde_json::Value) -> BTreeMap<(u64, String), (u64, Option<u64>, Option<u64>)> {
+/// A function row of the report: (calls, cpu_ns, wall_ns).
+type Row = (u64, Option<u64>, Option<u64>);
+
+/// The report's (thread tid, function) → row.
+fn report_rows(r: &serde_json::Value) -> BTreeMap<(u64, String), Row> {
     let mut m = BTreeMap::new();
     for t in threads(r) {
         for f in t["functions"].as_array().unwrap() {

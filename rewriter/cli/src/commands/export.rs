@@ -54,7 +54,7 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     }
     write_atomically(&output, &bytes, 0o644)?;
     if !a.quiet {
-        eprintln!("{}: {} bytes, {} threads of {} profile(s)", output.display(), bytes.len(), threads, profiles.len());
+        eprintln!("{}: {} bytes, {threads} thread(s) of {} profile(s)", output.display(), bytes.len(), profiles.len());
     }
     Ok(())
 }

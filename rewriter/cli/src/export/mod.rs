@@ -260,7 +260,7 @@ pub(crate) mod testing {
     use stint_layout::meta::{PointMeta, POINT_ENTRY};
     use stint_layout::{OBJ_MUTEX, STATE_BLOCKED_MUTEX, STATE_RUN};
     use stint_profile::calltree::CallNode;
-    use stint_profile::profile::{ObjectProfile, Profile, ThreadProfile, TransitionProfile};
+    use stint_profile::profile::{ObjectProfile, Profile, TransitionProfile};
 
     /// 1 GHz TSC: one tick is one ns, so expected values read directly.
     pub const HZ: u64 = 1_000_000_000;
@@ -313,11 +313,6 @@ pub(crate) mod testing {
         p.threads[0].registered_monotonic_ns = p.start_monotonic_ns + 10;
         p.threads[0].end_monotonic_ns = Some(p.start_monotonic_ns + 1000);
         p
-    }
-
-    /// The thread with `tid`.
-    pub fn thread(p: &Profile, tid: u32) -> &ThreadProfile {
-        p.threads.iter().find(|t| t.tid == tid).unwrap()
     }
 }
 
