@@ -38,6 +38,7 @@ mod corpus;
 mod debian;
 mod diff;
 mod errors;
+mod export;
 mod location;
 mod locks;
 mod merge;

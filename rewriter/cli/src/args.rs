@@ -42,6 +42,7 @@ pub enum Command {
     Run(RunArgs),
     Batch(BatchArgs),
     Merge(MergeArgs),
+    Export(ExportArgs),
 }
 
 /// Write an instrumented copy of an executable.
@@ -585,4 +586,64 @@ pub struct MergeArgs {
     /// Print nothing on success.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// Export profiles to the viewers people use: Perfetto, Chrome tracing, Firefox Profiler,
+/// pprof, folded stacks, SVG flame graphs.
+#[derive(Parser, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint export prog.1234.stint --format pprof            # prog.1234.pb.gz\n  \
+    go tool pprof -top -sample_index=cpu prog.1234.pb.gz\n  \
+    stint export prog.1234.stint --format perfetto         # prog.1234.pftrace: ui.perfetto.dev\n  \
+    stint export prog.1234.stint --format chrome -o t.json # chrome://tracing, Perfetto\n  \
+    stint export prog.1234.stint --format firefox          # prog.1234.firefox.json: profiler.firefox.com\n  \
+    stint export prog.1234.stint --format folded --weight calls -o -\n  \
+    stint export prog.1234.stint --format svg --weight wall # prog.1234.svg\n\n\
+    Call paths come from the threads' calling-context trees (one path per function when a\n\
+    profile has none); values per path are exclusive: the leaf's calls and self time. pprof,\n\
+    folded, svg and firefox carry the call paths; perfetto and chrome the timeline (state\n\
+    slices, lock waits named by object, a blocked-threads counter). Without -o the output is\n\
+    written to the current directory, named after the first profile.")]
+pub struct ExportArgs {
+    /// Profile files (*.stint); several are exported together (one process each).
+    #[arg(required = true)]
+    pub profiles: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum)]
+    pub format: ExportFormat,
+    /// Where to write (`-` for stdout); default <first profile's name>.<format's extension>.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// What a path weighs in folded, svg and firefox: calls, or self cpu / wall time in ns
+    /// (default: cpu when the profile measured time, else calls).
+    #[arg(long, value_enum)]
+    pub weight: Option<ExportWeight>,
+    /// Print nothing on success.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// `stint export --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// Perfetto protobuf trace (.pftrace).
+    Perfetto,
+    /// Chrome trace-event JSON (.trace.json).
+    Chrome,
+    /// Firefox Profiler processed format (.firefox.json).
+    Firefox,
+    /// pprof profile.proto, gzipped (.pb.gz).
+    Pprof,
+    /// Folded stacks, `thread;a;b;c value` (.folded).
+    Folded,
+    /// SVG flame graph (.svg).
+    Svg,
+}
+
+/// `stint export --weight`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportWeight {
+    Calls,
+    Cpu,
+    Wall,
 }

@@ -5,6 +5,7 @@
 mod args;
 mod cache;
 mod commands;
+mod export;
 mod fmt;
 mod input;
 
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         Command::Run(a) => commands::run::run(a),
         Command::Batch(a) => commands::batch::run(a),
         Command::Merge(a) => commands::merge::run(a),
+        Command::Export(a) => commands::export::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod ctl;
 pub mod diff;
+pub mod export;
 pub mod inspect;
 pub mod ls;
 pub mod merge;
