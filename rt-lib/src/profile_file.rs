@@ -33,8 +33,13 @@ use stint_layout::{
     FLAG_TID_KEY_VERIFIED, OBJ_BUCKETS, OBJ_CAP,
 };
 
-/// Address space reserved for the profile mapping; the file grows inside it.
+/// Address space reserved for the profile mapping; the file grows inside it. Under an
+/// `RLIMIT_AS` the reservation takes at most `1 / AS_LIMIT_SHARE` of the limit (the program
+/// needs the rest: a thread's stack alone is 8 MiB), and where the kernel refuses that, a
+/// quarter is tried, and so on down to what the file needs at first: fewer threads fit then
+/// (the others are counted as lost), but the program is measured.
 const RESERVE: usize = 1 << 36;
+const AS_LIMIT_SHARE: u64 = 16;
 /// Columns the file holds at first; it doubles when full.
 const INITIAL_COLUMNS: u32 = 16;
 
@@ -215,16 +220,26 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
         return fail(b"cannot size profile", e);
     }
     let flags = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE;
-    // Safety: not MAP_FIXED: the kernel picks a free range.
-    let base = match unsafe { sys::mmap(0, RESERVE, sys::PROT_NONE, flags, -1, 0) } {
-        Ok(b) => b,
-        Err(e) => return fail(b"cannot reserve address space for profile", e),
+    let page_up = |n: u64| (n as usize + 0xfff) & !0xfff;
+    let least = page_up(file_len);
+    let mut size = match sys::address_space_limit() {
+        Some(limit) => page_up(limit / AS_LIMIT_SHARE).min(RESERVE).max(least),
+        None => RESERVE,
     };
+    let base = loop {
+        // Safety: not MAP_FIXED: the kernel picks a free range.
+        match unsafe { sys::mmap(0, size, sys::PROT_NONE, flags, -1, 0) } {
+            Ok(b) => break b,
+            Err(_) if size > least => size = page_up((size / 4) as u64).max(least),
+            Err(e) => return fail(b"cannot reserve address space for profile", e),
+        }
+    };
+    st.set_reserve(size);
     let rw = sys::PROT_READ | sys::PROT_WRITE;
     // Safety: MAP_FIXED inside the range we just reserved, which nothing uses yet.
     if let Err(e) = unsafe { sys::mmap(base, file_len as usize, rw, sys::MAP_SHARED | sys::MAP_FIXED, fd, 0) } {
         // Safety: our reservation; nothing refers to it.
-        let _ = unsafe { sys::munmap(base, RESERVE) };
+        let _ = unsafe { sys::munmap(base, size) };
         return fail(b"cannot map profile", e);
     }
     st.set_base(base);
@@ -278,7 +293,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
         st.set_active(false);
         // Safety: no thread has a column yet (registration needs `active`), and the header
         // and control references above are dead.
-        let _ = unsafe { sys::munmap(base, RESERVE) };
+        let _ = unsafe { sys::munmap(base, size) };
         return fail(b"cannot map control region of profile", e);
     }
     // Safety: publishing the header: readers check the magic last.
@@ -299,7 +314,7 @@ pub unsafe fn grow(rt: &Rt, hdr: *mut FileHeader) -> bool {
     let new_cap = cap.saturating_mul(2);
     // From our own config, not the header's fields: the file is shared with other processes.
     let new_len = file_layout(&rt.cfg).file_len(new_cap);
-    if new_len as usize > RESERVE || sys::ftruncate(st.fd(), new_len).is_err() {
+    if new_len as usize > st.reserve() || sys::ftruncate(st.fd(), new_len).is_err() {
         return false;
     }
     let old = st.mapped();
@@ -341,7 +356,7 @@ pub fn fork_child(rt: &Rt, su: &mut Startup, extra_flags: u32) {
     // moved to the dummy. Known gap, as before this module existed: a thread the child
     // created before its first instrumented event inherited its creator's GS base, which
     // may point into this mapping; its next trampoline then faults.
-    let _ = unsafe { sys::munmap(st.base(), RESERVE) };
+    let _ = unsafe { sys::munmap(st.base(), st.reserve()) };
     sys::close(st.fd());
     st.set_base(0);
     st.set_mapped(0);

@@ -274,6 +274,9 @@ pub struct RtState {
     /// Guarded by the registration lock ([`RegGuard::names`]).
     names: UnsafeCell<[PendingName; NAMES_CAP]>,
     startup: UnsafeCell<Startup>,
+    /// Bytes of address space reserved at `base` (the file grows up to it): 64 GiB, or less
+    /// where `RLIMIT_AS` does not allow that much.
+    reserve: AtomicUsize,
 }
 
 const _: () = assert!(size_of::<RtState>() as u64 <= RT_STATE_SIZE);
@@ -356,6 +359,14 @@ impl RtState {
 
     pub fn set_mapped(&self, len: usize) {
         self.mapped.store(len, Ordering::Relaxed);
+    }
+
+    pub fn reserve(&self) -> usize {
+        self.reserve.load(Ordering::Relaxed)
+    }
+
+    pub fn set_reserve(&self, len: usize) {
+        self.reserve.store(len, Ordering::Relaxed);
     }
 }
 

@@ -115,6 +115,8 @@ const SYS_ARCH_PRCTL: usize = 158;
 const SYS_GETTID: usize = 186;
 const SYS_CLOCK_GETTIME: usize = 228;
 const SYS_OPENAT: usize = 257;
+const SYS_PRLIMIT64: usize = 302;
+const RLIMIT_AS: usize = 9;
 const SYS_UNLINKAT: usize = 263;
 
 pub const AT_FDCWD: isize = -100;
@@ -189,6 +191,13 @@ pub fn owner_and_mode(fd: i32) -> Result<(u32, u32), Errno> {
     syscall!(SYS_FSTAT, fd as isize, st.as_mut_ptr())?;
     let w = st[3];
     Ok(((w >> 32) as u32, w as u32))
+}
+
+/// The soft `RLIMIT_AS` of this process in bytes (`None`: unlimited or unreadable).
+pub fn address_space_limit() -> Option<u64> {
+    let mut lim = [0u64; 2]; // struct rlimit64 { rlim_cur, rlim_max }
+    syscall!(SYS_PRLIMIT64, 0usize, RLIMIT_AS, 0usize, lim.as_mut_ptr()).ok()?;
+    (lim[0] != u64::MAX).then_some(lim[0])
 }
 
 pub fn geteuid() -> u32 {
