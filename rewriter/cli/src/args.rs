@@ -42,6 +42,10 @@ pub enum Command {
     Run(RunArgs),
     Batch(BatchArgs),
     Merge(MergeArgs),
+    /// Serve the live profiles over HTTP for Prometheus (OpenMetrics on /metrics).
+    Serve(ServeArgs),
+    /// Write a profile in another format (OpenMetrics, …).
+    Export(ExportArgs),
 }
 
 /// Write an instrumented copy of an executable.
@@ -585,4 +589,54 @@ pub struct MergeArgs {
     /// Print nothing on success.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// Serve profiles over HTTP: OpenMetrics for Prometheus, the JSON of one process.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint serve                                          # every live profile of this user, on 127.0.0.1:9464\n  \
+    stint serve --listen 0.0.0.0:9464 --profiles '/var/lib/app/*.stint' --top 50\n  \
+    curl -s 127.0.0.1:9464/metrics                       # OpenMetrics text\n  \
+    curl -s 127.0.0.1:9464/profile/4242.json             # the stint-profile/1 JSON of pid 4242\n\n\
+    Endpoints (GET only): / (index), /metrics (OpenMetrics 1.0, or the Prometheus text format\n\
+    0.0.4 when the Accept header asks for text/plain only), /profile/<pid>.json. Each scrape\n\
+    reads the files without stopping the programs. A process that ended is shown once more\n\
+    with stint_process_ended 1, then no more. A file that is no profile is skipped with one\n\
+    line on stderr and counted in stint_scrape_errors_total. SIGINT or SIGTERM stops it.")]
+pub struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT")]
+    pub listen: std::net::SocketAddr,
+    /// The profile files to serve: a glob (`*`, `?` in the file name) or a directory
+    /// (default: the live profiles of this user's processes, as `stint ls` lists them).
+    #[arg(long, value_name = "GLOB")]
+    pub profiles: Option<String>,
+    /// Functions (by CPU time) and lock objects (by wait time) per process.
+    #[arg(long, value_name = "N", default_value_t = stint_profile::openmetrics::DEFAULT_TOP)]
+    pub top: usize,
+}
+
+/// What `stint export` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// OpenMetrics text, as `stint serve` answers on /metrics (node_exporter's textfile collector).
+    Openmetrics,
+}
+
+/// Write a profile in a format other tools read.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint export prof.stint --format openmetrics                    # to stdout\n  \
+    stint export prof.stint --format openmetrics -o /var/lib/node_exporter/textfile/app.prom")]
+pub struct ExportArgs {
+    /// The profile file.
+    pub profile: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+    /// Write to FILE (replaced whole, never half-written) instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Functions (by CPU time) and lock objects (by wait time) listed (openmetrics).
+    #[arg(long, value_name = "N", default_value_t = stint_profile::openmetrics::DEFAULT_TOP)]
+    pub top: usize,
 }

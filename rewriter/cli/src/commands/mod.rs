@@ -4,10 +4,12 @@
 pub mod batch;
 pub mod ctl;
 pub mod diff;
+pub mod export;
 pub mod inspect;
 pub mod ls;
 pub mod merge;
 pub mod report;
 pub mod rewrite;
 pub mod run;
+pub mod serve;
 pub mod top;
