@@ -439,9 +439,8 @@ fn fleet_run(prom_bin: &Path, promtool: &Path) -> Fleet {
     let one = |r: &[(BTreeMap<String, String>, f64)]| r.len() == 1;
     let tick_calls = prom.query_until(r#"stint_function_calls_total{function="tick"}"#, one);
     let spin_calls = prom.query_until(r#"stint_function_calls_total{function="spin"}"#, one);
-    let spin_lock_wait = prom.query_until(r#"stint_lock_wait_seconds_total{program="top_spin"}"#, |r| {
-        r.iter().any(|(_, v)| *v > 0.0)
-    });
+    let spin_lock_wait =
+        prom.query_until(r#"stint_lock_wait_seconds_total{program="top_spin"}"#, |r| r.iter().any(|(_, v)| *v > 0.0));
     let spin_contended =
         prom.query_until(r#"stint_lock_contended_total{program="top_spin"}"#, |r| r.iter().any(|(_, v)| *v > 0.0));
     let up = prom.query_until(r#"up{job="stint"}"#, |r| r.iter().any(|(_, v)| *v == 1.0));
@@ -483,7 +482,12 @@ fn fleet_run(prom_bin: &Path, promtool: &Path) -> Fleet {
     drop(prom);
     drop(spin);
     let serve_exit = serve.stop();
-    let bad_file_log_lines = serve_exit.1.iter().filter(|l| l.contains("garbage.1.stint") || l.contains("truncated.2.stint")).cloned().collect();
+    let bad_file_log_lines = serve_exit
+        .1
+        .iter()
+        .filter(|l| l.contains("garbage.1.stint") || l.contains("truncated.2.stint"))
+        .cloned()
+        .collect();
     Fleet {
         ctl_pid,
         spin_pid,
@@ -570,7 +574,10 @@ fn bad_files_are_counted_and_logged_once() {
 fn ended_process_is_shown_once_then_dropped() {
     let Some(f) = fleet() else { return };
     assert_eq!(f.ctl_exit, Some(0));
-    assert_eq!(by_program(&f.ended_seen).iter().map(|(p, _, v)| (p.as_str(), *v)).collect::<Vec<_>>(), [("ctl_loop", 1.0)]);
+    assert_eq!(
+        by_program(&f.ended_seen).iter().map(|(p, _, v)| (p.as_str(), *v)).collect::<Vec<_>>(),
+        [("ctl_loop", 1.0)]
+    );
     assert!(!f.ended_still_listed, "ctl_loop is still in /metrics after it ended");
 }
 
@@ -633,4 +640,37 @@ fn scrape_of_100_live_profiles() {
     assert!(median < Duration::from_secs(1), "one scrape of 100 profiles took {median:?}");
     assert_eq!(status, Some(0));
     assert!(exits.iter().all(|e| *e == Some(0)), "{exits:?}");
+}
+
+/// `stint export --format openmetrics`: the exposition on stdout and, with `-o`, in a file
+/// with the same bytes; a file that is no profile is one line naming it, exit 2, no output.
+#[test]
+fn export_openmetrics() {
+    let dir = fresh_dir("prometheus-export");
+    let meta = synthetic::synthetic_meta("exported", &[("main", "0x1000"), ("f", "0x1100")]);
+    let prof = dir.join("exported.1.stint");
+    std::fs::write(&prof, synthetic::write_synthetic(&meta, &[(u32::MAX - 2, vec![(0, 1), (1, 41)])])).unwrap();
+    let o = stint(&["export", path_str(&prof), "--format", "openmetrics"]);
+    assert_eq!(o.status, 0, "{o:?}");
+    let text = o.stdout_str();
+    let pid = u32::MAX - 2;
+    for line in [
+        format!("stint_function_calls_total{{program=\"exported\",pid=\"{pid}\",function=\"f\"}} 41"),
+        format!("stint_function_calls_total{{program=\"exported\",pid=\"{pid}\",function=\"main\"}} 1"),
+        format!("stint_process_ended{{program=\"exported\",pid=\"{pid}\"}} 1"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+    }
+    assert!(text.ends_with("\n# EOF\n") && !text.contains("stint_scrape"), "{text}");
+    let out = dir.join("out.prom");
+    let o = stint(&["export", path_str(&prof), "--format", "openmetrics", "-o", path_str(&out)]);
+    assert_eq!((o.status, o.stdout.len()), (0, 0), "{o:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
+    let bad = dir.join("bad.stint");
+    std::fs::write(&bad, b"garbage").unwrap();
+    let out2 = dir.join("out2.prom");
+    let o = stint(&["export", path_str(&bad), "--format", "openmetrics", "-o", path_str(&out2)]);
+    assert_eq!(o.status, 2, "{o:?}");
+    assert_eq!(o.stderr_str(), format!("{}: file is truncated\n", bad.display()));
+    assert_eq!(dir_entries(&dir), ["bad.stint", "exported.1.stint", "out.prom"]);
 }

@@ -325,8 +325,10 @@ fn add_profile(fams: &mut [Family], p: &Profile, status: Status, top: usize) {
         }
     }
 
-    // Lock objects: (kind, name) → (count, contended, wait ticks, hold ticks); top N by wait.
-    let mut locks: BTreeMap<(String, String), (u64, u64, u64, u64, bool)> = BTreeMap::new();
+    // Lock objects: (kind, name) → (count, contended, wait ticks, hold ticks, held kind);
+    // top N by wait.
+    type LockSums = (u64, u64, u64, u64, bool);
+    let mut locks: BTreeMap<(String, String), LockSums> = BTreeMap::new();
     for t in &p.threads {
         for w in &t.waits {
             let o = p.object(w.object);
