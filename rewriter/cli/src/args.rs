@@ -533,6 +533,16 @@ mod tests {
     }
 
     #[test]
+    fn serve_and_export_arguments() {
+        let Ok(Cli { command: Command::Serve(a) }) = Cli::try_parse_from(["stint", "serve"]) else { panic!() };
+        assert_eq!((a.listen.to_string(), a.profiles, a.top), ("127.0.0.1:9464".into(), None, 10));
+        let kind = |args: &[&str]| Cli::try_parse_from(args).err().map(|e| e.kind());
+        assert_eq!(kind(&["stint", "serve", "--listen", "localhost"]), Some(clap::error::ErrorKind::ValueValidation));
+        assert_eq!(kind(&["stint", "export", "p.stint"]), Some(clap::error::ErrorKind::MissingRequiredArgument));
+        assert_eq!(kind(&["stint", "export", "p.stint", "--format", "openmetrics"]), None);
+    }
+
+    #[test]
     fn report_sort_values() {
         let sort = |v: &str| match Cli::try_parse_from(["stint", "report", "p.stint", "--sort", v]).map(|c| c.command) {
             Ok(Command::Report(a)) => Ok(a.sort),

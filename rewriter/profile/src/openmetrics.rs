@@ -433,13 +433,13 @@ impl Source {
         Source::Glob { dir, pattern }
     }
 
-    /// The candidate files, sorted, and the errors of listing them.
-    fn files(&self) -> (Vec<PathBuf>, Vec<String>) {
+    /// The candidate files, sorted, and the errors of listing them: (path, line).
+    fn files(&self) -> (Vec<PathBuf>, Vec<(PathBuf, String)>) {
         match self {
             Source::Live => {
                 let (entries, errors) = crate::discover::scan(false);
                 let files = entries.into_iter().map(|e| e.path).collect();
-                (files, errors.iter().map(ToString::to_string).collect())
+                (files, errors.iter().map(|e| (e.path.clone(), format!("{e}; skipped"))).collect())
             }
             Source::Glob { dir, pattern } => match std::fs::read_dir(dir) {
                 Ok(rd) => {
@@ -454,7 +454,7 @@ impl Source {
                     v.sort();
                     (v, Vec::new())
                 }
-                Err(e) => (Vec::new(), vec![format!("{}: cannot list: {e}", dir.display())]),
+                Err(e) => (Vec::new(), vec![(dir.clone(), format!("{}: cannot list: {e}", dir.display()))]),
             },
         }
     }
@@ -481,7 +481,8 @@ pub struct Scraper {
     ended_shown: HashSet<(PathBuf, u32, u64)>,
     /// Live files of the last scrape.
     last_live: Vec<PathBuf>,
-    /// Error lines already logged, by path (a bad file is logged once, counted every scrape).
+    /// The problems of the last scrape, by path (a bad file is logged once while it stays
+    /// bad, and counted every scrape).
     logged: HashMap<PathBuf, String>,
 }
 
@@ -503,15 +504,13 @@ impl Scraper {
                 }
             }
         }
-        let mut skipped: Vec<String> = listing_errors;
-        let mut count = skipped.len() as u64;
+        let mut errors = listing_errors;
         let mut profiles = Vec::new();
         let mut live = Vec::new();
         let mut seen_ended = HashSet::new();
         for path in files {
             match profile::load(&path) {
                 Ok(p) => {
-                    self.logged.remove(&path);
                     if p.alive {
                         live.push(path);
                         profiles.push((p, Status::Live));
@@ -524,15 +523,22 @@ impl Scraper {
                     }
                 }
                 Err(e) => {
-                    count += 1;
                     let line = format!("{}: {e}; skipped", path.display());
-                    if self.logged.get(&path) != Some(&line) {
-                        skipped.push(line.clone());
-                        self.logged.insert(path, line);
-                    }
+                    errors.push((path, line));
                 }
             }
         }
+        // Each problem is logged once (while it lasts), and counted every time.
+        let count = errors.len() as u64;
+        let mut skipped = Vec::new();
+        let mut logged = HashMap::new();
+        for (path, line) in errors {
+            if self.logged.get(&path) != Some(&line) {
+                skipped.push(line.clone());
+            }
+            logged.insert(path, line);
+        }
+        self.logged = logged;
         // Forget ended processes whose file is gone (or no longer read).
         self.ended_shown.retain(|k| seen_ended.contains(k));
         self.last_live = live;
@@ -852,6 +858,17 @@ mod tests {
         assert_eq!(s.find(me).map(|p| p.pid), Some(me));
         assert_eq!(s.find(u32::MAX - 1).map(|p| p.alive), Some(false));
         assert!(s.find(7).is_none());
+        // A bad file that goes away is forgotten; when it comes back it is logged again.
+        std::fs::remove_file(dir.0.join("garbage.3.stint")).unwrap();
+        let third = s.scrape();
+        assert_eq!((third.stats.skipped, third.stats.errors_total, third.skipped.len()), (1, 5, 0));
+        std::fs::write(dir.0.join("garbage.3.stint"), b"not a profile at all").unwrap();
+        assert_eq!(s.scrape().skipped.len(), 1);
+        // A directory that cannot be listed is one problem, logged once.
+        let mut gone = Scraper::new(Source::glob(&format!("{}/nothing/*.stint", dir.0.display())));
+        let (a, b) = (gone.scrape(), gone.scrape());
+        assert_eq!((a.stats.skipped, a.skipped.len(), b.stats.skipped, b.skipped.len()), (1, 1, 1, 0));
+        assert!(a.skipped[0].contains("nothing: cannot list: "), "{:?}", a.skipped);
         // The directory form means every *.stint in it.
         assert_eq!(
             Source::glob(&dir.0.display().to_string()),

@@ -35,6 +35,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         Some(glob) => Source::glob(glob),
         None => Source::Live,
     };
+    if let Source::Glob { dir, .. } = &source {
+        if !dir.is_dir() {
+            anyhow::bail!("{}: no such directory (--profiles {})", dir.display(), a.profiles.as_deref().unwrap_or(""));
+        }
+    }
     let server = Server::http(a.listen).map_err(|e| anyhow!("{}: cannot listen: {e}", a.listen))?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM] {
