@@ -261,7 +261,9 @@ impl Serve {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        (status, self.stderr.try_iter().collect())
+        // The reader thread ends at EOF, which the exit brings: every line, the last included.
+        let lines = std::mem::replace(&mut self.stderr, channel().1);
+        (status, lines.iter().collect())
     }
 }
 
