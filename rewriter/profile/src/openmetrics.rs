@@ -555,7 +555,7 @@ impl Scraper {
         files.into_iter().filter_map(|f| profile::load(&f).ok()).find(|p| p.pid == pid)
     }
 
-    /// The pids and programs of the live profiles of the last scrape.
+    /// The files of the live profiles of the last scrape.
     pub fn live_files(&self) -> &[PathBuf] {
         &self.last_live
     }
