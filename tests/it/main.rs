@@ -19,6 +19,7 @@
 //! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
 //! | `merge` | `stint merge` and `stint report` over several runs: exact sums, forked children, bad inputs |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
+//! | `prometheus` | `stint serve` scraped by a real Prometheus: exact calls, lock waits, bad files, ended processes, promtool |
 //! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
 //! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
@@ -42,6 +43,7 @@ mod export;
 mod location;
 mod locks;
 mod merge;
+mod prometheus;
 mod report_opts;
 mod runbatch;
 mod security;

@@ -42,6 +42,9 @@ pub enum Command {
     Run(RunArgs),
     Batch(BatchArgs),
     Merge(MergeArgs),
+    /// Serve the live profiles over HTTP for Prometheus (OpenMetrics on /metrics).
+    Serve(ServeArgs),
+    /// Write profiles for Perfetto, Chrome, Firefox Profiler, pprof, flame graphs, OpenMetrics.
     Export(ExportArgs),
 }
 
@@ -530,6 +533,16 @@ mod tests {
     }
 
     #[test]
+    fn serve_and_export_arguments() {
+        let Ok(Cli { command: Command::Serve(a) }) = Cli::try_parse_from(["stint", "serve"]) else { panic!() };
+        assert_eq!((a.listen.to_string(), a.profiles, a.top), ("127.0.0.1:9464".into(), None, 10));
+        let kind = |args: &[&str]| Cli::try_parse_from(args).err().map(|e| e.kind());
+        assert_eq!(kind(&["stint", "serve", "--listen", "localhost"]), Some(clap::error::ErrorKind::ValueValidation));
+        assert_eq!(kind(&["stint", "export", "p.stint"]), Some(clap::error::ErrorKind::MissingRequiredArgument));
+        assert_eq!(kind(&["stint", "export", "p.stint", "--format", "openmetrics"]), None);
+    }
+
+    #[test]
     fn report_sort_values() {
         let sort = |v: &str| match Cli::try_parse_from(["stint", "report", "p.stint", "--sort", v]).map(|c| c.command) {
             Ok(Command::Report(a)) => Ok(a.sort),
@@ -598,12 +611,14 @@ pub struct MergeArgs {
     stint export prog.1234.stint --format chrome -o t.json # chrome://tracing, Perfetto\n  \
     stint export prog.1234.stint --format firefox          # prog.1234.firefox.json: profiler.firefox.com\n  \
     stint export prog.1234.stint --format folded --weight calls -o -\n  \
-    stint export prog.1234.stint --format svg --weight wall # prog.1234.svg\n\n\
+    stint export prog.1234.stint --format svg --weight wall # prog.1234.svg\n  \
+    stint export prog.1234.stint --format openmetrics -o /var/lib/node_exporter/textfile/app.prom\n\n\
     Call paths come from the threads' calling-context trees (one path per function when a\n\
     profile has none); values per path are exclusive: the leaf's calls and self time. pprof,\n\
     folded, svg and firefox carry the call paths; perfetto and chrome the timeline (state\n\
-    slices, lock waits named by object, a blocked-threads counter). Without -o the output is\n\
-    written to the current directory, named after the first profile.")]
+    slices, lock waits named by object, a blocked-threads counter); openmetrics the text\n\
+    `stint serve` answers on /metrics. Without -o the output is written to the current\n\
+    directory, named after the first profile (openmetrics: to stdout).")]
 pub struct ExportArgs {
     /// Profile files (*.stint); several are exported together (one process each).
     #[arg(required = true)]
@@ -621,6 +636,9 @@ pub struct ExportArgs {
     /// Print nothing on success.
     #[arg(short, long)]
     pub quiet: bool,
+    /// openmetrics: functions (by CPU time) and lock objects (by wait time) per process.
+    #[arg(long, value_name = "N", default_value_t = stint_profile::openmetrics::DEFAULT_TOP)]
+    pub top: usize,
 }
 
 /// `stint export --format`.
@@ -638,6 +656,9 @@ pub enum ExportFormat {
     Folded,
     /// SVG flame graph (.svg).
     Svg,
+    /// OpenMetrics text, as `stint serve` answers on /metrics (node_exporter's textfile
+    /// collector); to stdout without -o.
+    Openmetrics,
 }
 
 /// `stint export --weight`.
@@ -646,4 +667,30 @@ pub enum ExportWeight {
     Calls,
     Cpu,
     Wall,
+}
+
+/// Serve profiles over HTTP: OpenMetrics for Prometheus, the JSON of one process.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "EXAMPLES:\n  \
+    stint serve                                          # every live profile of this user, on 127.0.0.1:9464\n  \
+    stint serve --listen 0.0.0.0:9464 --profiles '/var/lib/app/*.stint' --top 50\n  \
+    curl -s 127.0.0.1:9464/metrics                       # OpenMetrics text\n  \
+    curl -s 127.0.0.1:9464/profile/4242.json             # the stint-profile/1 JSON of pid 4242\n  \
+    curl -s 127.0.0.1:9464/profile/4242.pprof > p.pb.gz  # its pprof profile: go tool pprof p.pb.gz\n\n\
+    Endpoints (GET only): / (index), /metrics (OpenMetrics 1.0, or the Prometheus text format\n\
+    0.0.4 when the Accept header asks for text/plain only), /profile/<pid>.json and .pprof. Each scrape\n\
+    reads the files without stopping the programs. A process that ended is shown once more\n\
+    with stint_process_ended 1, then no more. A file that is no profile is skipped with one\n\
+    line on stderr and counted in stint_scrape_errors_total. SIGINT or SIGTERM stops it.")]
+pub struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT")]
+    pub listen: std::net::SocketAddr,
+    /// The profile files to serve: a glob (`*`, `?` in the file name) or a directory
+    /// (default: the live profiles of this user's processes, as `stint ls` lists them).
+    #[arg(long, value_name = "GLOB")]
+    pub profiles: Option<String>,
+    /// Functions (by CPU time) and lock objects (by wait time) per process.
+    #[arg(long, value_name = "N", default_value_t = stint_profile::openmetrics::DEFAULT_TOP)]
+    pub top: usize,
 }

@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::Run(a) => commands::run::run(a),
         Command::Batch(a) => commands::batch::run(a),
         Command::Merge(a) => commands::merge::run(a),
+        Command::Serve(a) => commands::serve::run(a),
         Command::Export(a) => commands::export::run(a),
     };
     match r {

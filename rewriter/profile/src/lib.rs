@@ -10,6 +10,7 @@
 //! - [`merge`]: many runs summed into one profile per program (`stint merge`);
 //! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
 //!   with a typed [`ctl::CtlError`];
+//! - [`openmetrics`]: the OpenMetrics exposition for Prometheus (`stint serve`, `stint export`);
 //! - [`discover`]: finding the live profiles of running processes through `/proc`;
 //! - [`synthetic`]: profile files written like the runtime's, for tests.
 //!
@@ -26,6 +27,7 @@ pub mod diff;
 pub mod discover;
 pub mod json;
 pub mod merge;
+pub mod openmetrics;
 pub mod profile;
 pub mod report;
 pub mod synthetic;

@@ -3,13 +3,16 @@
 //! format's bytes with its module in `crate::export` (one `match` arm per format), and writes
 //! them to a temporary name beside the output and renames it (or prints them with `-o -`),
 //! so a failed export never leaves a partial file. A progress bar on stderr steps per thread
-//! (shown only on a terminal, and only when the export takes a while).
+//! (shown only on a terminal, and only when the export takes a while). `openmetrics` is the
+//! exposition `stint serve` answers on `/metrics` ([`stint_profile::openmetrics`]), for
+//! node_exporter's textfile collector; it goes to stdout without `-o`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
+use stint_profile::openmetrics::{self, Status};
 use stint_profile::profile::{self, Profile};
 
 use crate::args::{ExportArgs, ExportFormat, ExportWeight};
@@ -40,6 +43,11 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         ExportFormat::Firefox => (firefox::render(&profiles, weight, &progress)?, "firefox.json"),
         ExportFormat::Pprof => (pprof::render(&profiles, &progress)?, "pb.gz"),
         ExportFormat::Folded => (folded::render(&profiles, weight, &progress), "folded"),
+        ExportFormat::Openmetrics => {
+            let opts = openmetrics::Options { top: a.top, ..openmetrics::Options::default() };
+            let with_status: Vec<(Profile, Status)> = profiles.iter().map(|p| (p.clone(), Status::of(p))).collect();
+            (openmetrics::render(&with_status, &opts).into_bytes(), "prom")
+        }
         ExportFormat::Svg => (
             folded::render_svg(&profiles, weight, &progress)
                 .map_err(|e| anyhow!("{}: {e} (try --weight calls)", a.profiles[0].display()))?,
@@ -47,7 +55,13 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         ),
     };
     progress.finish_and_clear();
-    let output = a.output.clone().unwrap_or_else(|| default_output(&a.profiles[0], ext));
+    // OpenMetrics is text for a collector or a pipe: stdout unless -o says otherwise.
+    let to_stdout = PathBuf::from("-");
+    let output = match (&a.output, a.format) {
+        (Some(o), _) => o.clone(),
+        (None, ExportFormat::Openmetrics) => to_stdout,
+        (None, _) => default_output(&a.profiles[0], ext),
+    };
     if output.as_os_str() == "-" {
         std::io::stdout().lock().write_all(&bytes)?;
         return Ok(());

@@ -11,4 +11,5 @@ pub mod merge;
 pub mod report;
 pub mod rewrite;
 pub mod run;
+pub mod serve;
 pub mod top;
