@@ -40,6 +40,7 @@ mod debian;
 mod diff;
 mod errors;
 mod export;
+mod faults;
 mod location;
 mod locks;
 mod merge;
