@@ -219,6 +219,12 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     if let Err(e) = sys::ftruncate(fd, file_len) {
         return fail(b"cannot size profile", e);
     }
+    // Blocks for everything but the columns now (each column gets its blocks when a thread
+    // takes it): on a full file system the program runs unmeasured instead of dying of
+    // SIGBUS at its first write to the mapping.
+    if let Err(e) = sys::allocate(fd, 0, lay.columns_offset) {
+        return fail(b"no space for profile", e);
+    }
     let flags = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE;
     let page_up = |n: u64| (n as usize + 0xfff) & !0xfff;
     let least = page_up(file_len);

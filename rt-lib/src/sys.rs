@@ -116,6 +116,7 @@ const SYS_GETTID: usize = 186;
 const SYS_CLOCK_GETTIME: usize = 228;
 const SYS_OPENAT: usize = 257;
 const SYS_PRLIMIT64: usize = 302;
+const SYS_FALLOCATE: usize = 285;
 const RLIMIT_AS: usize = 9;
 const SYS_UNLINKAT: usize = 263;
 
@@ -210,6 +211,16 @@ pub fn close(fd: i32) {
 
 pub fn ftruncate(fd: i32, len: u64) -> SysResult {
     syscall!(SYS_FTRUNCATE, fd as isize, len as usize)
+}
+
+/// Give `[off, off + len)` of the file blocks now, so that writing it through a shared
+/// mapping never raises SIGBUS on a full file system. `Ok` also where the file system cannot
+/// allocate ahead (EOPNOTSUPP): nothing better can be done there.
+pub fn allocate(fd: i32, off: u64, len: u64) -> SysResult {
+    match syscall!(SYS_FALLOCATE, fd as isize, 0usize, off as usize, len as usize) {
+        Err(Errno(95)) => Ok(0), // EOPNOTSUPP
+        r => r,
+    }
 }
 
 /// mmap; `addr` 0 lets the kernel choose.

@@ -170,6 +170,13 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     }
     // Safety: as above (grow may have changed nothing we read here but the capacity).
     let (columns_offset, column_size) = unsafe { ((*hdr).columns_offset, (*hdr).column_size) };
+    // The column's blocks, before anything writes it: a full file system loses the thread
+    // (counted), never raises SIGBUS in the program.
+    if sys::allocate(st.fd(), columns_offset + idx as u64 * column_size, column_size).is_err() {
+        // Safety: aligned u64 in the mapping (its blocks were allocated at creation).
+        unsafe { AtomicU64::from_ptr(&raw mut (*hdr).lost_threads) }.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
     let col_addr = st.base() + (columns_offset + idx as u64 * column_size) as usize;
     // Safety: column `idx` lies inside the mapped file (capacity checked above) and no other
     // thread touches an unpublished column.
