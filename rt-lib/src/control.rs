@@ -69,6 +69,7 @@ pub fn has_name_rules(rt: &Rt) -> bool {
 /// counters are the baseline of the newest snapshot.
 pub fn on_register(rt: &Rt, col: &mut ColumnHeader) {
     col.thread_mask = thread_mask(rt, col.tid, &col.name);
+    col.cct_mask = rt.st.cct_mask();
     col.exit_key = col.owner_key;
     if let Some(c) = page(rt) {
         // Safety: the control page is mapped.

@@ -51,12 +51,14 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 pub use stint_layout::meta::{MetricMeta, PointMeta, META_SCHEMA, POINT_ENTRY, POINT_WRAP};
 use stint_layout::{
-    baseline_counter_offset, baseline_state_offset, baseline_wait_offset, clock_source_name, object_kind_name,
+    baseline_counter_offset, baseline_state_offset, baseline_wait_offset, clock_source_name, object_kind_name, CctNode,
     ColumnHeader, Control, ControlFileStatus, FileHeader, FormatError, Metric, Pod, RequestOp, SyncObject, Transition,
     WaitEntry, COLUMN_LIVE, FLAG_FORK_CHILD, N_STATES, RING_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
     STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
 };
 use thiserror::Error;
+
+use crate::calltree::CallNode;
 
 /// Name of the metric whose counters are the call counts.
 pub const CALLS_METRIC: &str = Metric::Calls.name();
@@ -566,8 +568,9 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             counts,
             thread_mask: c.thread_mask,
             snapshot: c.snap_seq,
-            calltree: Vec::new(),
-            calltree_lost: 0,
+            // The tree has no snapshot baseline: a view since a snapshot shows none.
+            calltree: if snapshot.is_some() { Vec::new() } else { read_calltree(col, &c, &h, i)? },
+            calltree_lost: c.cct_lost,
         });
     }
 
@@ -593,6 +596,41 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
         gates: region(b, h.ctl_offset, h.n_points as u64).map(<[u8]>::to_vec).unwrap_or_default(),
         control,
     })
+}
+
+/// The calling-context tree of column `i` (D16): `cct_nodes` nodes, each parent before its
+/// children (the runtime makes a node after its parent). A node naming a later parent or a
+/// point the file does not have is corruption.
+fn read_calltree(col: &[u8], c: &ColumnHeader, h: &FileHeader, i: u32) -> Result<Vec<CallNode>, ProfileError> {
+    let n = c.cct_nodes;
+    if n > h.cct_cap.min(stint_layout::CCT_CAP) {
+        return Err(ProfileError::Corrupt(format!(
+            "column {i} has {n} call-tree nodes (capacity {})",
+            h.cct_cap.min(stint_layout::CCT_CAP)
+        )));
+    }
+    let base = stint_layout::cct_nodes_offset(h.n_points, h.n_counter_slots) as usize;
+    let mut tree = Vec::with_capacity(n as usize);
+    for k in 0..n {
+        let node = CctNode::read_from(col, base + k as usize * size_of::<CctNode>())
+            .ok_or_else(|| ProfileError::Corrupt(format!("call-tree node {k} lies outside column {i}")))?;
+        if node.point >= h.n_points || node.parent > k {
+            return Err(ProfileError::Corrupt(format!(
+                "call-tree node {k} of column {i} names point {} under node {} (the file has {} points)",
+                node.point,
+                node.parent as i64 - 1,
+                h.n_points
+            )));
+        }
+        tree.push(CallNode {
+            parent: node.parent.checked_sub(1),
+            point: node.point,
+            calls: node.calls,
+            cpu_ticks: node.cpu_ticks,
+            wall_ticks: node.wall_ticks,
+        });
+    }
+    Ok(tree)
 }
 
 /// CLOCK_REALTIME now, ns since the epoch (the clock of `start_realtime_ns` and requests).

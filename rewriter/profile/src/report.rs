@@ -128,6 +128,11 @@ pub fn functions(p: &Profile, t: &ThreadProfile) -> Vec<FunctionCalls> {
     rows
 }
 
+/// The function name of point `point` (`point N` for a point the meta does not name).
+pub fn point_name(p: &Profile, point: u32) -> String {
+    p.point(point).map_or_else(|| format!("point {point}"), |pm| pm.function.clone())
+}
+
 /// Name of the function of the thread's first point.
 pub fn first_function<'a>(p: &'a Profile, t: &ThreadProfile) -> Option<&'a str> {
     t.first_point.and_then(|id| p.point(id)).map(|pm| pm.function.as_str())
