@@ -335,7 +335,7 @@ mod tests {
     fn frames_are_bounded_by_the_shadow_stack() {
         let mut buf = buffer(GEO);
         let mut c = column(&mut buf, GEO);
-        let f = Frame { sp: 0x7ff0, point: 2, bits: 6, wall_start: 11, cpu_start: 12 };
+        let f = Frame { sp: 0x7ff0, point: 2, bits: 6, wall_start: 11, cpu_start: 12, node: 3, ..Frame::default() };
         assert!(c.set_frame(0, f));
         assert!(c.set_frame(SHADOW_CAP - 1, Frame { point: 4, ..f }));
         assert!(!c.set_frame(SHADOW_CAP, f));
