@@ -8,7 +8,8 @@
 //! | --- | --- |
 //! | `default_sort_is_cpu` | a worker's rows: worker, heavy (timed, by CPU time), then light (untimed) |
 //! | `sort_calls` / `sort_wall` | light, heavy, worker by calls; worker, heavy by wall time |
-//! | `sort_self_is_refused` | exit 2, one line naming call paths |
+//! | `sort_self_is_refused` | a profile without call paths (calls-only spec): exit 2, one line naming call paths |
+//! | `sort_self` | `--sort self` on a worker: heavy, worker, then light (untimed) |
 //! | `top_cuts_and_counts` | `--top 1`: one row per thread and `… N more functions (--top 0 for all)` with N and the calls the JSON gives |
 //! | `thread_by_tid` / `thread_by_glob` / `thread_no_match` | `--thread TID`, `--thread 'worker-*'`; no match: exit 2 |
 //! | `width_shortens_long_names` | `--width 80`: the long name shortened with `…` in the middle, lines within 80 columns; no `--width` off a terminal: the full name |
@@ -73,7 +74,7 @@ fn section_names(table: &str, heading: &str) -> Vec<String> {
     let head = lines.next().unwrap();
     let col = head.split_whitespace().position(|w| w == "function").unwrap();
     // `cpu ms` and friends are two words in the heading, one cell in the rows
-    let col = col - head.matches(" ms ").count() - head.matches(" us ").count();
+    let col = col - head.matches(" ms ").count() - head.matches(" us ").count() - head.matches("self ").count();
     lines
         .take_while(|l| !l.is_empty() && !l.contains("more function"))
         .map(|l| l.split_whitespace().nth(col).unwrap().to_owned())
@@ -128,12 +129,21 @@ fn sort_wall() {
 #[test]
 fn sort_self_is_refused() {
     let _share = cpu_share();
-    let o = stint(&["report", path_str(&runs().timed), "--sort", "self"]);
+    // The calls-only spec times nothing, so its profile has no call paths.
+    let o = stint(&["report", path_str(&runs().calls_only), "--sort", "self"]);
     assert_eq!(o.status, 2, "{o:?}");
     assert!(o.stdout.is_empty(), "{o:?}");
     let err = o.stderr_str();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("--sort self: ") && err.contains("call paths"), "{err}");
+    assert!(err.contains(": --sort self: ") && err.contains("no call paths"), "{err}");
+}
+
+#[test]
+fn sort_self() {
+    let _share = cpu_share();
+    // heavy spends its time itself, worker in heavy; light is not timed (no self time).
+    let t = report(&runs().timed, &["--sort", "self", "--thread", "worker-1"]);
+    assert_eq!(worker_fns(&section_names(&t, "worker-1")), ["heavy", "worker", "light"], "{t}");
 }
 
 #[test]

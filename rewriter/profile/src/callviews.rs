@@ -320,6 +320,19 @@ mod tests {
     }
 
     #[test]
+    fn a_corrupt_tree_is_a_one_line_error() {
+        let meta = synthetic_meta("cp", &[("main", "0x10"), ("a", "0x20")]);
+        let n = |parent: Option<u32>, point| SyntheticNode { parent, point, calls: 1, cpu: 0, wall: 0 };
+        for (tree, what) in [
+            (vec![n(None, 0), n(Some(1), 1)], "names point 1 under node 1"),
+            (vec![n(None, 0), n(Some(0), 9)], "names point 9 under node 0"),
+        ] {
+            let e = parse(&write_synthetic_with_trees(&meta, &[(7, vec![(0, 1)], tree, 0)])).unwrap_err().to_string();
+            assert!(e.contains(what) && !e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
     fn self_time_sums_over_a_functions_nodes() {
         let p = profile();
         let s = self_by_function(&p, &p.threads[0]).unwrap();

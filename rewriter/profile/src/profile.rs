@@ -941,7 +941,7 @@ mod tests {
             obj_buckets: 26,
             obj_cap: 27,
             n_objects: 28,
-            _pad1: 0,
+            cct_cap: 0,
             objects_lost: 29,
             start_tsc: 30,
             control_offset: 31,
@@ -993,6 +993,9 @@ mod tests {
             req_seen: 46,
             snap_seq: 47,
             snap_tsc: 48,
+            cct_mask: 49,
+            cct_nodes: 50,
+            cct_lost: 51,
         };
         assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 
