@@ -12,7 +12,7 @@
 //! | `sort_self` | `--sort self` on a worker: heavy, worker, then light (untimed) |
 //! | `top_cuts_and_counts` | `--top 1`: one row per thread and `… N more functions (--top 0 for all)` with N and the calls the JSON gives |
 //! | `thread_by_tid` / `thread_by_glob` / `thread_no_match` | `--thread TID`, `--thread 'worker-*'`; no match: exit 2 |
-//! | `width_shortens_long_names` | `--width 80`: the long name shortened with `…` in the middle, lines within 80 columns; no `--width` off a terminal: the full name |
+//! | `width_shortens_long_names` | `--width 108`: the long name shortened with `…` in the middle, lines within 108 columns; no `--width` off a terminal: the full name |
 //! | `csv_rows_and_calls` | `--format csv` parses (RFC 4180), one record per (thread, function) of the JSON with its exact calls |
 //! | `off_for_calls_only_spec` | calls-only spec: narrow table by default; `--sort cpu` and CSV say `off` |
 
@@ -201,15 +201,15 @@ fn thread_no_match() {
 #[test]
 fn width_shortens_long_names() {
     let _share = cpu_share();
-    let t = report(&runs().timed, &["--width", "80", "--sort", "calls"]);
-    // 80 columns less calls, the three timer columns (headings 11, 11, 11) and the address
-    // column (its heading, 7) leave 23 for the name: 11 characters from its start, `…`, 11
-    // from its end.
+    let t = report(&runs().timed, &["--width", "108", "--sort", "calls"]);
+    // 108 columns less calls, the three timer columns (headings 11, 11, 11), the two self
+    // columns (12, 12: the profile has call paths) and the address column (its heading, 7)
+    // leave 23 for the name: 11 characters from its start, `…`, 11 from its end.
     let row = t.lines().find(|l| l.contains("a_function_")).unwrap_or_else(|| panic!("{t}"));
     assert!(row.contains("  a_function_…quite_often  0x"), "{row}");
     assert!(!t.contains(LONG), "{t}");
     for l in t.lines().filter(|l| l.starts_with("  ")) {
-        assert!(l.chars().count() <= 80, "{l:?} is wider than 80\n{t}");
+        assert!(l.chars().count() <= 108, "{l:?} is wider than 108\n{t}");
     }
     assert!(report(&runs().timed, &[]).contains(LONG));
 }

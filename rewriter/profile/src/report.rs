@@ -437,8 +437,12 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
                     (ms(f.cpu_ns), ms(f.wall_ns), per_call.map_or("-".into(), |us| format!("{us:.3}")))
                 }
             };
-            let self_cols =
-                if selfs { format!("{:>12}  {:>12}  ", ms(f.self_cpu_ns), ms(f.self_wall_ns)) } else { String::new() };
+            // Self times where the inclusive ones are measured; the same mark otherwise.
+            let (self_cpu, self_wall) = match f.timing {
+                Timing::Timed => (ms(f.self_cpu_ns), ms(f.self_wall_ns)),
+                _ => (cpu.clone(), wall.clone()),
+            };
+            let self_cols = if selfs { format!("{self_cpu:>12}  {self_wall:>12}  ") } else { String::new() };
             format!("{cpu:>11}  {wall:>11}  {self_cols}{per_call:>10}  ")
         };
         let self_head = if selfs { format!("{:>12}  {:>12}  ", "self cpu ms", "self wall ms") } else { String::new() };
