@@ -107,6 +107,41 @@ rd=''
 for ((i = 0; i < RUNS; i++)); do rd=$(min "$rd" "$(run rdtsc "$work/rdtsc" "$RN")"); done
 awk -v n="$RN" -v t="$rd" 'BEGIN { printf "rdtsc:        %.2f ns each (%d reads)\n", t / n, n }'
 
+# ---- timed calls: bench_calls' `step` (x + 1) is too short to time (its ret lies in the
+# entry window), so a function a few instructions longer, timed, with and without call paths
+cat >"$work/timed.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+volatile long sink;
+__attribute__((noipa)) long step(long x) {
+    long y = x * 3;
+    sink = y;
+    y ^= x >> 2;
+    return y + 1;
+}
+int main(int argc, char **argv) {
+    long n = atol(argv[1]), acc = 0;
+    for (long i = 0; i < n; i++)
+        acc += step(i);
+    printf("%ld\n", acc);
+    return 0;
+}
+C
+gcc -O2 -fPIE -pie "$work/timed.c" -o "$work/timed"
+"$STINT" rewrite "$work/timed" -o "$work/timed.stint" --quiet
+to='' tt='' tp=''
+for ((i = 0; i < RUNS; i++)); do
+    to=$(min "$to" "$(run torig env -u STINT_PROFILE "$work/timed" "$N")")
+    tt=$(min "$tt" "$(run ttimers env STINT_PROFILE="$work/profiles/timed.%p.stint" "$work/timed.stint" "$N")")
+    tp=$(min "$tp" "$(run tnopaths env STINT_PROFILE="$work/profiles/timed.%p.stint" STINT_CALLTREE_NODES=0 "$work/timed.stint" "$N")")
+done
+echo "timed calls: $N calls of a timed function, best wall time of $RUNS runs each"
+awk -v n="$N" -v o="$to" -v t="$tt" -v p="$tp" 'BEGIN {
+    printf "original:             %.3f s (%.2f ns/call)\n", o / 1e9, o / n
+    printf "calls+timers+paths:   %+.2f ns/call (%.2fx)\n", (t - o) / n, t / o
+    printf "  without call paths: %+.2f ns/call (%.2fx); call paths add %+.2f ns/call\n", (p - o) / n, p / o, (t - p) / n
+}'
+
 # ---- matmul (seeds/000 Table 3): T threads, N*N calls of innerp, each N multiply-adds ----
 MT=${MATMUL_T:-4} MN=${MATMUL_N:-480}
 gcc -O2 -fPIE -pie -Wall -Werror -pthread testbins/matmul.c -o "$work/matmul"
