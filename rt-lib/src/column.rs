@@ -124,7 +124,7 @@ impl<'a> Column<'a> {
         if mask == 0 || mask >= CCT_INDEX_CAP || !(mask + 1).is_power_of_two() {
             return None;
         }
-        let cap = ((mask + 1) / 2).min(CCT_CAP);
+        let cap = mask.div_ceil(2).min(CCT_CAP); // mask = 2 × nodes − 1
         let index = cct_index_offset(self.geo.n_points, self.geo.n_slots) as usize;
         let mut slot = cct_hash(parent, point) & mask;
         for _ in 0..=mask {

@@ -215,10 +215,8 @@ pub fn relatives(p: &Profile, t: &ThreadProfile, function: &str, callers: bool) 
                 };
                 add(&mut r.rows, name, n);
             }
-        } else if !callers {
-            if n.parent.map(|p| p as usize).is_some_and(|p| p < i && is_f(p)) {
-                add(&mut r.rows, point_name(p, n.point), n);
-            }
+        } else if !callers && n.parent.map(|p| p as usize).is_some_and(|p| p < i && is_f(p)) {
+            add(&mut r.rows, point_name(p, n.point), n);
         }
     }
     found.then_some(r)

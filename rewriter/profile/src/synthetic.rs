@@ -254,11 +254,11 @@ pub fn put_calltree(file: &mut [u8], col: u32, nodes: &[SyntheticNode], lost: u6
     });
 }
 
+/// A thread of [`write_synthetic_with_trees`]: `(tid, [(point, calls)], tree, calltree_lost)`.
+pub type SyntheticThread = (u32, Vec<(u32, u64)>, Vec<SyntheticNode>, u64);
+
 /// [`write_synthetic`] for threads `(tid, counts, tree, lost)`, each with its tree.
-pub fn write_synthetic_with_trees(
-    meta_json: &str,
-    threads: &[(u32, Vec<(u32, u64)>, Vec<SyntheticNode>, u64)],
-) -> Vec<u8> {
+pub fn write_synthetic_with_trees(meta_json: &str, threads: &[SyntheticThread]) -> Vec<u8> {
     let flat: Vec<(u32, Vec<(u32, u64)>)> = threads.iter().map(|t| (t.0, t.1.clone())).collect();
     let mut out = write_synthetic(meta_json, &flat);
     for (i, t) in threads.iter().enumerate() {
