@@ -6,7 +6,7 @@
 //!
 //! | test | what it checks |
 //! | --- | --- |
-//! | `same_output` | the rewritten program (tree on, tree of 4 nodes, tree off, spec off) behaves as the original |
+//! | `same_output` | the rewritten program (tree on, tree of 4 nodes, off by env, by spec, by control file) behaves as the original |
 //! | `exact_calls_per_path` | main→a→b 3, main→c→b 5, rec levels 1..13 each 2 calls; w1→a→b 2/6, w2→c→b 3/15; no c on w1, no a on w2 |
 //! | `node_calls_sum_to_flat_calls` | per thread, every function's calls summed over its nodes = its flat calls |
 //! | `flat_time_is_the_outermost_nodes` | per thread and function, wall/cpu of the nodes with no ancestor of the same function sum to the flat wall/cpu (± 1 ns per node: ns rounding) |
@@ -16,7 +16,7 @@
 //! | `calltree_view_and_depth` | `--calltree`: one line per node, indented by depth; `--depth 2` folds the rest and says how many |
 //! | `self_columns_and_sort_self` | `--by function` has `self cpu ms`/`self wall ms`; `--sort self` works |
 //! | `overflow_is_counted` | `STINT_CALLTREE_NODES=4`: at most 4 nodes per thread; nodes' calls + `calltree_lost` = the full tree's calls, per thread |
-//! | `off_by_env_and_by_spec` | `STINT_CALLTREE_NODES=0` and a spec with `call_paths: false`: no `calltree` key, `--calltree` says so, `--sort self` is refused |
+//! | `off_by_env_and_by_spec` | `STINT_CALLTREE_NODES=0`, a spec with `call_paths: false` and a control file with `call_paths: false`: no `calltree` key, `--calltree` says so, `--sort self` is refused |
 
 use crate::common::*;
 use serde_json::Value;
@@ -31,6 +31,7 @@ struct Runs {
     tiny: (PathBuf, Outcome),
     env_off: (PathBuf, Outcome),
     spec_off: (PathBuf, Outcome),
+    ctl_off: (PathBuf, Outcome),
 }
 
 fn runs() -> &'static Runs {
@@ -51,20 +52,23 @@ fn runs() -> &'static Runs {
         let off = dir.join("off").join("callpaths");
         let o = stint(&["rewrite", path_str(&bin), "-o", path_str(&off), "--spec", path_str(&spec)]);
         assert_eq!(o.status, 0, "rewrite --spec {}: {o:?}", spec.display());
-        let run = |exe: &Path, name: &str, nodes: Option<&str>| {
+        let control = dir.join("control.yaml");
+        std::fs::write(&control, "call_paths: false\n").unwrap();
+        let run = |exe: &Path, name: &str, env: Option<(&str, &str)>| {
             let profile = dir.join(format!("{name}.stint"));
             let mut r = Run::new(exe, &dir).env("STINT_PROFILE", path_str(&profile));
-            if let Some(n) = nodes {
-                r = r.env("STINT_CALLTREE_NODES", n);
+            if let Some((k, v)) = env {
+                r = r.env(k, v);
             }
             (profile, r.run())
         };
         Runs {
             original: Run::new(&bin, &dir).run(),
             full: run(&out, "full", None),
-            tiny: run(&out, "tiny", Some("4")),
-            env_off: run(&out, "env_off", Some("0")),
+            tiny: run(&out, "tiny", Some(("STINT_CALLTREE_NODES", "4"))),
+            env_off: run(&out, "env_off", Some(("STINT_CALLTREE_NODES", "0"))),
             spec_off: run(&off, "spec_off", None),
+            ctl_off: run(&out, "ctl_off", Some(("STINT_CONTROL", path_str(&control)))),
         }
     })
 }
@@ -150,7 +154,14 @@ fn full() -> (BTreeMap<String, Value>, Value) {
 #[test]
 fn same_output() {
     let r = runs();
-    for (name, (_, o)) in [("full", &r.full), ("tiny", &r.tiny), ("env_off", &r.env_off), ("spec_off", &r.spec_off)] {
+    let all = [
+        ("full", &r.full),
+        ("tiny", &r.tiny),
+        ("env_off", &r.env_off),
+        ("spec_off", &r.spec_off),
+        ("ctl_off", &r.ctl_off),
+    ];
+    for (name, (_, o)) in all {
         assert!(o.same_behaviour(&r.original), "{name}: {}", describe_difference("original", &r.original, name, o));
     }
 }
@@ -372,7 +383,12 @@ fn overflow_is_counted() {
 
 #[test]
 fn off_by_env_and_by_spec() {
-    for (what, profile) in [("STINT_CALLTREE_NODES=0", &runs().env_off.0), ("call_paths: false", &runs().spec_off.0)] {
+    let offs = [
+        ("STINT_CALLTREE_NODES=0", &runs().env_off.0),
+        ("spec call_paths: false", &runs().spec_off.0),
+        ("control file call_paths: false", &runs().ctl_off.0),
+    ];
+    for (what, profile) in offs {
         let r = json(profile);
         for t in r["threads"].as_array().unwrap() {
             assert!(t.get("calltree").is_none() && t.get("calltree_lost").is_none(), "{what}: {t}");
