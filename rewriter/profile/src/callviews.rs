@@ -117,19 +117,29 @@ pub fn to_calltree_table(p: &Profile, opts: &TreeOptions) -> String {
             "function".into(),
         ]];
         let mut folded = 0usize;
+        let mut open = false;
         let mut stack: Vec<(usize, usize)> = roots.iter().rev().map(|&r| (r, 1)).collect();
         while let Some((i, depth)) = stack.pop() {
             let n = &tree[i];
-            let share = if by_cpu { percent(n.cpu_ticks, cpu_total) } else { percent(n.wall_ticks, wall_total) };
-            rows.push(vec![
-                n.calls.to_string(),
-                share,
-                ms(p.ticks_to_ns(n.cpu_ticks)),
-                ms(p.ticks_to_ns(n.wall_ticks)),
-                ms(p.ticks_to_ns(selfs[i].0)),
-                ms(p.ticks_to_ns(selfs[i].1)),
-                format!("{}{}", "  ".repeat(depth - 1), point_name(p, n.point)),
-            ]);
+            let name = format!("{}{}", "  ".repeat(depth - 1), point_name(p, n.point));
+            // No time of its own yet, but its callees have some: none of its calls returned
+            // (it still runs, or never returns, like `_start`).
+            if n.cpu_ticks == 0 && n.wall_ticks == 0 && kids[i].iter().any(|&k| tree[k].wall_ticks != 0) {
+                open = true;
+                let o = || "open".to_string();
+                rows.push(vec![n.calls.to_string(), o(), o(), o(), o(), o(), name]);
+            } else {
+                let share = if by_cpu { percent(n.cpu_ticks, cpu_total) } else { percent(n.wall_ticks, wall_total) };
+                rows.push(vec![
+                    n.calls.to_string(),
+                    share,
+                    ms(p.ticks_to_ns(n.cpu_ticks)),
+                    ms(p.ticks_to_ns(n.wall_ticks)),
+                    ms(p.ticks_to_ns(selfs[i].0)),
+                    ms(p.ticks_to_ns(selfs[i].1)),
+                    name,
+                ]);
+            }
             if opts.depth.is_some_and(|d| depth >= d) {
                 folded += count_below(&kids, i);
                 continue;
@@ -139,6 +149,9 @@ pub fn to_calltree_table(p: &Profile, opts: &TreeOptions) -> String {
         out.push_str(&columns(&rows, &[true, true, true, true, true, true, false], "  "));
         if folded > 0 {
             let _ = writeln!(out, "  ({folded} deeper nodes folded into their callers: --depth)");
+        }
+        if open {
+            out.push_str("  open: none of its calls through this path returned yet (it still runs, or never returns, like _start)\n");
         }
         if t.calltree_lost > 0 {
             let _ = writeln!(
@@ -318,6 +331,24 @@ mod tests {
     }
 
     #[test]
+    fn a_root_that_never_returned_is_open() {
+        let meta = synthetic_meta("cp", &[("_start", "0x10"), ("main", "0x20")]);
+        let n = |parent: Option<u32>, point, wall| SyntheticNode { parent, point, calls: 1, cpu: wall, wall };
+        let p =
+            parse(&write_synthetic_with_trees(&meta, &[(7, vec![(0, 1)], vec![n(None, 0, 0), n(Some(0), 1, 500)], 0)]))
+                .unwrap();
+        let text = to_calltree_table(&p, &TreeOptions::default());
+        let start = text.lines().find(|l| l.ends_with("_start")).unwrap();
+        assert_eq!(
+            start.split_whitespace().collect::<Vec<_>>(),
+            ["1", "open", "open", "open", "open", "open", "_start"]
+        );
+        let main = text.lines().find(|l| l.ends_with("main")).unwrap();
+        assert!(main.contains("100.0"), "main has all of the thread's time: {text}");
+        assert!(text.contains("open: none of its calls"), "{text}");
+    }
+
+    #[test]
     fn a_corrupt_tree_is_a_one_line_error() {
         let meta = synthetic_meta("cp", &[("main", "0x10"), ("a", "0x20")]);
         let n = |parent: Option<u32>, point| SyntheticNode { parent, point, calls: 1, cpu: 0, wall: 0 };
@@ -371,6 +402,7 @@ mod tests {
         assert_eq!(lines.len(), 4, "{text}");
         assert!(lines[0].ends_with("  c") && lines[1].ends_with("    b"), "{text}");
         assert!(text.contains("calls not in the tree"), "{text}");
+        assert!(!text.contains("open"), "{text}");
         let folded = to_calltree_table(&p, &TreeOptions { depth: Some(2), ..Default::default() });
         assert!(folded.contains("(2 deeper nodes folded"), "{folded}");
         assert!(!folded.lines().any(|l| l.ends_with("    b")), "{folded}");
