@@ -12,6 +12,10 @@
 # RUNS times each; reports the minimum wall time of each as ns added per call and as a ratio
 # to the original.
 #
+# The default rewrite runs once more with STINT_CALLTREE_NODES=0 (call paths off, D16): the
+# difference is what the calling-context tree adds per timed call. Then the machine's rdtsc
+# cost, and testbins/matmul.c (4 threads; original, timers with and without call paths).
+#
 # Then the same for testbins/bench_locks.c (uncontended pthread_mutex_lock/unlock pairs):
 # calls only (no wrappers: the spec selects no sync metric), calls + lock_wait + lock_hold
 # (both imports go through the wrappers), and that rewrite with every metric off (the
@@ -49,7 +53,7 @@ run() {
     echo $((end - start))
 }
 
-best_orig='' best_on='' best_off='' best_timers='' best_ctl=''
+best_orig='' best_on='' best_off='' best_timers='' best_ctl='' best_nopaths=''
 min() { if [[ -z $1 || $2 -lt $1 ]]; then echo "$2"; else echo "$1"; fi; }
 for ((i = 0; i < RUNS; i++)); do
     t=$(run orig env -u STINT_PROFILE "$work/bench_calls" "$N")
@@ -58,11 +62,13 @@ for ((i = 0; i < RUNS; i++)); do
     best_on=$(min "$best_on" "$t")
     t=$(run timers env STINT_PROFILE="$work/profiles/bench_calls.%p.stint" "$work/bench_calls.stint" "$N")
     best_timers=$(min "$best_timers" "$t")
+    t=$(run nopaths env STINT_PROFILE="$work/profiles/bench_calls.%p.stint" STINT_CALLTREE_NODES=0 "$work/bench_calls.stint" "$N")
+    best_nopaths=$(min "$best_nopaths" "$t")
     t=$(run off env STINT_PROFILE=/nonexistent-dir/p.%p.stint "$work/bench_calls.stint" "$N")
     best_off=$(min "$best_off" "$t")
     t=$(run ctl env STINT_PROFILE="$work/profiles/bench_calls.%p.stint" STINT_CONTROL="$work/off.yaml" "$work/bench_calls.stint" "$N")
     best_ctl=$(min "$best_ctl" "$t")
-    for v in on timers off ctl; do
+    for v in on timers nopaths off ctl; do
         if ! cmp -s "$work/orig.out" "$work/$v.out"; then
             echo "bench.sh: the rewritten program ($v) printed something else than the original:" >&2
             cat "$work/orig.out" "$work/$v.out" >&2
@@ -72,12 +78,91 @@ for ((i = 0; i < RUNS; i++)); do
 done
 
 echo "bench_calls: $N calls, best wall time of $RUNS runs each"
-awk -v n="$N" -v o="$best_orig" -v on="$best_on" -v off="$best_off" -v tm="$best_timers" -v ctl="$best_ctl" 'BEGIN {
+awk -v n="$N" -v o="$best_orig" -v on="$best_on" -v off="$best_off" -v tm="$best_timers" -v ctl="$best_ctl" -v np="$best_nopaths" 'BEGIN {
     printf "original:     %.3f s (%.2f ns/call)\n", o / 1e9, o / n
     printf "calls on:     %+.2f ns/call (%.2fx)\n", (on - o) / n, on / o
     printf "calls+timers: %+.2f ns/call (%.2fx)\n", (tm - o) / n, tm / o
+    printf "  without call paths (STINT_CALLTREE_NODES=0): %+.2f ns/call (%.2fx); call paths add %+.2f ns/call\n", (np - o) / n, np / o, (tm - np) / n
     printf "metrics off:  %+.2f ns/call (%.2fx)\n", (off - o) / n, off / o
     printf "on: [] (ctl): %+.2f ns/call (%.2fx)\n", (ctl - o) / n, ctl / o
+}'
+
+# ---- the machine's rdtsc (every timed call reads it twice) ----
+cat >"$work/rdtsc.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <x86intrin.h>
+int main(int argc, char **argv) {
+    long n = atol(argv[1]);
+    unsigned long long s = 0;
+    for (long i = 0; i < n; i++)
+        s += __rdtsc();
+    printf("%llu\n", s & 1);
+    return 0;
+}
+C
+gcc -O2 "$work/rdtsc.c" -o "$work/rdtsc"
+RN=$((N / 4))
+rd=''
+for ((i = 0; i < RUNS; i++)); do rd=$(min "$rd" "$(run rdtsc "$work/rdtsc" "$RN")"); done
+awk -v n="$RN" -v t="$rd" 'BEGIN { printf "rdtsc:        %.2f ns each (%d reads)\n", t / n, n }'
+
+# ---- timed calls: bench_calls' `step` (x + 1) is too short to time (its ret lies in the
+# entry window), so a function a few instructions longer, timed, with and without call paths
+cat >"$work/timed.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+volatile long sink;
+__attribute__((noipa)) long step(long x) {
+    long y = x * 3;
+    sink = y;
+    y ^= x >> 2;
+    return y + 1;
+}
+int main(int argc, char **argv) {
+    long n = atol(argv[1]), acc = 0;
+    for (long i = 0; i < n; i++)
+        acc += step(i);
+    printf("%ld\n", acc);
+    return 0;
+}
+C
+gcc -O2 -fPIE -pie "$work/timed.c" -o "$work/timed"
+"$STINT" rewrite "$work/timed" -o "$work/timed.stint" --quiet
+to='' tt='' tp=''
+for ((i = 0; i < RUNS; i++)); do
+    to=$(min "$to" "$(run torig env -u STINT_PROFILE "$work/timed" "$N")")
+    tt=$(min "$tt" "$(run ttimers env STINT_PROFILE="$work/profiles/timed.%p.stint" "$work/timed.stint" "$N")")
+    tp=$(min "$tp" "$(run tnopaths env STINT_PROFILE="$work/profiles/timed.%p.stint" STINT_CALLTREE_NODES=0 "$work/timed.stint" "$N")")
+done
+echo "timed calls: $N calls of a timed function, best wall time of $RUNS runs each"
+awk -v n="$N" -v o="$to" -v t="$tt" -v p="$tp" 'BEGIN {
+    printf "original:             %.3f s (%.2f ns/call)\n", o / 1e9, o / n
+    printf "calls+timers+paths:   %+.2f ns/call (%.2fx)\n", (t - o) / n, t / o
+    printf "  without call paths: %+.2f ns/call (%.2fx); call paths add %+.2f ns/call\n", (p - o) / n, p / o, (t - p) / n
+}'
+
+# ---- matmul (seeds/000 Table 3): T threads, N*N calls of innerp, each N multiply-adds ----
+MT=${MATMUL_T:-4} MN=${MATMUL_N:-480}
+gcc -O2 -fPIE -pie -Wall -Werror -pthread testbins/matmul.c -o "$work/matmul"
+"$STINT" rewrite "$work/matmul" -o "$work/matmul.stint" --quiet
+mo='' mt='' mp=''
+for ((i = 0; i < RUNS; i++)); do
+    mo=$(min "$mo" "$(run morig env -u STINT_PROFILE "$work/matmul" "$MT" "$MN")")
+    mt=$(min "$mt" "$(run mtimers env STINT_PROFILE="$work/profiles/matmul.%p.stint" "$work/matmul.stint" "$MT" "$MN")")
+    mp=$(min "$mp" "$(run mnopaths env STINT_PROFILE="$work/profiles/matmul.%p.stint" STINT_CALLTREE_NODES=0 "$work/matmul.stint" "$MT" "$MN")")
+    for v in mtimers mnopaths; do
+        if ! cmp -s "$work/morig.out" "$work/$v.out"; then
+            echo "bench.sh: the rewritten matmul ($v) printed something else than the original" >&2
+            exit 1
+        fi
+    done
+done
+echo "matmul: $MT threads, $((MN * MN)) calls of innerp, best wall time of $RUNS runs each"
+awk -v n="$((MN * MN))" -v o="$mo" -v t="$mt" -v p="$mp" 'BEGIN {
+    printf "original:             %.3f s\n", o / 1e9
+    printf "calls+timers+paths:   %+.2f ns/call (%.3fx)\n", (t - o) / n, t / o
+    printf "  without call paths: %+.2f ns/call (%.3fx); call paths add %+.2f ns/call\n", (p - o) / n, p / o, (t - p) / n
 }'
 
 # ---- wrapped thread-library calls ----

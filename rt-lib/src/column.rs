@@ -10,6 +10,8 @@
 //! RING_OFFSET       RING_CAP × Transition             push_transition
 //! COUNTERS_OFFSET   n_slots × n_points × u64          counter / counter_mut
 //! baseline_offset   waits, N_STATES × u64, counters   save_baseline / add_to_baseline
+//! cct_index_offset  CCT_INDEX_CAP × u32 (node + 1)    cct_child
+//! cct_nodes_offset  CCT_CAP × CctNode                 cct_child / cct_add
 //! ```
 //! A [`Column`] is a handle over the column's base pointer: the header as an exclusive
 //! reference, the rest reached through typed accessors that check every index against the
@@ -25,9 +27,10 @@ use core::mem::size_of;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    baseline_offset, counter_offset, ColumnHeader, Frame, Held, Transition, WaitEntry, BASELINE_COUNTERS,
-    BASELINE_STATES, BASELINE_WAITS, COUNTERS_OFFSET, FRAME_SIZE, HELD_CAP, HELD_OFFSET, N_STATES, RING_CAP,
-    RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET, WAITS_OFFSET, WAIT_CAP,
+    baseline_offset, cct_hash, cct_index_offset, cct_nodes_offset, counter_offset, CctNode, ColumnHeader, Frame, Held,
+    Transition, WaitEntry, BASELINE_COUNTERS, BASELINE_STATES, BASELINE_WAITS, CCT_CAP, CCT_INDEX_CAP, COUNTERS_OFFSET,
+    FRAME_SIZE, HELD_CAP, HELD_OFFSET, N_STATES, RING_CAP, RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET, WAITS_OFFSET,
+    WAIT_CAP,
 };
 
 const _: () = assert!(size_of::<ColumnHeader>() as u32 <= SHADOW_OFFSET);
@@ -111,6 +114,65 @@ impl<'a> Column<'a> {
         // Safety: frame i lies in the shadow stack.
         unsafe { *self.at::<Frame>((SHADOW_OFFSET + i * FRAME_SIZE) as usize) = f };
         true
+    }
+
+    /// Node + 1 of the child of node `parent` (+ 1, 0: the root) for `point`, made if new
+    /// (linear probing from the slot the routines probe). `None` when the tree is full, off
+    /// for this thread (`cct_mask` 0), or the index is corrupt. Calls are not counted here.
+    pub fn cct_child(&mut self, parent: u32, point: u32) -> Option<u32> {
+        let mask = self.h.cct_mask;
+        if mask == 0 || mask >= CCT_INDEX_CAP || !(mask + 1).is_power_of_two() {
+            return None;
+        }
+        let cap = mask.div_ceil(2).min(CCT_CAP); // mask = 2 × nodes − 1
+        let index = cct_index_offset(self.geo.n_points, self.geo.n_slots) as usize;
+        let mut slot = cct_hash(parent, point) & mask;
+        for _ in 0..=mask {
+            let e = self.at::<u32>(index + slot as usize * 4);
+            // Safety: slot ≤ mask < CCT_INDEX_CAP: inside the index.
+            let n = unsafe { *e };
+            if n == 0 {
+                let new = self.h.cct_nodes;
+                if new >= cap {
+                    return None;
+                }
+                let node = CctNode { parent, point, calls: 0, cpu_ticks: 0, wall_ticks: 0 };
+                // Safety: new < cap ≤ CCT_CAP: inside the nodes; then the index slot. Readers
+                // see the node's key before `cct_nodes` counts it (release).
+                unsafe {
+                    *self.node_ptr(new) = node;
+                    *e = new + 1;
+                    AtomicU32::from_ptr(&raw mut self.h.cct_nodes).store(new + 1, Ordering::Release);
+                }
+                return Some(new + 1);
+            }
+            let i = n - 1;
+            if i >= self.h.cct_nodes.min(CCT_CAP) {
+                return None; // a corrupt index
+            }
+            // Safety: i < CCT_CAP.
+            let k = unsafe { *self.node_ptr(i) };
+            if k.parent == parent && k.point == point {
+                return Some(n);
+            }
+            slot = (slot + 1) & mask;
+        }
+        None
+    }
+
+    fn node_ptr(&self, i: u32) -> *mut CctNode {
+        let nodes = cct_nodes_offset(self.geo.n_points, self.geo.n_slots) as usize;
+        self.at::<CctNode>(nodes + i as usize * size_of::<CctNode>())
+    }
+
+    /// Node `node` + 1 to update (`None` for 0, [`stint_layout::CCT_LOST`] or out of range).
+    pub fn cct_node_mut(&mut self, node: u32) -> Option<&mut CctNode> {
+        let i = node.wrapping_sub(1);
+        if i >= self.h.cct_nodes.min(CCT_CAP) {
+            return None;
+        }
+        // Safety: i < CCT_CAP: inside the nodes; `&mut self` makes it exclusive.
+        Some(unsafe { &mut *self.node_ptr(i) })
     }
 
     /// The wait-table entry for sync object `obj` (an index of the file's object table),
@@ -273,7 +335,7 @@ mod tests {
     fn frames_are_bounded_by_the_shadow_stack() {
         let mut buf = buffer(GEO);
         let mut c = column(&mut buf, GEO);
-        let f = Frame { sp: 0x7ff0, point: 2, bits: 6, wall_start: 11, cpu_start: 12 };
+        let f = Frame { sp: 0x7ff0, point: 2, bits: 6, wall_start: 11, cpu_start: 12, node: 3, ..Frame::default() };
         assert!(c.set_frame(0, f));
         assert!(c.set_frame(SHADOW_CAP - 1, Frame { point: 4, ..f }));
         assert!(!c.set_frame(SHADOW_CAP, f));

@@ -26,7 +26,7 @@ use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{fence, Ordering};
 use stint_layout::control_file::{self, glob_match, ThreadSel};
 use stint_layout::{
-    metric_bit, ColumnHeader, Control, Request, ThreadRule, CONTROL_FILE_APPLIED, CONTROL_FILE_REJECTED,
+    metric_bit, ColumnHeader, Control, Request, ThreadRule, CCT_CAP, CONTROL_FILE_APPLIED, CONTROL_FILE_REJECTED,
     CONTROL_OFFSET, GATE_HOOK, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, POINT_INFO_WRAP, REQ_CAP,
     REQ_SNAPSHOT, SHADOW_CAP, SLOT_CPU_TICKS, SLOT_WALL_TICKS, THREAD_RULES_CAP,
 };
@@ -69,6 +69,7 @@ pub fn has_name_rules(rt: &Rt) -> bool {
 /// counters are the baseline of the newest snapshot.
 pub fn on_register(rt: &Rt, col: &mut ColumnHeader) {
     col.thread_mask = thread_mask(rt, col.tid, &col.name);
+    col.cct_mask = rt.st.cct_mask();
     col.exit_key = col.owner_key;
     if let Some(c) = page(rt) {
         // Safety: the control page is mapped.
@@ -252,6 +253,12 @@ fn reject(rt: &Rt, path: &[u8], gates: &mut [u8], control: &mut Control, why: &[
 
 /// The control file's `on:`, `functions:` and `threads:` applied to the gates and the page.
 fn apply(rt: &Rt, cf: &control_file::ControlFile, gates: &mut [u8], control: &mut Control) {
+    // `call_paths:` decides over the spec and STINT_CALLTREE_NODES (threads register later).
+    match cf.call_paths {
+        Some(false) => rt.st.set_cct_mask(0),
+        Some(true) if rt.st.cct_mask() == 0 => rt.st.set_cct_mask(2 * CCT_CAP - 1),
+        _ => {}
+    }
     let info = rt.cfg.point_info();
     let mut rest = rt.cfg.point_names();
     let calls = metric_bit(METRIC_CALLS);

@@ -14,7 +14,8 @@ use crate::sys;
 use crate::text::{copy_into, Writer};
 use crate::trap;
 use stint_layout::{
-    ProfileDir, CONFIG_MAGIC, ENV_CONTROL, ENV_DIR, ENV_PROFILE, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
+    ProfileDir, CCT_CAP, CFG_NO_CALL_PATHS, CONFIG_MAGIC, ENV_CALLTREE_NODES, ENV_CONTROL, ENV_DIR, ENV_PROFILE,
+    TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
 };
 
 /// Start-up, from the entry stub.
@@ -83,6 +84,8 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
         }
     };
     su.template_len = n as u32;
+    let nodes = if cfg.flags & CFG_NO_CALL_PATHS != 0 { 0 } else { calltree_nodes(env.calltree_nodes) };
+    st.set_cct_mask(if nodes == 0 { 0 } else { 2 * nodes - 1 });
     profile_file::create(rt, su, 0);
 }
 
@@ -97,6 +100,8 @@ struct Env {
     dir: Option<&'static [u8]>,
     /// `XDG_RUNTIME_DIR`.
     xdg_runtime_dir: Option<&'static [u8]>,
+    /// `STINT_CALLTREE_NODES`: nodes per thread's calling-context tree.
+    calltree_nodes: Option<&'static [u8]>,
     /// AT_SECURE from the auxiliary vector.
     secure: bool,
 }
@@ -161,6 +166,9 @@ unsafe fn scan_stack(sp: *const usize) -> Env {
             if let Some(v) = env_value(s, ENV_DIR) {
                 env.dir = Some(v);
             }
+            if let Some(v) = env_value(s, ENV_CALLTREE_NODES) {
+                env.calltree_nodes = Some(v);
+            }
             if let Some(v) = env_value(s, "XDG_RUNTIME_DIR") {
                 env.xdg_runtime_dir = Some(v);
             }
@@ -180,6 +188,20 @@ unsafe fn scan_stack(sp: *const usize) -> Env {
             p = p.add(2);
         }
         env
+    }
+}
+
+/// Nodes per thread's calling-context tree: `STINT_CALLTREE_NODES` (decimal, rounded down to
+/// a power of two, at most `CCT_CAP`; 0 turns call paths off), else `CCT_CAP`.
+fn calltree_nodes(v: Option<&[u8]>) -> u32 {
+    let Some(v) = v.filter(|v| !v.is_empty() && v.len() <= 9 && v.iter().all(u8::is_ascii_digit)) else {
+        return CCT_CAP;
+    };
+    let n = v.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')).min(CCT_CAP);
+    if n == 0 {
+        0
+    } else {
+        1 << (31 - n.leading_zeros())
     }
 }
 
@@ -235,6 +257,11 @@ mod tests {
         assert_eq!(env_value(b"STINT_PROFILE=", ENV_PROFILE), Some(&b""[..]));
         assert_eq!(env_value(b"STINT_PROFILEX=1", ENV_PROFILE), None);
         assert_eq!(env_value(b"STINT_PROFIL", ENV_PROFILE), None);
+        assert_eq!(calltree_nodes(None), CCT_CAP);
+        assert_eq!(calltree_nodes(Some(b"0")), 0);
+        assert_eq!(calltree_nodes(Some(b"5")), 4);
+        assert_eq!(calltree_nodes(Some(b"99999999")), CCT_CAP);
+        assert_eq!(calltree_nodes(Some(b"x")), CCT_CAP);
     }
 
     #[test]

@@ -262,7 +262,9 @@ pub struct RtState {
     /// 0 while a fork child sets up its own profile.
     pid: AtomicU32,
     fd: AtomicI32,
-    _pad: u32,
+    /// `ColumnHeader::cct_mask` of every thread that registers (0: no call paths), set at
+    /// start from the spec (`RtConfig::flags`) and `STINT_CALLTREE_NODES`.
+    cct_mask: AtomicU32,
     /// TSC ticks per second (calibrated once at start, kept by fork children).
     tsc_hz: AtomicU64,
     /// Start of the reserved range holding the file mapping.
@@ -335,6 +337,14 @@ impl RtState {
 
     pub fn set_fd(&self, fd: i32) {
         self.fd.store(fd, Ordering::Relaxed);
+    }
+
+    pub fn cct_mask(&self) -> u32 {
+        self.cct_mask.load(Ordering::Relaxed)
+    }
+
+    pub fn set_cct_mask(&self, mask: u32) {
+        self.cct_mask.store(mask, Ordering::Relaxed);
     }
 
     pub fn tsc_hz(&self) -> u64 {

@@ -26,7 +26,7 @@ use crate::profile_file;
 use crate::state::{RegGuard, Rt};
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use stint_layout::{ColumnHeader, COLUMN_LIVE, FLAG_FORK_CHILD, STATE_RUN};
+use stint_layout::{cct_index_offset, cct_nodes_offset, ColumnHeader, COLUMN_LIVE, FLAG_FORK_CHILD, STATE_RUN};
 
 /// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
 fn key(rt: &Rt, tp: u64) -> u32 {
@@ -172,7 +172,15 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     let (columns_offset, column_size) = unsafe { ((*hdr).columns_offset, (*hdr).column_size) };
     // The column's blocks, before anything writes it: a full file system loses the thread
     // (counted), never raises SIGBUS in the program.
-    if sys::allocate(st.fd(), columns_offset + idx as u64 * column_size, column_size).is_err() {
+    // Not the tree's nodes: those get blocks a page at a time as the tree grows (timer.rs);
+    // nor its index when this thread keeps no call paths.
+    let geo = rt.cfg.geometry();
+    let eager = if st.cct_mask() != 0 {
+        cct_nodes_offset(geo.n_points, geo.n_slots)
+    } else {
+        cct_index_offset(geo.n_points, geo.n_slots)
+    };
+    if sys::allocate(st.fd(), columns_offset + idx as u64 * column_size, eager.min(column_size)).is_err() {
         // Safety: aligned u64 in the mapping (its blocks were allocated at creation).
         unsafe { AtomicU64::from_ptr(&raw mut (*hdr).lost_threads) }.fetch_add(1, Ordering::Relaxed);
         return false;

@@ -17,8 +17,8 @@ use crate::control;
 use crate::state::Rt;
 use crate::sys;
 use stint_layout::{
-    metric_bit, Frame, TimerOp, METRIC_CPU_TIME, METRIC_WALL_TIME, SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS,
-    SLOT_WALL_TICKS, TIMER_BITS,
+    cct_nodes_offset, metric_bit, Frame, TimerOp, CCT_LOST, CCT_NODE_SIZE, METRIC_CPU_TIME, METRIC_WALL_TIME,
+    SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 const TIMER_OP_ENTER: u32 = TimerOp::Enter as u32;
@@ -60,6 +60,7 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
             } else {
                 col.h.depth += 1;
                 col.h.shadow_overflow += 1;
+                lose_entry(col);
             }
             return;
         }
@@ -89,14 +90,74 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
     if col.h.depth >= SHADOW_CAP {
         col.h.depth += 1;
         col.h.shadow_overflow += 1;
+        lose_entry(col);
         return;
     }
     let bits = rt.cfg.gate(point) & TIMER_BITS & col.h.thread_mask as u8;
-    col.set_frame(col.h.depth, Frame { sp, point, bits: bits as u32, wall_start: now.wall, cpu_start: now.cpu });
+    let node = enter_node(rt, col, point);
+    col.set_frame(
+        col.h.depth,
+        Frame { sp, point, bits: bits as u32, wall_start: now.wall, cpu_start: now.cpu, node, ..Frame::default() },
+    );
     if let Some(active) = col.counter_mut(SLOT_ACTIVE, point) {
         *active += 1;
     }
     col.h.depth += 1;
+}
+
+/// The calling-context node (+ 1) of an entry of `point` under the top frame, its calls
+/// counted: 0 when this thread keeps no call paths, [`CCT_LOST`] (counted in `cct_lost`)
+/// when the tree is full or the parent frame has no node. The routine's one-probe hit does
+/// the same without coming here.
+fn enter_node(rt: &Rt, col: &mut Column, point: u32) -> u32 {
+    if col.h.cct_mask == 0 {
+        return 0;
+    }
+    if col.h.cct_nodes >= col.h.cct_ready && !allocate_nodes(rt, col) {
+        // The file system is full: this thread's tree stops here (counted), the rest goes on.
+        col.h.cct_mask = 0;
+        col.h.cct_lost += 1;
+        return CCT_LOST;
+    }
+    let parent = match col.h.depth {
+        0 => 0,
+        d => col.frame(d - 1).map_or(CCT_LOST, |f| f.node),
+    };
+    let child = if parent == CCT_LOST { None } else { col.cct_child(parent, point) };
+    match child.and_then(|n| col.cct_node_mut(n).map(|node| (n, node))) {
+        Some((n, node)) => {
+            node.calls += 1;
+            n
+        }
+        None => {
+            col.h.cct_lost += 1;
+            CCT_LOST
+        }
+    }
+}
+
+/// Give the next page of this thread's tree nodes its file blocks (the nodes are written
+/// through the shared mapping; on a full file system a write to a page without blocks would
+/// raise SIGBUS in the program). False when the file system refuses.
+fn allocate_nodes(rt: &Rt, col: &mut Column) -> bool {
+    const PAGE_NODES: u32 = 4096 / CCT_NODE_SIZE;
+    let geo = col.geometry();
+    // The column's place in the file: its address in our mapping of it.
+    let Some(col_off) = col.h.self_addr.checked_sub(rt.st.base() as u64) else { return false };
+    let ready = col.h.cct_ready;
+    let off = col_off + cct_nodes_offset(geo.n_points, geo.n_slots) + ready as u64 * CCT_NODE_SIZE as u64;
+    if sys::allocate(rt.st.fd(), off, 4096).is_err() {
+        return false;
+    }
+    col.h.cct_ready = ready + PAGE_NODES;
+    true
+}
+
+/// An entry with no frame (beyond the shadow stack): not in the tree either.
+fn lose_entry(col: &mut Column) {
+    if col.h.cct_mask != 0 {
+        col.h.cct_lost += 1;
+    }
 }
 
 /// The wall and CPU clocks of this event, in TSC ticks.
@@ -106,11 +167,18 @@ struct Now {
     cpu: u64,
 }
 
-/// Close the top frame (`depth > 0`): lower the point's active count; the outermost
-/// activation adds its time.
+/// Close the top frame (`depth > 0`): its node adds its time; lower the point's active
+/// count, and the outermost activation adds its time to the point.
 fn close(col: &mut Column, now: Now) {
     col.h.depth -= 1;
     let Some(f) = col.frame(col.h.depth) else { return };
+    let wall =
+        if f.bits & metric_bit(METRIC_WALL_TIME) as u32 != 0 { now.wall.saturating_sub(f.wall_start) } else { 0 };
+    let cpu = if f.bits & metric_bit(METRIC_CPU_TIME) as u32 != 0 { now.cpu.saturating_sub(f.cpu_start) } else { 0 };
+    if let Some(node) = col.cct_node_mut(f.node) {
+        node.wall_ticks += wall;
+        node.cpu_ticks += cpu;
+    }
     let Some(active) = col.counter_mut(SLOT_ACTIVE, f.point) else {
         return; // a corrupted frame: drop it
     };
@@ -118,14 +186,10 @@ fn close(col: &mut Column, now: Now) {
     if *active != 0 {
         return;
     }
-    if f.bits & metric_bit(METRIC_WALL_TIME) as u32 != 0 {
-        if let Some(c) = col.counter_mut(SLOT_WALL_TICKS, f.point) {
-            *c += now.wall.saturating_sub(f.wall_start);
-        }
+    if let Some(c) = col.counter_mut(SLOT_WALL_TICKS, f.point) {
+        *c += wall;
     }
-    if f.bits & metric_bit(METRIC_CPU_TIME) as u32 != 0 {
-        if let Some(c) = col.counter_mut(SLOT_CPU_TICKS, f.point) {
-            *c += now.cpu.saturating_sub(f.cpu_start);
-        }
+    if let Some(c) = col.counter_mut(SLOT_CPU_TICKS, f.point) {
+        *c += cpu;
     }
 }

@@ -446,6 +446,7 @@ behaviour_tests! {
     ctl_loop: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     top_spin: [pie_o2: "pie-O2"];
     report_opts: [pie_o2: "pie-O2"];
+    callpaths: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     locks_mutex: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     locks_condvar: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     locks_rwlock: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];

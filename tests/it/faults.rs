@@ -72,7 +72,7 @@ fn threads_past_the_reservation_are_counted_lost() {
     let r = single_profile(&profiles);
     let threads = r["threads"].as_array().expect("threads").len();
     let lost = r["lost_threads"].as_u64().expect("lost_threads");
-    assert!(threads > 16 && threads < 2001 && lost > 0, "{threads} threads measured, lost {lost}");
+    assert!(threads > 1 && threads < 2001 && lost > 0, "{threads} threads measured, lost {lost}");
     // Every measured worker counted exactly.
     for t in r["threads"].as_array().unwrap().iter().filter(|t| t["main"] == false) {
         let f = t["functions"].as_array().unwrap().iter().find(|f| f["name"] == "f");

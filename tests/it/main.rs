@@ -12,6 +12,7 @@
 //! | module | what it tests |
 //! | --- | --- |
 //! | `behaviour` | every `testbins/*.c` program in every variant: same behaviour rewritten, its `//# expect:` directives |
+//! | `callpaths` | calling-context trees (D16): exact calls per path and thread, self time, `--calltree`, `--callers`, `--callees`, overflow, the switch |
 //! | `control` | `stint ctl` and the control file on running programs |
 //! | `debian` | real programs from Debian packages (pigz, sqlite3, lua) |
 //! | `diff` | `stint diff` on real runs: the exact calls gate, `--min-abs`, JSON inputs and output, markdown, bad input |
@@ -34,6 +35,7 @@ mod common;
 
 mod behaviour;
 mod buildtrees;
+mod callpaths;
 mod control;
 mod corpus;
 mod debian;

@@ -8,10 +8,11 @@
 //! | --- | --- |
 //! | `default_sort_is_cpu` | a worker's rows: worker, heavy (timed, by CPU time), then light (untimed) |
 //! | `sort_calls` / `sort_wall` | light, heavy, worker by calls; worker, heavy by wall time |
-//! | `sort_self_is_refused` | exit 2, one line naming call paths |
+//! | `sort_self_is_refused` | a profile without call paths (calls-only spec): exit 2, one line naming call paths |
+//! | `sort_self` | `--sort self` on a worker: heavy, worker, then light (untimed) |
 //! | `top_cuts_and_counts` | `--top 1`: one row per thread and `… N more functions (--top 0 for all)` with N and the calls the JSON gives |
 //! | `thread_by_tid` / `thread_by_glob` / `thread_no_match` | `--thread TID`, `--thread 'worker-*'`; no match: exit 2 |
-//! | `width_shortens_long_names` | `--width 80`: the long name shortened with `…` in the middle, lines within 80 columns; no `--width` off a terminal: the full name |
+//! | `width_shortens_long_names` | `--width 108`: the long name shortened with `…` in the middle, lines within 108 columns; no `--width` off a terminal: the full name |
 //! | `csv_rows_and_calls` | `--format csv` parses (RFC 4180), one record per (thread, function) of the JSON with its exact calls |
 //! | `off_for_calls_only_spec` | calls-only spec: narrow table by default; `--sort cpu` and CSV say `off` |
 
@@ -73,7 +74,7 @@ fn section_names(table: &str, heading: &str) -> Vec<String> {
     let head = lines.next().unwrap();
     let col = head.split_whitespace().position(|w| w == "function").unwrap();
     // `cpu ms` and friends are two words in the heading, one cell in the rows
-    let col = col - head.matches(" ms ").count() - head.matches(" us ").count();
+    let col = col - head.matches(" ms ").count() - head.matches(" us ").count() - head.matches("self ").count();
     lines
         .take_while(|l| !l.is_empty() && !l.contains("more function"))
         .map(|l| l.split_whitespace().nth(col).unwrap().to_owned())
@@ -128,12 +129,21 @@ fn sort_wall() {
 #[test]
 fn sort_self_is_refused() {
     let _share = cpu_share();
-    let o = stint(&["report", path_str(&runs().timed), "--sort", "self"]);
+    // The calls-only spec times nothing, so its profile has no call paths.
+    let o = stint(&["report", path_str(&runs().calls_only), "--sort", "self"]);
     assert_eq!(o.status, 2, "{o:?}");
     assert!(o.stdout.is_empty(), "{o:?}");
     let err = o.stderr_str();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("--sort self: ") && err.contains("call paths"), "{err}");
+    assert!(err.contains(": --sort self: ") && err.contains("no call paths"), "{err}");
+}
+
+#[test]
+fn sort_self() {
+    let _share = cpu_share();
+    // heavy spends its time itself, worker in heavy; light is not timed (no self time).
+    let t = report(&runs().timed, &["--sort", "self", "--thread", "worker-1"]);
+    assert_eq!(worker_fns(&section_names(&t, "worker-1")), ["heavy", "worker", "light"], "{t}");
 }
 
 #[test]
@@ -191,15 +201,15 @@ fn thread_no_match() {
 #[test]
 fn width_shortens_long_names() {
     let _share = cpu_share();
-    let t = report(&runs().timed, &["--width", "80", "--sort", "calls"]);
-    // 80 columns less calls, the three timer columns (headings 11, 11, 11) and the address
-    // column (its heading, 7) leave 23 for the name: 11 characters from its start, `…`, 11
-    // from its end.
+    let t = report(&runs().timed, &["--width", "108", "--sort", "calls"]);
+    // 108 columns less calls, the three timer columns (headings 11, 11, 11), the two self
+    // columns (12, 12: the profile has call paths) and the address column (its heading, 7)
+    // leave 23 for the name: 11 characters from its start, `…`, 11 from its end.
     let row = t.lines().find(|l| l.contains("a_function_")).unwrap_or_else(|| panic!("{t}"));
     assert!(row.contains("  a_function_…quite_often  0x"), "{row}");
     assert!(!t.contains(LONG), "{t}");
     for l in t.lines().filter(|l| l.starts_with("  ")) {
-        assert!(l.chars().count() <= 80, "{l:?} is wider than 80\n{t}");
+        assert!(l.chars().count() <= 108, "{l:?} is wider than 108\n{t}");
     }
     assert!(report(&runs().timed, &[]).contains(LONG));
 }

@@ -327,10 +327,22 @@ mod live_program_in_top_and_ls {
     fn open_frames_marked_in_the_table() {
         let l = live();
         let table = &l.report_table;
-        let main =
-            table.lines().find(|r| r.split_whitespace().nth(4) == Some("main")).unwrap_or_else(|| panic!("{table}"));
+        let head = table.lines().find(|r| r.trim_start().starts_with("calls ")).unwrap_or_else(|| panic!("{table}"));
+        let cols: Vec<&str> = head.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+        let at = |name: &str| cols.iter().position(|c| *c == name).unwrap_or_else(|| panic!("no {name}: {head:?}"));
+        let main = table
+            .lines()
+            .find(|r| r.split_whitespace().nth(at("function")) == Some("main"))
+            .unwrap_or_else(|| panic!("{table}"));
         let cells: Vec<&str> = main.split_whitespace().collect();
-        assert!(cells[1].ends_with('+') && cells[2].ends_with('+') && cells[3] == "-", "{main:?}\n{table}");
+        assert!(
+            cells[at("cpu ms")].ends_with('+')
+                && cells[at("wall ms")].ends_with('+')
+                && cells[at("cpu/call us")] == "-",
+            "{main:?}\n{table}"
+        );
+        // The running call's time is in its call path too: main's self time is not zero.
+        assert_ne!(cells[at("self wall ms")], "0.000", "{main:?}\n{table}");
         assert!(table.contains("\n+: includes a call still running when the profile was read"), "{table}");
         assert!(!table.contains("\nopen: "), "{table}");
     }

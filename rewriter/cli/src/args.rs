@@ -113,7 +113,7 @@ pub enum Sort {
     Cpu,
     /// Inclusive wall time.
     Wall,
-    /// Self time (not available yet: it needs call paths).
+    /// Self CPU time (inclusive minus the timed callees; needs call paths).
     #[value(name = "self")]
     SelfTime,
 }
@@ -144,7 +144,11 @@ pub enum By {
     stint report runs/a.stint runs/b.stint           # several runs summed (as `stint merge`)\n  \
     stint report runs/                               # every *.stint in runs/, summed\n  \
     stint report /tmp/pigz.1234.stint --sort calls --top 10 --thread 'worker-*'\n  \
-    stint report /tmp/pigz.1234.stint --format csv > pigz.csv  # tid,thread,function,address,calls,cpu_ns,wall_ns\n\n\
+    stint report /tmp/pigz.1234.stint --format csv > pigz.csv  # tid,thread,function,address,calls,cpu_ns,wall_ns\n  \
+    stint report /tmp/pigz.1234.stint --calltree --depth 4     # call paths top down, per thread\n  \
+    stint report /tmp/pigz.1234.stint --callers deflate        # who calls deflate, how often, how long\n  \
+    stint report /tmp/pigz.1234.stint --callees compress_thread\n  \
+    stint report /tmp/pigz.1234.stint --sort self --top 10     # where the time goes itself\n\n\
     In the tables, `off` marks a time whose metric was off, `open` a timed function none of\n\
     whose calls returned yet, `-` a function measured by calls only (see `stint inspect\n\
     --skipped`); a footer explains each mark used.\n\n\
@@ -188,6 +192,21 @@ pub struct ReportArgs {
     /// Only what happened after the newest `stint ctl <profile> snapshot`.
     #[arg(long)]
     pub since_snapshot: bool,
+    /// The calling-context tree of each thread, top down: calls, inclusive and self times,
+    /// % of the thread's time per call path (siblings in --sort order).
+    #[arg(long, conflicts_with_all = ["callers", "callees"])]
+    pub calltree: bool,
+    /// With --calltree: show call paths at most N functions deep (deeper ones fold into
+    /// their callers' inclusive times).
+    #[arg(long, value_name = "N", requires = "calltree")]
+    pub depth: Option<usize>,
+    /// The callers of function F (gprof style): per caller, the calls and inclusive times
+    /// of F from it, per thread.
+    #[arg(long, value_name = "F", conflicts_with = "callees")]
+    pub callers: Option<String>,
+    /// The callees of function F: per callee, the calls and inclusive times from F to it.
+    #[arg(long, value_name = "F")]
+    pub callees: Option<String>,
 }
 
 /// Arguments of `stint ctl`.

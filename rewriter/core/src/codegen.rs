@@ -49,12 +49,14 @@ use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
 use stint_layout::{
-    counter_offset, gate_offset, metric_bit, TimerOp, COL_BUSY_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET,
+    cct_index_offset, cct_nodes_offset, counter_offset, gate_offset, metric_bit, TimerOp, CCT_CAP, CCT_HASH_MUL,
+    CCT_NODE_CALLS_OFFSET, CCT_NODE_CPU_OFFSET, CCT_NODE_PARENT_OFFSET, CCT_NODE_POINT_OFFSET, CCT_NODE_SIZE,
+    CCT_NODE_WALL_OFFSET, COL_BUSY_OFFSET, COL_CCT_MASK_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET,
     COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET,
     COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET, COL_TIMER_SKIPPED_OFFSET,
-    COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET,
-    FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE,
-    SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
+    COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_NODE_OFFSET, FRAME_POINT_OFFSET, FRAME_SIZE,
+    FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_COUNTER_SLOTS, SHADOW_CAP,
+    SHADOW_OFFSET, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 /// Label IPs live here; no user-space instruction can have such an address.
@@ -191,6 +193,8 @@ impl Targets {
             active: counter_offset(self.n_points, SLOT_ACTIVE, 0) as u32,
             cpu: counter_offset(self.n_points, SLOT_CPU_TICKS, 0) as u32,
             wall: counter_offset(self.n_points, SLOT_WALL_TICKS, 0) as u32,
+            cct_index: cct_index_offset(self.n_points, N_COUNTER_SLOTS) as u32,
+            cct_nodes: cct_nodes_offset(self.n_points, N_COUNTER_SLOTS) as u32,
             timer_stub: self.timer_stub,
         }
     }
@@ -513,6 +517,9 @@ pub struct TimerEnv {
     pub active: u32,
     pub cpu: u32,
     pub wall: u32,
+    /// Column offsets of the calling-context tree's hash index and nodes (D16).
+    pub cct_index: u32,
+    pub cct_nodes: u32,
     pub timer_stub: u64,
 }
 
@@ -595,12 +602,47 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.mov(frame64(rdx, FRAME_WALL_OFFSET), rax)?;
         a.sub(rax, gs64(COL_CPU_OFF_OFFSET))?;
         a.mov(frame64(rdx, FRAME_CPU_OFFSET), rax)?;
+        // The calling-context node (D16): one probe of the thread's hash index for (parent
+        // node, point); a hit counts the call, anything else (a free slot, another key, no
+        // parent node) goes to rt-lib, which probes on, makes the node or counts it lost.
+        let (mut root, mut nocct, mut miss) = (a.create_label(), a.create_label(), a.create_label());
+        let node32 = |index: AsmRegister64, field: u32| dword_ptr(index + (env.cct_nodes - CCT_NODE_SIZE + field)).gs();
+        a.mov(esi, gs32(COL_CCT_MASK_OFFSET))?;
+        a.xor(eax, eax)?; // node + 1: 0 when this thread keeps no call paths
+        a.test(esi, esi)?;
+        a.je(nocct)?;
+        a.test(edx, edx)?;
+        a.je(root)?;
+        a.mov(eax, dword_ptr(rdx + (SHADOW_OFFSET - FRAME_SIZE + FRAME_NODE_OFFSET)).gs())?; // parent + 1
+        a.set_label(&mut root)?;
+        a.imul_3(edi, eax, CCT_HASH_MUL as i32)?; // cct_hash
+        a.add(edi, ecx)?;
+        a.and(esi, edi)?;
+        a.mov(esi, dword_ptr(rsi * 4 + env.cct_index).gs())?; // node + 1, 0: free
+        a.test(esi, esi)?;
+        a.je(miss)?;
+        a.mov(edi, esi)?;
+        a.shl(edi, CCT_NODE_SIZE.trailing_zeros())?;
+        a.cmp(node32(rdi, CCT_NODE_PARENT_OFFSET), eax)?;
+        a.jne(miss)?;
+        a.cmp(node32(rdi, CCT_NODE_POINT_OFFSET), ecx)?;
+        a.jne(miss)?;
+        a.inc(qword_ptr(rdi + (env.cct_nodes - CCT_NODE_SIZE + CCT_NODE_CALLS_OFFSET)).gs())?;
+        a.mov(eax, esi)?;
+        a.set_label(&mut nocct)?;
+        a.mov(frame32(rdx, FRAME_NODE_OFFSET), eax)?;
         a.inc(counter(env.active))?;
         a.inc(gs32(COL_DEPTH_OFFSET))?; // publish
+        a.jmp(out)?;
+        // Nothing is published yet: rt-lib does the whole entry (TSC and S as they were).
+        a.set_label(&mut miss)?;
+        a.mov(rax, frame64(rdx, FRAME_WALL_OFFSET))?;
+        a.mov(rdi, frame64(rdx, FRAME_SP_OFFSET))?;
+        a.jmp(slow)?;
     } else {
         // An empty shadow stack: the function was entered while this thread's timers were
         // off. Count it here rather than in rt-lib (threads outside a focus exit often).
-        let (mut framed, mut nowall) = (a.create_label(), a.create_label());
+        let mut framed = a.create_label();
         a.test(edx, edx)?;
         a.jne(framed)?;
         a.inc(gs64(COL_UNMATCHED_EXITS_OFFSET))?;
@@ -615,21 +657,39 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.cmp(frame32(rsi, FRAME_POINT_OFFSET), ecx)?;
         a.jne(slow)?;
         a.dec(gs32(COL_DEPTH_OFFSET))?;
-        a.dec(counter(env.active))?;
-        a.jne(out)?; // not the outermost
-        a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET)).gs(), u32::from(metric_bit(METRIC_WALL_TIME)))?;
-        a.je(nowall)?;
+        // rdx = wall span, rax = CPU span (a re-synchronisation inside the frame can put the
+        // CPU clock a little behind its extrapolation: never a negative span), each 0 when
+        // the frame does not measure it.
+        let (mut cpu_ok, mut wall_on, mut cpu_on, mut flat) =
+            (a.create_label(), a.create_label(), a.create_label(), a.create_label());
         a.mov(rdx, rax)?;
         a.sub(rdx, frame64(rsi, FRAME_WALL_OFFSET))?;
-        a.add(counter(env.wall), rdx)?;
-        a.set_label(&mut nowall)?;
-        a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET)).gs(), u32::from(metric_bit(METRIC_CPU_TIME)))?;
-        a.je(out)?;
         a.sub(rax, gs64(COL_CPU_OFF_OFFSET))?;
         a.sub(rax, frame64(rsi, FRAME_CPU_OFFSET))?;
-        // A re-synchronisation inside the frame can put the CPU clock a little behind its
-        // extrapolation: never add a negative span.
-        a.js(out)?;
+        a.jns(cpu_ok)?;
+        a.xor(eax, eax)?;
+        a.set_label(&mut cpu_ok)?;
+        a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET)).gs(), u32::from(metric_bit(METRIC_WALL_TIME)))?;
+        a.jne(wall_on)?;
+        a.xor(edx, edx)?;
+        a.set_label(&mut wall_on)?;
+        a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET)).gs(), u32::from(metric_bit(METRIC_CPU_TIME)))?;
+        a.jne(cpu_on)?;
+        a.xor(eax, eax)?;
+        a.set_label(&mut cpu_on)?;
+        // The frame's node (D16) adds its time at every activation (a recursive call is a
+        // node of its own); 0 and CCT_LOST have none.
+        a.mov(edi, frame32(rsi, FRAME_NODE_OFFSET))?;
+        a.dec(edi)?;
+        a.cmp(edi, CCT_CAP)?;
+        a.jae(flat)?;
+        a.shl(edi, CCT_NODE_SIZE.trailing_zeros())?;
+        a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_WALL_OFFSET)).gs(), rdx)?;
+        a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_CPU_OFFSET)).gs(), rax)?;
+        a.set_label(&mut flat)?;
+        a.dec(counter(env.active))?;
+        a.jne(out)?; // not the outermost
+        a.add(counter(env.wall), rdx)?;
         a.add(counter(env.cpu), rax)?;
     }
     a.set_label(&mut out)?;

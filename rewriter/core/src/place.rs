@@ -62,6 +62,8 @@ pub struct SegmentData<'a> {
     pub names: Vec<u8>,
     /// fs-relative offset of libc's tid word (0: none).
     pub tid_offset: u32,
+    /// `RtConfig::flags` (`CFG_*`).
+    pub flags: u32,
 }
 
 impl<'a> SegmentData<'a> {
@@ -85,6 +87,7 @@ impl<'a> SegmentData<'a> {
             info,
             names,
             tid_offset: if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 },
+            flags: if spec.call_paths { 0 } else { stint_layout::CFG_NO_CALL_PATHS },
         }
     }
 }
@@ -163,7 +166,7 @@ impl Placement {
             n_metrics: N_METRICS,
             n_counter_slots: N_COUNTER_SLOTS,
             tid_offset: data.tid_offset,
-            _pad: 0,
+            flags: data.flags,
             ctl_rel: rel(self.control),
             ctl_len: self.control_len,
             meta_rel: rel(self.meta),

@@ -20,6 +20,13 @@ const SYNC_BITS: u8 = stint_layout::site_bits(stint_layout::MetricSite::SyncCall
 #[serde(deny_unknown_fields)]
 struct RawSpec {
     metrics: Vec<RawMetric>,
+    /// Whether each thread keeps a calling-context tree of the timed functions (D16).
+    #[serde(default = "yes")]
+    call_paths: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -63,6 +70,9 @@ impl Metric {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spec {
     pub metrics: Vec<Metric>,
+    /// Each thread keeps a calling-context tree of its timed functions (D16); the runtime's
+    /// `STINT_CALLTREE_NODES=0` turns it off for one run.
+    pub call_paths: bool,
 }
 
 impl Spec {
@@ -107,7 +117,7 @@ impl Spec {
                 on_at_start: m.on_at_start,
             });
         }
-        Ok(Spec { metrics })
+        Ok(Spec { metrics, call_paths: raw.call_paths })
     }
 
     /// `metric_bit`s of the function metrics (calls, timers) that select function `name`.

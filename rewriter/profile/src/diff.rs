@@ -588,6 +588,8 @@ mod tests {
             waits: vec![],
             wrap_skipped: 0,
             transitions: vec![],
+            calltree: vec![],
+            calltree_lost: 0,
         }
     }
 

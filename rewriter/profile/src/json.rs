@@ -5,7 +5,8 @@
 //! order of these structs is the order of the keys in the output, so they change only by
 //! appending. A value that can be unknown is an `Option` and prints as `null`; the one key
 //! that is left out rather than `null` is a thread's `transitions` (absent when the thread
-//! has no state-transition ring entries). Deserialising accepts documents of older versions:
+//! has no state-transition ring entries), and, likewise, `calltree` (no call paths) and
+//! `calltree_lost` (0). Deserialising accepts documents of older versions:
 //! a missing `Option` field reads as `None`, a missing `transitions` as empty.
 //!
 //! [`profile_json`] builds the document from the typed model ([`Profile`]); naming
@@ -31,8 +32,8 @@ use stint_layout::{exit_kind_name, EXIT_UNKNOWN, N_STATES};
 
 use crate::profile::{ObjectProfile, Profile, ThreadProfile};
 use crate::report::{
-    end_ns, first_function, first_used_in, functions, kind_name, object_address, start_ns, start_routine, state_label,
-    waits_by_time,
+    end_ns, first_function, first_used_in, functions, kind_name, object_address, point_name, start_ns, start_routine,
+    state_label, waits_by_time,
 };
 
 /// `schema` of the document.
@@ -116,6 +117,32 @@ pub struct ThreadJson {
     /// The last state transitions (the ring); absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transitions: Vec<TransitionJson>,
+    /// The thread's calling-context tree (D16), parents before children; absent when the
+    /// profile has no call paths.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calltree: Vec<CallNodeJson>,
+    /// Entries not in the tree (it was full, or deeper than the shadow stack); absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calltree_lost: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One node of a thread's calling-context tree: a function reached through one call path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallNodeJson {
+    /// Index of the parent node in `calltree`; `null` for a root.
+    pub parent: Option<u32>,
+    /// The function's name (as in `functions`).
+    pub function: String,
+    pub calls: u64,
+    /// Inclusive and self times through this path, ns (`null` without a calibration).
+    pub cpu_ns: Option<u64>,
+    pub wall_ns: Option<u64>,
+    pub self_cpu_ns: Option<u64>,
+    pub self_wall_ns: Option<u64>,
 }
 
 /// Calls and inclusive times of one function on one thread.
@@ -293,6 +320,21 @@ fn thread_json(p: &Profile, t: &ThreadProfile) -> ThreadJson {
                 object: x.object.and_then(|o| object_address(p, o)),
             })
             .collect(),
+        calltree: t
+            .calltree
+            .iter()
+            .zip(crate::calltree::self_ticks(&t.calltree))
+            .map(|(n, (self_cpu, self_wall))| CallNodeJson {
+                parent: n.parent,
+                function: point_name(p, n.point),
+                calls: n.calls,
+                cpu_ns: p.ticks_to_ns(n.cpu_ticks),
+                wall_ns: p.ticks_to_ns(n.wall_ticks),
+                self_cpu_ns: p.ticks_to_ns(self_cpu),
+                self_wall_ns: p.ticks_to_ns(self_wall),
+            })
+            .collect(),
+        calltree_lost: t.calltree_lost,
     }
 }
 

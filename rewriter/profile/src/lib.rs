@@ -3,6 +3,7 @@
 //!
 //! - [`profile`]: the reader and the model (`Profile`, `ThreadProfile`, …);
 //! - [`calltree`]: calling-context trees (D16) and the call paths views and exporters share;
+//! - [`callviews`]: self time, `--calltree`, `--callers` / `--callees` from the trees;
 //! - [`report`]: the tables of `stint report` and the queries they share with the JSON;
 //! - [`csv`]: the `stint report` tables as CSV (RFC 4180);
 //! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
@@ -21,6 +22,7 @@
 #![deny(unsafe_code)]
 
 pub mod calltree;
+pub mod callviews;
 pub mod csv;
 pub mod ctl;
 pub mod diff;

@@ -294,7 +294,7 @@ fn merge_program(group: &[&Input]) -> MergedJson {
                     }
                     roles.push(r);
                     exit_agrees.push(true);
-                    threads.push(ThreadJson { transitions: Vec::new(), ..t });
+                    threads.push(ThreadJson { transitions: Vec::new(), calltree: Vec::new(), calltree_lost: 0, ..t });
                 }
             }
         }

@@ -52,11 +52,14 @@ use serde::{Deserialize, Serialize};
 pub use stint_layout::meta::{MetricMeta, PointMeta, META_SCHEMA, POINT_ENTRY, POINT_WRAP};
 use stint_layout::{
     baseline_counter_offset, baseline_state_offset, baseline_wait_offset, clock_source_name, metric_bit,
-    object_kind_name, ColumnHeader, Control, ControlFileStatus, FileHeader, FormatError, Metric, Pod, RequestOp,
-    SyncObject, Transition, WaitEntry, COLUMN_LIVE, FLAG_FORK_CHILD, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES,
-    RING_CAP, SHADOW_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
+    object_kind_name, CctNode, ColumnHeader, Control, ControlFileStatus, FileHeader, FormatError, Metric, Pod,
+    RequestOp, SyncObject, Transition, WaitEntry, COLUMN_LIVE, FLAG_FORK_CHILD, METRIC_CPU_TIME, METRIC_WALL_TIME,
+    N_STATES, RING_CAP, SHADOW_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, STATE_EXITED, THREAD_RULES_CAP,
+    WAIT_CAP,
 };
 use thiserror::Error;
+
+use crate::calltree::CallNode;
 
 /// Name of the metric whose counters are the call counts.
 pub const CALLS_METRIC: &str = Metric::Calls.name();
@@ -555,6 +558,8 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
         }
         // Frames still open on a live thread count up to now (after a snapshot: up to now from
         // the snapshot, which is when the thread took its baseline, or when it was asked to).
+        // The tree has no snapshot baseline: a view since a snapshot shows none.
+        let mut calltree = if snapshot.is_some() { Vec::new() } else { read_calltree(col, &c, &h, i)? };
         let mut open_frames = Vec::new();
         if thread_alive && time_slots.is_some() {
             let cpu_now = (obs.thread_cpu_ns)(h.pid, c.tid).map(|ns| ns_to_ticks(ns, h.tsc_hz));
@@ -567,7 +572,7 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
                 }
             });
             let now = OpenNow { wall: now_tsc, cpu: cpu_now, since };
-            open_frames = add_open_frames(col, &c, &meta.points, now, &mut times);
+            open_frames = add_open_frames(col, &c, &meta.points, now, &mut times, &mut calltree);
         }
         threads.push(ThreadProfile {
             alive: thread_alive,
@@ -601,8 +606,8 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             thread_mask: c.thread_mask,
             snapshot: c.snap_seq,
             open_frames,
-            calltree: Vec::new(),
-            calltree_lost: 0,
+            calltree,
+            calltree_lost: c.cct_lost,
         });
     }
 
@@ -628,6 +633,41 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
         gates: region(b, h.ctl_offset, h.n_points as u64).map(<[u8]>::to_vec).unwrap_or_default(),
         control,
     })
+}
+
+/// The calling-context tree of column `i` (D16): `cct_nodes` nodes, each parent before its
+/// children (the runtime makes a node after its parent). A node naming a later parent or a
+/// point the file does not have is corruption.
+fn read_calltree(col: &[u8], c: &ColumnHeader, h: &FileHeader, i: u32) -> Result<Vec<CallNode>, ProfileError> {
+    let n = c.cct_nodes;
+    if n > h.cct_cap.min(stint_layout::CCT_CAP) {
+        return Err(ProfileError::Corrupt(format!(
+            "column {i} has {n} call-tree nodes (capacity {})",
+            h.cct_cap.min(stint_layout::CCT_CAP)
+        )));
+    }
+    let base = stint_layout::cct_nodes_offset(h.n_points, h.n_counter_slots) as usize;
+    let mut tree = Vec::with_capacity(n as usize);
+    for k in 0..n {
+        let node = CctNode::read_from(col, base + k as usize * size_of::<CctNode>())
+            .ok_or_else(|| ProfileError::Corrupt(format!("call-tree node {k} lies outside column {i}")))?;
+        if node.point >= h.n_points || node.parent > k {
+            return Err(ProfileError::Corrupt(format!(
+                "call-tree node {k} of column {i} names point {} under node {} (the file has {} points)",
+                node.point,
+                node.parent as i64 - 1,
+                h.n_points
+            )));
+        }
+        tree.push(CallNode {
+            parent: node.parent.checked_sub(1),
+            point: node.point,
+            calls: node.calls,
+            cpu_ticks: node.cpu_ticks,
+            wall_ticks: node.wall_ticks,
+        });
+    }
+    Ok(tree)
 }
 
 /// CLOCK_REALTIME now, ns since the epoch (the clock of `start_realtime_ns` and requests).
@@ -765,6 +805,8 @@ struct OpenNow {
 /// Add to `times` (sorted by point) the time of the frames still open on the shadow stack of a
 /// live thread, up to `now`, as the runtime would when they close: only the outermost frame of
 /// each point counts (recursion is counted once) and only the timers its entry switched on.
+/// Every open frame also adds its time to its calling-context node (as the runtime adds a
+/// node's time at every activation), so self times stay inclusive minus children.
 /// Returns the points that got time this way. Frames are read bounds-checked: a column written
 /// by someone else can make the figures wrong, never the reader fail.
 fn add_open_frames(
@@ -773,12 +815,13 @@ fn add_open_frames(
     points: &[PointMeta],
     now: OpenNow,
     times: &mut Vec<(u32, u64, u64)>,
+    tree: &mut [crate::calltree::CallNode],
 ) -> Vec<u32> {
     let (wall_bit, cpu_bit) = (metric_bit(METRIC_WALL_TIME) as u32, metric_bit(METRIC_CPU_TIME) as u32);
     let mut open = Vec::new();
     for i in 0..c.depth.min(SHADOW_CAP) {
         let Some(f) = ColumnHeader::frame(col, i) else { break };
-        if f.point as usize >= points.len() || open.contains(&f.point) {
+        if f.point as usize >= points.len() {
             continue;
         }
         let start = |t: u64| now.since.map_or(t, |s| t.max(s));
@@ -797,6 +840,13 @@ fn add_open_frames(
         };
         if wall == 0 && cpu == 0 {
             continue;
+        }
+        if let Some(n) = (f.node as usize).checked_sub(1).and_then(|n| tree.get_mut(n)) {
+            n.cpu_ticks = n.cpu_ticks.saturating_add(cpu);
+            n.wall_ticks = n.wall_ticks.saturating_add(wall);
+        }
+        if open.contains(&f.point) {
+            continue; // a recursive activation: the outermost one holds the flat time
         }
         open.push(f.point);
         match times.binary_search_by_key(&f.point, |&(p, _, _)| p) {
@@ -1002,7 +1052,7 @@ mod tests {
             obj_buckets: 26,
             obj_cap: 27,
             n_objects: 28,
-            _pad1: 0,
+            cct_cap: 0,
             objects_lost: 29,
             start_tsc: 30,
             control_offset: 31,
@@ -1054,6 +1104,11 @@ mod tests {
             req_seen: 46,
             snap_seq: 47,
             snap_tsc: 48,
+            cct_mask: 49,
+            cct_nodes: 50,
+            cct_lost: 51,
+            cct_ready: 52,
+            _pad_cct: 0,
         };
         assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 

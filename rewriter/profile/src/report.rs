@@ -42,6 +42,11 @@ pub struct FunctionCalls {
     pub timing: Timing,
     /// The times include a call still running when the file was read, counted up to then.
     pub running: bool,
+    /// Self CPU and wall time in ns (inclusive minus the timed callees, summed over the
+    /// function's call paths, D16); `None` when the thread has no call paths or the function
+    /// is in none (calls only).
+    pub self_cpu_ns: Option<u64>,
+    pub self_wall_ns: Option<u64>,
 }
 
 /// What the time figures of a [`FunctionCalls`] row are.
@@ -112,9 +117,17 @@ pub fn functions(p: &Profile, t: &ThreadProfile) -> Vec<FunctionCalls> {
     let running = |name: &str, address: &str| {
         t.open_frames.iter().filter_map(|&id| p.point(id)).any(|pm| pm.function == name && pm.address == address)
     };
+    let mut selfs: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    for (n, (c, w)) in t.calltree.iter().zip(crate::calltree::self_ticks(&t.calltree)) {
+        let e = selfs.entry(key(n.point)).or_default();
+        e.0 = e.0.saturating_add(c);
+        e.1 = e.1.saturating_add(w);
+    }
     let mut rows: Vec<_> = sums
         .into_iter()
         .map(|((name, address), (calls, cpu, wall, timed))| FunctionCalls {
+            self_cpu_ns: selfs.get(&(name.clone(), address.clone())).and_then(|s| p.ticks_to_ns(s.0)),
+            self_wall_ns: selfs.get(&(name.clone(), address.clone())).and_then(|s| p.ticks_to_ns(s.1)),
             timing: match (timers, timed) {
                 (false, _) => Timing::Off,
                 (true, false) => Timing::CallsOnly,
@@ -133,6 +146,11 @@ pub fn functions(p: &Profile, t: &ThreadProfile) -> Vec<FunctionCalls> {
     // The map is sorted by (name, address) and the sort is stable.
     rows.sort_by_key(|f| std::cmp::Reverse(f.calls));
     rows
+}
+
+/// The function name of point `point` (`point N` for a point the meta does not name).
+pub fn point_name(p: &Profile, point: u32) -> String {
+    p.point(point).map_or_else(|| format!("point {point}"), |pm| pm.function.clone())
 }
 
 /// Name of the function of the thread's first point.
@@ -219,6 +237,8 @@ pub enum SortBy {
     Cpu,
     /// Inclusive wall time; functions without a measured time come last.
     Wall,
+    /// Self CPU time (call paths); functions without one come last.
+    SelfCpu,
 }
 
 /// How much of the profile the table shows, and in which order.
@@ -264,6 +284,7 @@ fn sort_time(f: &FunctionCalls, sort: SortBy) -> Option<u64> {
         SortBy::Calls => None,
         SortBy::Cpu => f.cpu_ns,
         SortBy::Wall => f.wall_ns,
+        SortBy::SelfCpu => f.self_cpu_ns,
     }
 }
 
@@ -352,7 +373,9 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
     // Timer columns when some function is timed, or when the order asked for is by a timer:
     // call-count-only profiles keep the narrow table.
     let timed = sections.iter().flat_map(|s| &s.shown).any(|f| f.wall_ns.is_some() || f.cpu_ns.is_some())
-        || matches!(opts.sort, Some(SortBy::Cpu | SortBy::Wall));
+        || matches!(opts.sort, Some(SortBy::Cpu | SortBy::Wall | SortBy::SelfCpu));
+    // Self columns when some shown thread has call paths (D16).
+    let selfs = timed && threads.iter().any(|t| !t.calltree.is_empty());
     let widest_calls = sections.iter().flat_map(|s| s.shown.iter().map(|f| f.calls).chain([s.hidden.1])).max();
     let calls_w = widest_calls.unwrap_or(0).to_string().len().max("calls".len());
     if let Some(width) = opts.width {
@@ -364,7 +387,13 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
             .max()
             .unwrap_or(0);
         // `cpu/call us` is one wider than its column's values.
-        let fixed = 2 + calls_w + 2 + if timed { 11 + 2 + 11 + 2 + "cpu/call us".len() + 2 } else { 0 } + 2 + addr_w;
+        let fixed = 2
+            + calls_w
+            + 2
+            + if timed { 11 + 2 + 11 + 2 + "cpu/call us".len() + 2 } else { 0 }
+            + if selfs { 2 * (12 + 2) } else { 0 }
+            + 2
+            + addr_w;
         let max = width.saturating_sub(fixed).max(MIN_SHORT_NAME);
         for f in sections.iter_mut().flat_map(|s| &mut s.shown) {
             f.name = shorten_middle(&f.name, max);
@@ -421,10 +450,20 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
                     (ms(f.cpu_ns), ms(f.wall_ns), per_call.map_or("-".into(), |us| format!("{us:.3}")))
                 }
             };
-            format!("{cpu:>11}  {wall:>11}  {per_call:>10}  ")
+            // Self times where the inclusive ones are measured; the same mark otherwise.
+            let (self_cpu, self_wall) = match f.timing {
+                Timing::Timed => (ms(f.self_cpu_ns), ms(f.self_wall_ns)),
+                _ => (cpu.clone(), wall.clone()),
+            };
+            let self_cols = if selfs { format!("{self_cpu:>12}  {self_wall:>12}  ") } else { String::new() };
+            format!("{cpu:>11}  {wall:>11}  {self_cols}{per_call:>10}  ")
         };
-        let head =
-            if timed { format!("{:>11}  {:>11}  {:>10}  ", "cpu ms", "wall ms", "cpu/call us") } else { String::new() };
+        let self_head = if selfs { format!("{:>12}  {:>12}  ", "self cpu ms", "self wall ms") } else { String::new() };
+        let head = if timed {
+            format!("{:>11}  {:>11}  {self_head}{:>10}  ", "cpu ms", "wall ms", "cpu/call us")
+        } else {
+            String::new()
+        };
         let _ = writeln!(out, "  {:>calls_w$}  {head}{:<name_w$}  address", "calls", "function");
         for f in &s.shown {
             let line = format!("  {:>calls_w$}  {}{:<name_w$}  {}", f.calls, times(f), f.name, f.address);
@@ -699,7 +738,7 @@ pub fn to_thread_table(p: &Profile) -> String {
 
 /// `thread 1236  name: compress  start: compress_thread  first: worker`, or
 /// `thread 1234 (main)`.
-fn thread_heading(p: &Profile, t: &ThreadProfile) -> String {
+pub fn thread_heading(p: &Profile, t: &ThreadProfile) -> String {
     let mut h = format!("thread {}", t.tid);
     if t.is_main(p) {
         h.push_str(" (main)");

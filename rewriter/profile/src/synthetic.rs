@@ -1,6 +1,7 @@
 //! Synthetic profile files for the tests of everything that reads profiles: a file laid out
 //! as the runtime lays it out ([`write_synthetic`]), and small edits of one record in place
-//! ([`patch_header`], [`patch_column`], [`put_object`], [`put_wait`], [`put_transition`]).
+//! ([`patch_header`], [`patch_column`], [`put_object`], [`put_wait`], [`put_transition`],
+//! [`put_calltree`]).
 //!
 //! Nothing here restates the layout: offsets come from `stint_layout::FileLayout` (the same
 //! computation the runtime uses), records are written with the layout crate's `Pod` methods,
@@ -11,9 +12,10 @@ use std::mem::size_of;
 
 use stint_layout::meta::{Meta, MetricMeta, PointMeta, META_SCHEMA, POINT_ENTRY};
 use stint_layout::{
-    counter_offset, ctl_len, gate_offset, ring_offset, wait_offset, ColumnHeader, FileHeader, FileLayout, FileShape,
-    Metric, Pod, SyncObject, Transition, WaitEntry, COLUMN_LIVE, FILE_MAGIC, FILE_VERSION, FLAG_TID_KEY_VERIFIED,
-    GLIBC_TID_OFFSET, N_COUNTER_SLOTS, N_METRICS, RING_CAP, SLOT_CALLS, WAIT_CAP,
+    cct_nodes_offset, counter_offset, ctl_len, gate_offset, ring_offset, wait_offset, CctNode, ColumnHeader,
+    FileHeader, FileLayout, FileShape, Metric, Pod, SyncObject, Transition, WaitEntry, CCT_CAP, COLUMN_LIVE,
+    FILE_MAGIC, FILE_VERSION, FLAG_TID_KEY_VERIFIED, GLIBC_TID_OFFSET, N_COUNTER_SLOTS, N_METRICS, RING_CAP,
+    SLOT_CALLS, WAIT_CAP,
 };
 
 /// Columns a synthetic file has room for at least (the runtime starts with 16 and doubles).
@@ -209,4 +211,58 @@ pub fn put_transition(file: &mut [u8], col: u32, n: u64, t: &Transition) {
     let i = (n % RING_CAP as u64) as u32;
     t.write_to(&mut file[h.column_range(col)], ring_offset(i) as usize).expect("put_transition: the entry fits");
     patch_column(file, col, |c| c.ring_head = c.ring_head.max(n + 1));
+}
+
+/// One node of a synthetic calling-context tree (`parent`: an index of an earlier node).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyntheticNode {
+    pub parent: Option<u32>,
+    pub point: u32,
+    pub calls: u64,
+    pub cpu: u64,
+    pub wall: u64,
+}
+
+/// Write `nodes` as the calling-context tree of column `col` (as the runtime lays it out:
+/// node `k` at `cct_nodes_offset + k × CctNode`, `cct_nodes` = their number) and set the
+/// column's `cct_lost`. The hash index is left empty (readers do not use it).
+///
+/// # Panics
+/// If `file` is not a valid profile, has no column `col`, or the nodes do not fit.
+pub fn put_calltree(file: &mut [u8], col: u32, nodes: &[SyntheticNode], lost: u64) {
+    let h = FileHeader::parse(file, file.len() as u64).expect("put_calltree: not a valid profile");
+    assert!(
+        col < h.capacity_columns && nodes.len() <= CCT_CAP as usize,
+        "put_calltree: no column {col} or too many nodes"
+    );
+    let base = cct_nodes_offset(h.n_points, h.n_counter_slots) as usize;
+    let column = &mut file[h.column_range(col)];
+    for (k, n) in nodes.iter().enumerate() {
+        let node = CctNode {
+            parent: n.parent.map_or(0, |p| p + 1),
+            point: n.point,
+            calls: n.calls,
+            cpu_ticks: n.cpu,
+            wall_ticks: n.wall,
+        };
+        node.write_to(column, base + k * size_of::<CctNode>()).expect("put_calltree: the node fits");
+    }
+    patch_column(file, col, |c| {
+        c.cct_nodes = nodes.len() as u32;
+        c.cct_lost = lost;
+        c.cct_mask = 2 * CCT_CAP - 1;
+    });
+}
+
+/// A thread of [`write_synthetic_with_trees`]: `(tid, [(point, calls)], tree, calltree_lost)`.
+pub type SyntheticThread = (u32, Vec<(u32, u64)>, Vec<SyntheticNode>, u64);
+
+/// [`write_synthetic`] for threads `(tid, counts, tree, lost)`, each with its tree.
+pub fn write_synthetic_with_trees(meta_json: &str, threads: &[SyntheticThread]) -> Vec<u8> {
+    let flat: Vec<(u32, Vec<(u32, u64)>)> = threads.iter().map(|t| (t.0, t.1.clone())).collect();
+    let mut out = write_synthetic(meta_json, &flat);
+    for (i, t) in threads.iter().enumerate() {
+        put_calltree(&mut out, i as u32, &t.2, t.3);
+    }
+    out
 }

@@ -13,12 +13,14 @@
 //! threads:                       # only these threads: a number is a kernel tid,
 //!   - worker*                    #   anything else a glob on the thread name
 //!   - 4242
+//! call_paths: false              # no calling-context trees in this run (`true`: trees, the default)
 //! ```
-//! - The keys are `on`, `functions` and `threads`, at column 0, each at most once, in any
+//! - The keys are `on`, `functions`, `threads` and `call_paths`, at column 0, each at most once, in any
 //!   order, each written `key:` followed by a space or the end of the line. All are
 //!   optional: without `on` the spec's `on_at_start` values stay; without `functions` or
 //!   `threads` every function or thread is selected. An empty list (`functions: []`)
-//!   selects nothing.
+//!   selects nothing. `call_paths` takes one plain `true` or `false` (no list); without it the
+//!   spec's `call_paths` and `STINT_CALLTREE_NODES` decide.
 //! - A value is a flow list closed on the same line (`[a, "b", 'c']`, `[]`, a trailing comma
 //!   allowed), a single item (`on: calls`, a one-item list), or nothing after the colon and
 //!   then block items `- item`, one per line, all at the same indentation (0 or more spaces).
@@ -56,9 +58,10 @@ const _: () = assert!(THREAD_RULES_CAP == 8 && MAX_FUNCTIONS == 64);
 const TOO_LARGE: &str = "control file larger than 64 KiB";
 const LONE_CR: &str = "carriage return inside a line";
 const TAB_INDENT: &str = "tab used for indentation";
-const EXPECTED_KEY: &str = "expected `on:`, `functions:` or `threads:` at column 0";
+const EXPECTED_KEY: &str = "expected `on:`, `functions:`, `threads:` or `call_paths:` at column 0";
 const SPACE_AFTER_COLON: &str = "expected a space after `:`";
-const UNKNOWN_KEY: &str = "unknown key (expected on, functions or threads)";
+const UNKNOWN_KEY: &str = "unknown key (expected on, functions, threads or call_paths)";
+const EXPECTED_BOOL: &str = "expected `true` or `false`";
 const DUPLICATE_KEY: &str = "duplicate key";
 const SECOND_DOCUMENT: &str = "`---` is only allowed before the first key";
 const NO_VALUE: &str = "key without a value (write `[]` for an empty list)";
@@ -106,6 +109,8 @@ pub struct ControlFile<'a> {
     n_threads: usize,
     /// The file has a `threads:` key (possibly an empty list, which selects nothing).
     has_threads: bool,
+    /// `call_paths:`: whether threads keep calling-context trees; None without the key.
+    pub call_paths: Option<bool>,
 }
 
 impl Default for ControlFile<'_> {
@@ -119,6 +124,7 @@ impl Default for ControlFile<'_> {
             threads: [ThreadSel::Tid(0); THREAD_RULES_CAP],
             n_threads: 0,
             has_threads: false,
+            call_paths: None,
         }
     }
 }
@@ -200,6 +206,7 @@ enum Key {
     On,
     Functions,
     Threads,
+    CallPaths,
 }
 
 impl Key {
@@ -208,6 +215,7 @@ impl Key {
             b"on" => Some(Key::On),
             b"functions" => Some(Key::Functions),
             b"threads" => Some(Key::Threads),
+            b"call_paths" => Some(Key::CallPaths),
             _ => None,
         }
     }
@@ -217,6 +225,7 @@ impl Key {
             Key::On => 1,
             Key::Functions => 2,
             Key::Threads => 4,
+            Key::CallPaths => 8,
         }
     }
 }
@@ -310,6 +319,17 @@ impl<'a> Parser<'a> {
             Key::On => self.cf.on = Some(0),
             Key::Functions => self.cf.has_functions = true,
             Key::Threads => self.cf.has_threads = true,
+            Key::CallPaths => {
+                // One plain scalar, not a list.
+                let (rest, _) = skip_spaces(rest);
+                let (item, after) = parse_item(rest, false)?;
+                self.cf.call_paths = match (item.quoted, item.text) {
+                    (false, b"true") => Some(true),
+                    (false, b"false") => Some(false),
+                    _ => return Err(EXPECTED_BOOL),
+                };
+                return end_of_line(after, JUNK_AFTER_ITEM);
+            }
         }
         let (rest, _) = skip_spaces(rest);
         match rest.split_first() {
@@ -396,6 +416,7 @@ impl<'a> Parser<'a> {
                 *slot = sel;
                 cf.n_threads += 1;
             }
+            Key::CallPaths => return Err(EXPECTED_BOOL),
         }
         Ok(())
     }
@@ -561,6 +582,19 @@ mod tests {
             assert!(cf.function_selected(b"anything"));
             assert!(cf.thread_selected(7, b"any"));
         }
+    }
+
+    #[test]
+    fn call_paths_is_one_boolean() {
+        assert_eq!(ok("call_paths: false\n").call_paths, Some(false));
+        assert_eq!(ok("on: [calls]\ncall_paths: true # trees\n").call_paths, Some(true));
+        assert_eq!(ok("on: [calls]\n").call_paths, None);
+        for bad in
+            ["call_paths: off", "call_paths: [false]", "call_paths: \"false\"", "call_paths:", "call_paths: false x"]
+        {
+            assert!(parse(bad.as_bytes()).is_err(), "{bad}");
+        }
+        assert_eq!(parse(b"call_paths: true\ncall_paths: false").unwrap_err().what, DUPLICATE_KEY);
     }
 
     #[test]

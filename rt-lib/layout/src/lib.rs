@@ -83,7 +83,7 @@ pub const PAGE: u64 = 4096;
 /// `FileHeader::magic` once the runtime has finished writing the header.
 pub const FILE_MAGIC: [u8; 8] = *b"STINTPRF";
 /// Layout version of the profile file. Bump on any incompatible change.
-pub const FILE_VERSION: u32 = 4;
+pub const FILE_VERSION: u32 = 5;
 
 /// `FileHeader::flags`: `fs:[tid_offset]` held the kernel tid in the main thread at start,
 /// so the hot-path key includes the libc thread id (otherwise it is the thread pointer only).
@@ -145,7 +145,8 @@ pod_struct! {
         /// Objects handed out so far (entries `0..min(n_objects, obj_cap)`; an entry is
         /// complete once its `kind` is non-zero).
         pub n_objects: u32,
-        pub _pad1: u32,
+        /// Calling-context-tree nodes a column holds (`CctNode`s, a power of two; D16).
+        pub cct_cap: u32,
         /// Objects not recorded because the table was full.
         pub objects_lost: u64,
         /// TSC at start (the zero of every `*_tsc` field).
@@ -273,6 +274,18 @@ pod_struct! {
         pub snap_seq: u64,
         /// TSC when the thread took it.
         pub snap_tsc: u64,
+        // ---- the calling-context tree (D16) ----
+        /// Mask of the tree's hash index (`2 × nodes − 1`); 0: this thread keeps no call paths.
+        pub cct_mask: u32,
+        /// Nodes in use (`nodes[0..cct_nodes]`, parents before children).
+        pub cct_nodes: u32,
+        /// Entries not attributed to a node: the tree was full, the shadow stack was deeper
+        /// than `SHADOW_CAP`, or the parent frame had no node.
+        pub cct_lost: u64,
+        /// Nodes whose file blocks are allocated (the runtime allocates the nodes a page at a
+        /// time, so a full file system stops the tree instead of raising SIGBUS).
+        pub cct_ready: u32,
+        pub _pad_cct: u32,
     }
 }
 
@@ -293,8 +306,53 @@ pod_struct! {
         pub wall_start: u64,
         /// Thread CPU time at entry, in TSC ticks (`rdtsc − cpu_off`).
         pub cpu_start: u64,
+        /// The frame's calling-context node + 1 (0: none, [`CCT_LOST`]: not in the tree).
+        pub node: u32,
+        pub _pad: u32,
+        /// Pads a frame to a cache line (the routines index frames with a shift).
+        pub _reserved: [u64; 3],
     }
 }
+
+pod_struct! {
+    /// One node of a thread's calling-context tree (D16): a point reached through one chain
+    /// of callers. Written only by the thread; `parent` and `point` before `cct_nodes` counts it.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct CctNode {
+        /// Parent node + 1 (0: a root, entered with no framed caller).
+        pub parent: u32,
+        /// Point id of the function entered.
+        pub point: u32,
+        /// Entries through this path.
+        pub calls: u64,
+        /// Inclusive CPU ticks (only while `cpu_time` was on for the frame).
+        pub cpu_ticks: u64,
+        /// Inclusive wall ticks (only while `wall_time` was on for the frame).
+        pub wall_ticks: u64,
+    }
+}
+
+/// `Frame::node` of a frame whose node could not be made (tree full, or its parent lost).
+pub const CCT_LOST: u32 = u32::MAX;
+/// Nodes a column's calling-context tree holds at most (the layout's capacity; the runtime
+/// may use fewer, see `STINT_CALLTREE_NODES`).
+pub const CCT_CAP: u32 = 16384;
+/// Bytes of one node; a power of two (the routines index nodes with a shift).
+pub const CCT_NODE_SIZE: u32 = size_of::<CctNode>() as u32;
+const _: () = assert!(CCT_NODE_SIZE.is_power_of_two() && CCT_CAP.is_power_of_two());
+pub const CCT_NODE_PARENT_OFFSET: u32 = offset_of!(CctNode, parent) as u32;
+pub const CCT_NODE_POINT_OFFSET: u32 = offset_of!(CctNode, point) as u32;
+pub const CCT_NODE_CALLS_OFFSET: u32 = offset_of!(CctNode, calls) as u32;
+pub const CCT_NODE_CPU_OFFSET: u32 = offset_of!(CctNode, cpu_ticks) as u32;
+pub const CCT_NODE_WALL_OFFSET: u32 = offset_of!(CctNode, wall_ticks) as u32;
+/// Environment variable: nodes per thread (a power of two ≤ [`CCT_CAP`]; 0 turns call paths
+/// off). For tests of the overflow and for users who want less memory.
+pub const ENV_CALLTREE_NODES: &str = "STINT_CALLTREE_NODES";
+/// Slot of the tree's hash index for (`parent` + 1, `point`): the routines compute the same.
+pub const fn cct_hash(parent: u32, point: u32) -> u32 {
+    parent.wrapping_mul(CCT_HASH_MUL).wrapping_add(point)
+}
+pub const CCT_HASH_MUL: u32 = 0x9e37_79b1;
 
 /// Frames a column's shadow stack keeps.
 pub const SHADOW_CAP: u32 = 512;
@@ -335,6 +393,8 @@ pub const FRAME_POINT_OFFSET: u32 = offset_of!(Frame, point) as u32;
 pub const FRAME_BITS_OFFSET: u32 = offset_of!(Frame, bits) as u32;
 pub const FRAME_WALL_OFFSET: u32 = offset_of!(Frame, wall_start) as u32;
 pub const FRAME_CPU_OFFSET: u32 = offset_of!(Frame, cpu_start) as u32;
+pub const FRAME_NODE_OFFSET: u32 = offset_of!(Frame, node) as u32;
+pub const COL_CCT_MASK_OFFSET: u32 = offset_of!(ColumnHeader, cct_mask) as u32;
 /// Open `lock_hold` intervals: `HELD_CAP` × [`Held`] after the shadow stack.
 pub const HELD_OFFSET: u32 = SHADOW_OFFSET + SHADOW_CAP * FRAME_SIZE;
 pub const HELD_CAP: u32 = 16;
@@ -739,6 +799,7 @@ impl FileLayout {
         h.column_size = self.column_size;
         h.capacity_columns = capacity_columns;
         h.file_len = self.file_len(capacity_columns);
+        h.cct_cap = CCT_CAP;
     }
 
     /// Whether header `h` lays its file out as this layout does (a check for tests that read
@@ -768,10 +829,21 @@ impl FileHeader {
 /// Column size for `n_points` points and `n_counter_slots` 8-byte counters per point,
 /// rounded to whole pages so columns never share a cache line or page (D7).
 pub const fn column_size(n_points: u32, n_counter_slots: u32) -> u64 {
-    let bytes = baseline_offset(n_points, n_counter_slots) + baseline_len(n_points, n_counter_slots);
-    align_up(bytes, PAGE)
+    cct_nodes_offset(n_points, n_counter_slots) + CCT_CAP as u64 * CCT_NODE_SIZE as u64
 }
-
+/// Where a column's calling-context tree starts (page aligned, after the baseline): its hash
+/// index, `CCT_INDEX_CAP` × u32 (node + 1, 0: free), then `CCT_CAP` × [`CctNode`]. Zero
+/// pages until the thread enters its first call paths.
+pub const fn cct_index_offset(n_points: u32, n_counter_slots: u32) -> u64 {
+    align_up(baseline_offset(n_points, n_counter_slots) + baseline_len(n_points, n_counter_slots), PAGE)
+}
+/// Slots of the tree's hash index: twice the nodes, so a probe finds its node at the first
+/// slot most of the time.
+pub const CCT_INDEX_CAP: u32 = 2 * CCT_CAP;
+/// Where a column's tree nodes start.
+pub const fn cct_nodes_offset(n_points: u32, n_counter_slots: u32) -> u64 {
+    cct_index_offset(n_points, n_counter_slots) + CCT_INDEX_CAP as u64 * 4
+}
 /// Where a column's snapshot baseline starts: after the counters. The baseline is what the
 /// thread's counters, waits and state times were when it took the snapshot (open frames and
 /// the open state counted up to that moment); readers subtract it, nobody zeroes a counter
@@ -867,7 +939,8 @@ pod_struct! {
         pub n_counter_slots: u32,
         /// fs-relative offset of libc's thread-id word, 0 if the program's libc is unknown.
         pub tid_offset: u32,
-        pub _pad: u32,
+        /// `CFG_*` flags.
+        pub flags: u32,
         /// Control region in the program's address space (page aligned), relative to this block.
         pub ctl_rel: i64,
         pub ctl_len: u64,
@@ -898,6 +971,8 @@ pod_struct! {
 }
 
 pub const CONFIG_MAGIC: [u8; 8] = *b"STINTCFG";
+/// `RtConfig::flags`: the spec turned call paths off (`call_paths: false`, D16).
+pub const CFG_NO_CALL_PATHS: u32 = 1 << 0;
 pub const CONFIG_VERSION: u32 = 4;
 
 pod_struct! {
@@ -1111,13 +1186,17 @@ mod tests {
         assert_eq!(COL_SELF_OFFSET, 0);
         assert_eq!(COL_OWNER_TP_OFFSET, 8);
         assert_eq!(COL_OWNER_KEY_OFFSET, 16);
-        assert_eq!(FRAME_SIZE, 32);
-        assert_eq!(HELD_OFFSET, 512 + 512 * 32);
+        assert_eq!(FRAME_SIZE, 64);
+        assert_eq!(HELD_OFFSET, 512 + 512 * 64);
         assert_eq!(WAITS_OFFSET, HELD_OFFSET + 16 * 16);
         assert_eq!(RING_OFFSET, WAITS_OFFSET + 256 * 40);
         assert_eq!(COUNTERS_OFFSET, RING_OFFSET + 256 * 16);
-        assert_eq!(column_size(0, 1), align_up(COUNTERS_OFFSET as u64 + BASELINE_COUNTERS, PAGE));
-        assert_eq!(column_size(10, 4), align_up(baseline_offset(10, 4) + BASELINE_COUNTERS + 10 * 4 * 8, PAGE));
+        let tree = CCT_INDEX_CAP as u64 * 4 + CCT_CAP as u64 * 32;
+        assert_eq!(column_size(0, 1), align_up(COUNTERS_OFFSET as u64 + BASELINE_COUNTERS, PAGE) + tree);
+        assert_eq!(column_size(10, 4), align_up(baseline_offset(10, 4) + BASELINE_COUNTERS + 10 * 4 * 8, PAGE) + tree);
+        assert_eq!(cct_nodes_offset(10, 4) % PAGE, 0);
+        assert_eq!(size_of::<CctNode>(), 32);
+        assert_eq!(cct_hash(0, 7), 7);
         assert_eq!(size_of::<WrapSite>(), 32);
         assert_eq!(size_of::<SyncObject>(), 32);
         assert_eq!(counter_offset(10, 0, 3), COUNTERS_OFFSET as u64 + 24);

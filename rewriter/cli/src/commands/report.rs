@@ -1,6 +1,7 @@
 //! `stint report`: load a profile (whole, or since the newest snapshot) and print one of the
 //! tables of [`stint_profile::report`], its CSV form ([`stint_profile::csv`]) or the
-//! `stint-profile/1` document ([`stint_profile::json`]). Turns `--sort`, `--top`, `--thread`
+//! `stint-profile/1` document ([`stint_profile::json`]), or a call-path view
+//! ([`stint_profile::callviews`]: `--calltree`, `--callers`, `--callees`). Turns `--sort`, `--top`, `--thread`
 //! and `--width` (default: the terminal's width) into [`report::TableOptions`]. Several
 //! inputs, a directory or a JSON document (`stint merge` output) are summed per program
 //! ([`stint_profile::merge`]) and shown as the merged table (or the merged JSON, as `stint
@@ -10,7 +11,7 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
-use stint_profile::{csv, discover, json, merge, profile, report};
+use stint_profile::{callviews, csv, discover, json, merge, profile, report};
 
 use crate::args::{By, Format, ReportArgs, Sort};
 
@@ -28,7 +29,13 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         Some(Sort::Cpu) => Some(report::SortBy::Cpu),
         Some(Sort::Wall) => Some(report::SortBy::Wall),
         Some(Sort::SelfTime) => {
-            bail!("--sort self: self time needs call paths, which profiles do not record yet; use cpu, wall or calls")
+            if p.threads.iter().all(|t| t.calltree.is_empty()) {
+                bail!(
+                    "{}: --sort self: the profile has no call paths (written with call_paths off, or --since-snapshot); use cpu, wall or calls",
+                    path.display()
+                );
+            }
+            Some(report::SortBy::SelfCpu)
         }
     };
     if let Some(pat) = &a.thread {
@@ -44,6 +51,19 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
     let opts = report::TableOptions { top: a.top, sort, thread: a.thread.clone(), width };
     let mut out = stdout.lock();
     let format = if a.json { Format::Json } else { a.format };
+    let tree_opts = callviews::TreeOptions { thread: a.thread.clone(), depth: a.depth, sort: sort.unwrap_or_default() };
+    let call_view = a.calltree || a.callers.is_some() || a.callees.is_some();
+    if call_view && format != Format::Table {
+        bail!("--calltree, --callers, --callees: tables only (the JSON has threads[].calltree)");
+    }
+    if a.calltree {
+        write!(out, "{}", callviews::to_calltree_table(&p, &tree_opts))?;
+        return Ok(());
+    }
+    if let Some((f, callers)) = a.callers.as_deref().map(|f| (f, true)).or(a.callees.as_deref().map(|f| (f, false))) {
+        write!(out, "{}", callviews::to_relatives_table(&p, f, callers, &tree_opts))?;
+        return Ok(());
+    }
     match (format, a.by) {
         (Format::Json, _) => {
             serde_json::to_writer_pretty(&mut out, &json::profile_json(&p))?;
@@ -74,6 +94,9 @@ fn is_profile_file(path: &Path) -> anyhow::Result<bool> {
 fn run_merged(a: &ReportArgs, paths: &[PathBuf]) -> anyhow::Result<()> {
     if a.since_snapshot {
         bail!("--since-snapshot: needs one profile file");
+    }
+    if a.calltree || a.callers.is_some() || a.callees.is_some() {
+        bail!("--calltree, --callers, --callees: need one profile file");
     }
     let merged = merge::merge_paths(paths)?;
     let mut out = std::io::stdout().lock();

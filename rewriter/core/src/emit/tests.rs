@@ -133,5 +133,6 @@ fn empty() -> crate::place::SegmentData<'static> {
         info: Vec::new(),
         names: Vec::new(),
         tid_offset: 0,
+        flags: 0,
     }
 }

@@ -262,7 +262,15 @@ fn pieces_of(data: &[u8], at: u64) -> Vec<(Piece, Vec<u64>)> {
     put(Initial::Entry, &|a| codegen::entry_stub(a, config, rt, p.elf.entry));
     let slow_stub = put(Initial::Call, &|a| codegen::slow_stub(a, config, rt + 0x100));
     let timer_stub = put(Initial::Call, &|a| codegen::timer_stub(a, config, rt + 0x200));
-    let tenv = TimerEnv { ctl: config - 0x10000, active: 0x1000, cpu: 0x2000, wall: 0x3000, timer_stub };
+    let tenv = TimerEnv {
+        ctl: config - 0x10000,
+        active: 0x1000,
+        cpu: 0x2000,
+        wall: 0x3000,
+        cct_index: 0x4000,
+        cct_nodes: 0x8000,
+        timer_stub,
+    };
     let timer_enter = put(Initial::Call, &|a| codegen::timer_routine(a, stint_layout::TimerOp::Enter, tenv));
     let timer_exit = put(Initial::Call, &|a| codegen::timer_routine(a, stint_layout::TimerOp::Exit, tenv));
     put(Initial::Call, &|a| codegen::trap_stub(a, config, rt + 0x300));
