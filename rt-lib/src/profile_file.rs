@@ -486,7 +486,11 @@ pub fn fork_child(rt: &Rt, su: &mut Startup, extra_flags: u32) {
     sys::close(st.fd());
     st.set_base(0);
     st.set_mapped(0);
-    // The parent's profile path, as the parent created it (`su` is the parent's copy).
+    // A new process: its own start time (the copy in `su` is the parent's).
+    su.proc_start_ticks = process::start_ticks();
+    // The parent's profile path, as the parent created it (`su` is the parent's copy; a
+    // parent that never measured, such as the middle process of a double fork, passes on
+    // its own parent's).
     let parent = su.path;
     let parent_len = su.path_len as usize;
     create(rt, su, extra_flags, parent.get(..parent_len).unwrap_or(&[]));

@@ -7,12 +7,13 @@
 //! match wins:
 //! 1. **exec**: the profile named by `exec_from` (the image it replaced in the same pid);
 //! 2. **fork**: the profile named by `parent_profile` (recorded by a fork child of a
-//!    rewritten program, which copies its parent's profile path);
+//!    rewritten program, which copies its parent's profile path; for the grandchild of a
+//!    double fork whose middle process ran no instrumented code, the grandparent's);
 //! 3. **child**: otherwise (a `posix_spawn`, a `vfork` + `exec`, a fork that ran no
 //!    instrumented code before its `exec`) the newest image of process `ppid` that started
 //!    before this one; none: the image is a root.
 //!
-//! Files are matched to recorded paths by file name and pid, so a tree still forms when the
+//! Files are matched to recorded paths by file name (and, for `exec_from`, pid), so a tree still forms when the
 //! profiles were moved or were created through a relative `STINT_PROFILE`.
 
 use std::fmt::Write as _;
@@ -119,7 +120,12 @@ impl Tree {
         for i in 0..nodes.len() {
             let p = &nodes[i].profile;
             let exec = p.process.exec_from.as_deref().and_then(|r| find(&nodes, r, p.pid));
-            let fork = p.process.parent_profile.as_deref().and_then(|r| find(&nodes, r, p.ppid));
+            // Not by pid: the recorded parent may be a grandparent (the middle process of a
+            // double fork ran no instrumented code and has no profile).
+            let fork =
+                p.process.parent_profile.as_deref().and_then(|r| {
+                    nodes.iter().position(|n| n.profile.pid != p.pid && n.path.file_name() == file_name(r))
+                });
             let (parent, link) = match (exec, fork) {
                 (Some(e), _) if e != i => (Some(e), Link::Exec),
                 (_, Some(f)) if f != i => (Some(f), Link::Fork),
