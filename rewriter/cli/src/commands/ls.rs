@@ -1,9 +1,12 @@
 //! `stint ls`: the live profile files of this user's processes, found by
-//! [`stint_profile::discover`], printed as a table or as JSON.
+//! [`stint_profile::discover`], printed as a table or as JSON. The table shows process trees
+//! ([`stint_profile::proctree`]): a child's row follows its parent's, its program indented
+//! under it and marked `(fork)`, `(exec)` or `(child)`.
 
 use std::io::Write;
 
 use stint_profile::discover::{scan, Entry, EntryJson};
+use stint_profile::proctree;
 
 use crate::args::LsArgs;
 use crate::fmt::{fmt_duration, layout_rows};
@@ -18,7 +21,7 @@ pub fn run(args: LsArgs) -> anyhow::Result<()> {
         serde_json::to_writer_pretty(&mut out, &to_json(&entries))?;
         writeln!(out)?;
     } else if !entries.is_empty() {
-        write!(out, "{}", to_table(&entries))?;
+        write!(out, "{}", to_table(&in_tree_order(entries.clone())))?;
     }
     if entries.is_empty() {
         eprintln!("no live stint profiles");
@@ -29,6 +32,38 @@ pub fn run(args: LsArgs) -> anyhow::Result<()> {
 /// The document of `stint ls --json`: an array, by pid.
 fn to_json(entries: &[Entry]) -> Vec<EntryJson> {
     entries.iter().map(EntryJson::from).collect()
+}
+
+/// The entries with the program column showing the tree: children after their parent,
+/// indented by depth and marked with how they are related (the profiles are read again for
+/// their lineage; one that cannot be read keeps its place as a root).
+fn in_tree_order(entries: Vec<Entry>) -> Vec<Entry> {
+    let mut items = Vec::new();
+    let mut unread = Vec::new();
+    for e in entries {
+        match stint_profile::profile::load(&e.path) {
+            Ok(p) => items.push((e, p)),
+            Err(_) => unread.push(e),
+        }
+    }
+    let (mut entries, profiles): (Vec<Option<Entry>>, Vec<_>) =
+        items.into_iter().map(|(e, p)| (Some(e.clone()), (e.path, p))).unzip();
+    let tree = proctree::Tree::build(profiles);
+    let mut out: Vec<Entry> = tree
+        .walk()
+        .into_iter()
+        .filter_map(|(i, depth)| {
+            let mut e = entries.get_mut(i)?.take()?;
+            let n = &tree.nodes[i];
+            if n.link != proctree::Link::Root {
+                e.program = format!("{}{} ({})", "  ".repeat(depth), e.program, n.link.name());
+                e.fork_child = false; // said by the mark
+            }
+            Some(e)
+        })
+        .collect();
+    out.extend(unread);
+    out
 }
 
 /// The table of `stint ls`.
