@@ -13,6 +13,10 @@
 //
 //# cflags: -pthread
 //# variants: pie-O0 nopie-O2
+//# exit: 5
+//# expect: profiles 9
+//# expect: main calls root_fn 3
+//# expect: main calls fork_fn 0
 #include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
