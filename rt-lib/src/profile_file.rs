@@ -319,6 +319,8 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]
     // Copy the path so `su` can be lent to the control file below.
     let path_copy = su.path;
     let plen = su.path_len as usize;
+    // Published (for a later fork child to name as its parent) only once the profile is.
+    su.path_len = 0;
     let (Some(path), Some(path_nul)) = (path_copy.get(..plen), path_copy.get(..plen + 1)) else {
         return false;
     };
@@ -424,6 +426,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]
     }
     // Safety: publishing the header: readers check the magic last.
     unsafe { core::ptr::write_volatile(&raw mut hdr.magic, FILE_MAGIC) };
+    su.path_len = plen as u32;
     true
 }
 
