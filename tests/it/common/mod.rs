@@ -843,7 +843,7 @@ pub fn parse_directives(name: &str, source: &Path, text: &str) -> Result<Program
         return Err(format!("{}: child checks need `expect: profiles N` with N >= 2", source.display()));
     }
     if !has_child && profiles == 2 {
-        return Err(format!("{}: a parent and its fork child: the child needs checks", source.display()));
+        return Err(format!("{}: two profiles (a parent and its fork child) need child checks", source.display()));
     }
     Ok(p)
 }
