@@ -93,6 +93,44 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::path::PathBuf;
+    use stint_profile::synthetic::{patch_header, synthetic_meta, write_synthetic};
+
+    #[test]
+    fn children_follow_their_parent_indented_and_marked() {
+        let dir = std::env::temp_dir().join(format!("stint-ls-tree-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let meta = synthetic_meta("server", &[("main", "0x1000")]);
+        let file = |pid: u32, ppid: u32, start: u64, parent: &str| {
+            let mut b = write_synthetic(&meta, &[(pid, vec![(0, 1)])]);
+            patch_header(&mut b, |h| {
+                h.ppid = ppid;
+                h.start_realtime_ns = start;
+                stint_layout::set_text_field(&mut h.parent_profile, parent.as_bytes());
+            });
+            let path = dir.join(format!("server.{pid}.stint"));
+            std::fs::write(&path, b).unwrap();
+            path
+        };
+        let entry = |pid: u32, path: PathBuf| Entry {
+            pid,
+            ppid: 1,
+            fork_child: false,
+            program: "server".into(),
+            path,
+            uptime_s: None,
+            threads: 1,
+            threads_live: 1,
+            alive: true,
+        };
+        // By pid, as `scan` lists them: the child (a lower pid, recycled) before its parent.
+        let child = entry(7, file(7, 9, 2, "/elsewhere/server.9.stint"));
+        let other = entry(8, file(8, 1, 3, ""));
+        let parent = entry(9, file(9, 1, 1, ""));
+        let order = in_tree_order(vec![child, other, parent]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let shown: Vec<(u32, &str)> = order.iter().map(|e| (e.pid, e.program.as_str())).collect();
+        assert_eq!(shown, [(9, "server"), (7, "  server (fork)"), (8, "server")]);
+    }
 
     #[test]
     fn table_and_json() {
