@@ -28,7 +28,8 @@
 //! ```text
 //! sys, text                 system calls; bounded byte strings
 //! column, state, clock      a column's regions; the context and shared state; CPU clocks
-//! control                   control page, safe points, snapshots, the control file
+//! control, process          control page, safe points, snapshots, the control file;
+//!                           the process's identity, arguments and diagnostics
 //! profile_file              create, map, grow and leave the profile file
 //! threads                   registration, own column, fork hand-off, start/name hand-off
 //! timer, wrap, trap         timer slow path; thread-library wrappers; SIGTRAP handler
@@ -47,6 +48,7 @@
 mod clock;
 mod column;
 mod control;
+mod process;
 mod profile_file;
 mod start;
 mod state;
@@ -160,7 +162,7 @@ mod layering {
     const LAYERS: &[&[&str]] = &[
         &["sys", "text"],
         &["column", "state", "clock"],
-        &["control"],
+        &["control", "process"],
         &["profile_file"],
         &["threads"],
         &["timer", "wrap", "trap"],
@@ -174,6 +176,7 @@ mod layering {
         ("state", include_str!("state.rs")),
         ("clock", include_str!("clock.rs")),
         ("control", include_str!("control.rs")),
+        ("process", include_str!("process.rs")),
         ("profile_file", include_str!("profile_file.rs")),
         ("threads", include_str!("threads.rs")),
         ("timer", include_str!("timer.rs")),

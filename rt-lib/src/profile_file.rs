@@ -24,13 +24,14 @@
 
 use crate::clock;
 use crate::control;
+use crate::process;
 use crate::state::{Rt, Startup, ALL_METRICS, CONTROL_PATH_MAX, PATH_MAX};
 use crate::sys::{self, Errno};
 use crate::text::copy_into;
-use core::mem::size_of;
+use core::mem::{offset_of, size_of};
 use stint_layout::{
-    Control, FileHeader, FileLayout, FileShape, RtConfig, CONTROL_OFFSET, FILE_MAGIC, FILE_VERSION,
-    FLAG_TID_KEY_VERIFIED, OBJ_BUCKETS, OBJ_CAP,
+    set_text_field, Control, FileHeader, FileLayout, FileShape, ProcessEnd, RtConfig, CONTROL_OFFSET, FILE_MAGIC,
+    FILE_VERSION, FLAG_ARGV_TRUNCATED, FLAG_PATH_TRUNCATED, FLAG_TID_KEY_VERIFIED, OBJ_BUCKETS, OBJ_CAP,
 };
 
 /// Address space reserved for the profile mapping; the file grows inside it. Under an
@@ -61,32 +62,36 @@ fn file_layout(cfg: &RtConfig) -> FileLayout {
 /// symbolic link.
 const NEW_FILE: usize = sys::O_RDWR | sys::O_CREAT | sys::O_EXCL | sys::O_NOFOLLOW | sys::O_CLOEXEC;
 
-/// Create the profile `path_nul` (NUL-terminated) in the private per-user directory it
-/// names (D15): the directory is created 0700 if missing; it must then be a directory (not
-/// a symbolic link), owned by this user, with no access for group or others; the file is
-/// created relative to the directory's descriptor, so the checked directory is the one it
-/// lands in. Each refusal prints one line and returns `Err`.
-fn create_in_private_dir(rt: &Rt, path_nul: &[u8]) -> Result<usize, ()> {
+/// Names tried for one profile (`p.stint`, `p.1.stint`, …, `p.<N-1>.stint`) before the
+/// runtime gives up with one line (D22: no image is refused a profile because a name is
+/// taken; the bound only stops a directory full of them from costing unbounded time).
+const MAX_NAMES: u32 = 1000;
+
+/// The private per-user directory of `path_nul`'s file (D15), opened: created 0700 if
+/// missing; it must then be a directory (not a symbolic link), owned by this user, with no
+/// access for group or others. Files are created relative to this descriptor, so the checked
+/// directory is the one they land in. Each refusal writes one line and returns `Err`.
+fn open_private_dir(rt: &Rt, log: &[u8], path_nul: &[u8]) -> Result<i32, ()> {
     let path = path_nul.split_last().map_or(&[][..], |(_, p)| p);
     let slash = path.iter().rposition(|&b| b == b'/').ok_or(())?;
     let mut dir = [0u8; PATH_MAX];
     let n = copy_into(&mut dir, &[path.get(..slash.max(1)).unwrap_or(b"/"), b"\0"]);
-    let (Some(dir_nul), Some(name_nul)) = (dir.get(..n), path_nul.get(slash + 1..)) else {
-        warn(rt, b"profile directory path too long", path, None);
+    let Some(dir_nul) = dir.get(..n) else {
+        warn(rt, log, b"profile directory path too long", path, None);
         return Err(());
     };
     let dir_path = dir_nul.split_last().map_or(&[][..], |(_, d)| d);
     match sys::mkdir(dir_nul, 0o700) {
         Ok(_) | Err(Errno::EEXIST) => {}
         Err(e) => {
-            warn(rt, b"cannot create profile directory", dir_path, Some(e));
+            warn(rt, log, b"cannot create profile directory", dir_path, Some(e));
             return Err(());
         }
     }
     let dfd = match sys::open(dir_nul, sys::O_RDONLY | sys::O_DIRECTORY | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0) {
         Ok(fd) => fd as i32,
         Err(e) => {
-            warn(rt, b"cannot open profile directory", dir_path, Some(e));
+            warn(rt, log, b"cannot open profile directory", dir_path, Some(e));
             return Err(());
         }
     };
@@ -96,17 +101,82 @@ fn create_in_private_dir(rt: &Rt, path_nul: &[u8]) -> Result<usize, ()> {
         Ok((_, mode)) if mode & 0o077 != 0 => Some(b"profile directory is open to other users (chmod 700)"),
         Ok(_) => None,
     };
-    let created = match refusal {
-        Some(why) => {
-            warn(rt, why, dir_path, None);
-            Err(())
-        }
-        None => {
-            sys::openat(dfd, name_nul, NEW_FILE, 0o600).map_err(|e| warn(rt, b"cannot create profile", path, Some(e)))
-        }
+    if let Some(why) = refusal {
+        warn(rt, log, why, dir_path, None);
+        sys::close(dfd);
+        return Err(());
+    }
+    Ok(dfd)
+}
+
+/// The `k`-th name for a profile whose first name is `base`, NUL-terminated, into `out`:
+/// `base` itself for 0, else `.k` inserted before a final `.stint` (appended when there is
+/// none). Returns the length without the NUL.
+fn nth_name(out: &mut [u8], base: &[u8], k: u32) -> Option<usize> {
+    let mut digits = [0u8; 10];
+    let mut w = crate::text::Writer::new(&mut digits);
+    w.num(k as u64);
+    let nd = w.len();
+    let num = digits.get(..nd)?;
+    let (stem, ext): (&[u8], &[u8]) = match base.strip_suffix(b".stint") {
+        Some(stem) if k > 0 => (stem, b".stint"),
+        _ => (base, b""),
     };
-    sys::close(dfd);
-    created
+    let parts: [&[u8]; 5] = if k == 0 { [base, b"", b"", b"", b"\0"] } else { [stem, b".", num, ext, b"\0"] };
+    let want: usize = parts.iter().map(|p| p.len()).sum();
+    if want > out.len() {
+        return None;
+    }
+    Some(copy_into(out, &parts) - 1)
+}
+
+/// The image this one replaced by `exec`, found among the names already taken: the newest
+/// profile of this very process (same pid and kernel start time) that records no end.
+struct Predecessor {
+    start_monotonic_ns: u64,
+    path: [u8; PATH_MAX],
+    len: usize,
+}
+
+/// Whether the existing file `name_nul` (relative to `dfd`) is a profile of an earlier image
+/// of this process; if so and it is newer than `best`, remember it.
+fn consider_predecessor(dfd: i32, name_nul: &[u8], path: &[u8], me: (u32, u64), best: &mut Option<Predecessor>) {
+    let (pid, start_ticks) = me;
+    if start_ticks == 0 {
+        return; // no process identity: never guess
+    }
+    let Ok(fd) = sys::openat(dfd, name_nul, sys::O_RDONLY | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0) else {
+        return;
+    };
+    let mut buf = [0u8; size_of::<FileHeader>()];
+    let n = sys::pread(fd as i32, &mut buf, 0).unwrap_or(0);
+    sys::close(fd as i32);
+    let Some(h) = buf.get(..n).and_then(|b| <FileHeader as stint_layout::Pod>::read_from(b, 0)) else {
+        return;
+    };
+    let same_process = h.magic == FILE_MAGIC
+        && h.version == FILE_VERSION
+        && h.pid == pid
+        && h.proc_start_ticks == start_ticks
+        && h.end_how == ProcessEnd::Running as u32;
+    if !same_process || best.as_ref().is_some_and(|b| b.start_monotonic_ns >= h.start_monotonic_ns) {
+        return;
+    }
+    let mut p = Predecessor { start_monotonic_ns: h.start_monotonic_ns, path: [0; PATH_MAX], len: 0 };
+    p.len = copy_into(&mut p.path, &[path]);
+    *best = Some(p);
+}
+
+/// Mark the profile `name_nul` (relative to `dfd`) as ended by `exec`: its image is gone,
+/// replaced by this one. Two fields of its header, written in place.
+fn mark_ended_by_exec(dfd: i32, name_nul: &[u8]) {
+    let Ok(fd) = sys::openat(dfd, name_nul, sys::O_RDWR | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0) else {
+        return;
+    };
+    let now = sys::clock_ns(sys::CLOCK_REALTIME);
+    let _ = sys::pwrite(fd as i32, &now.to_le_bytes(), offset_of!(FileHeader, end_realtime_ns) as u64);
+    let _ = sys::pwrite(fd as i32, &(ProcessEnd::Exec as u32).to_le_bytes(), offset_of!(FileHeader, end_how) as u64);
+    sys::close(fd as i32);
 }
 
 /// Expand `%p` (pid) and `%%` in the template into `su.path`, NUL-terminated; returns the
@@ -152,9 +222,10 @@ fn expand_path(su: &mut Startup, pid: u32) -> Option<usize> {
     Some(n)
 }
 
-/// One line on stderr: `stint: <program>: <what> '<path>'[: <errno>]; running without
-/// measurement`.
-pub fn warn(rt: &Rt, what: &[u8], path: &[u8], err: Option<Errno>) {
+/// One diagnostic line (on stderr, or into `STINT_LOG`, see [`process::diagnostic`]):
+/// `stint: <program>: <what> '<path>'[: <errno>]; running without measurement`. Only for a
+/// real loss of measurement.
+pub fn warn(rt: &Rt, log: &[u8], what: &[u8], path: &[u8], err: Option<Errno>) {
     let mut buf = [0u8; 512 + crate::state::PATH_MAX];
     let e: &[u8] = err.map(|e| e.name().as_bytes()).unwrap_or(b"");
     let sep: &[u8] = if err.is_some() { b": " } else { b"" };
@@ -173,35 +244,89 @@ pub fn warn(rt: &Rt, what: &[u8], path: &[u8], err: Option<Errno>) {
             b"; running without measurement\n",
         ],
     );
-    sys::write_all(2, buf.get(..n).unwrap_or(&[]));
+    process::diagnostic(log, buf.get(..n).unwrap_or(&[]));
+}
+
+/// Create the profile file: the first free name of the template's (see [`nth_name`]),
+/// O_EXCL each time, never through a symbolic link, in the checked private directory when
+/// the template is the default one. On the way, a taken name that holds a running profile of
+/// this same process is the image this one replaced by `exec` (the newest such). Returns the
+/// descriptor and that predecessor; the path created is left in `su.path` (`su.path_len`).
+fn create_file(rt: &Rt, su: &mut Startup, log: &[u8], plen: usize) -> Result<(i32, Option<Predecessor>), ()> {
+    let mut base = [0u8; PATH_MAX];
+    let blen = copy_into(&mut base, &[su.path.get(..plen).unwrap_or(&[])]);
+    let base = base.get(..blen).unwrap_or(&[]);
+    let (dfd, dir_len) = if su.private_dir != 0 {
+        let slash = base.iter().rposition(|&b| b == b'/').ok_or(())?;
+        let path_nul = su.path.get(..plen + 1).ok_or(())?;
+        (open_private_dir(rt, log, path_nul)?, slash + 1)
+    } else {
+        (sys::AT_FDCWD as i32, 0)
+    };
+    let me = (sys::getpid(), su.proc_start_ticks);
+    let mut pred = None;
+    let mut result = Err(());
+    for k in 0..MAX_NAMES {
+        let Some(n) = nth_name(&mut su.path, base, k) else {
+            warn(rt, log, b"profile path too long", base, None);
+            break;
+        };
+        let (Some(path), Some(name_nul)) = (su.path.get(..n), su.path.get(dir_len..n + 1)) else { break };
+        match sys::openat(dfd, name_nul, NEW_FILE, 0o600) {
+            Ok(fd) => {
+                su.path_len = n as u32;
+                result = Ok(fd as i32);
+                break;
+            }
+            Err(Errno::EEXIST) => consider_predecessor(dfd, name_nul, path, me, &mut pred),
+            Err(e) => {
+                warn(rt, log, b"cannot create profile", path, Some(e));
+                break;
+            }
+        }
+        if k + 1 == MAX_NAMES {
+            warn(rt, log, b"every profile name is taken (1000 tried)", base, None);
+        }
+    }
+    if let (Ok(_), Some(p)) = (&result, &pred) {
+        if let Some(name_nul) = p.path.get(dir_len..p.len + 1) {
+            mark_ended_by_exec(dfd, name_nul);
+        }
+    }
+    if su.private_dir != 0 {
+        sys::close(dfd);
+    }
+    result.map(|fd| (fd, pred))
 }
 
 /// Create, size and map a profile file for this process; on success set the gates and
-/// mark the runtime active. On failure print one line and leave every gate off.
-/// Single-threaded: start-up, or the thread that handles a fork (it owns `su`).
-pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
+/// mark the runtime active. On failure write one line and leave every gate off.
+/// `parent_profile` is the path of the profile of the process this one was forked from
+/// (empty if none). Single-threaded: start-up, or the thread that handles a fork (it owns
+/// `su`).
+pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]) -> bool {
     let st = rt.st;
     let cfg = rt.cfg;
     let pid = sys::getpid();
     st.set_pid(pid);
+    su.path_len = 0;
     if su.template_len == 0 {
         return false; // STINT_PROFILE= (empty): measurement off by request
     }
+    let log = su.log_path;
     let Some(plen) = expand_path(su, pid) else {
-        warn(rt, b"profile path too long", su.template.get(..su.template_len as usize).unwrap_or(&[]), None);
+        warn(rt, &log, b"profile path too long", su.template.get(..su.template_len as usize).unwrap_or(&[]), None);
+        return false;
+    };
+    let Ok((fd, pred)) = create_file(rt, su, &log, plen) else {
         return false;
     };
     // Copy the path so `su` can be lent to the control file below.
     let path_copy = su.path;
+    let plen = su.path_len as usize;
+    // Published (for a later fork child to name as its parent) only once the profile is.
+    su.path_len = 0;
     let (Some(path), Some(path_nul)) = (path_copy.get(..plen), path_copy.get(..plen + 1)) else {
-        return false;
-    };
-    let created = if su.private_dir != 0 {
-        create_in_private_dir(rt, path_nul)
-    } else {
-        sys::open(path_nul, NEW_FILE, 0o600).map_err(|e| warn(rt, b"cannot create profile", path, Some(e)))
-    };
-    let Ok(fd) = created.map(|fd| fd as i32) else {
         return false;
     };
     let ctl_len = cfg.ctl_len;
@@ -209,7 +334,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     let file_len = lay.file_len(INITIAL_COLUMNS);
 
     let fail = |what: &[u8], e: Errno| {
-        warn(rt, what, path, Some(e));
+        warn(rt, &log, what, path, Some(e));
         // We created it (O_EXCL): remove it rather than leave a file no reader accepts.
         sys::unlink(path_nul);
         sys::close(fd);
@@ -271,6 +396,24 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     }
     hdr.tsc_hz = st.tsc_hz();
     hdr.start_tsc = sys::rdtsc();
+    hdr.proc_start_ticks = su.proc_start_ticks;
+    // Safety: `initial_sp` is 0 or the initial stack start-up was given; a fork child's copy
+    // of it is its parent's, mapped at the same address.
+    let (argc, cut) = unsafe { process::read_argv(su.initial_sp, &mut hdr.argv) };
+    hdr.argc = argc;
+    let mut flags = su.flags;
+    if cut {
+        flags |= FLAG_ARGV_TRUNCATED;
+    }
+    if let Some(p) = &pred {
+        if !set_text_field(&mut hdr.exec_from, p.path.get(..p.len).unwrap_or(&[])) {
+            flags |= FLAG_PATH_TRUNCATED;
+        }
+    }
+    if !set_text_field(&mut hdr.parent_profile, parent_profile) {
+        flags |= FLAG_PATH_TRUNCATED;
+    }
+    hdr.flags = flags;
     // Safety: the control page lies inside the mapped file, after the header page; not
     // published yet.
     let control = unsafe { &mut *((base + CONTROL_OFFSET as usize) as *mut Control) };
@@ -304,6 +447,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     }
     // Safety: publishing the header: readers check the magic last.
     unsafe { core::ptr::write_volatile(&raw mut hdr.magic, FILE_MAGIC) };
+    su.path_len = plen as u32;
     true
 }
 
@@ -366,7 +510,14 @@ pub fn fork_child(rt: &Rt, su: &mut Startup, extra_flags: u32) {
     sys::close(st.fd());
     st.set_base(0);
     st.set_mapped(0);
-    create(rt, su, extra_flags);
+    // A new process: its own start time (the copy in `su` is the parent's).
+    su.proc_start_ticks = process::start_ticks();
+    // The parent's profile path, as the parent created it (`su` is the parent's copy; a
+    // parent that never measured, such as the middle process of a double fork, passes on
+    // its own parent's).
+    let parent = su.path;
+    let parent_len = su.path_len as usize;
+    create(rt, su, extra_flags, parent.get(..parent_len).unwrap_or(&[]));
 }
 
 #[cfg(test)]

@@ -4,18 +4,19 @@
 //! Runs once, from the entry stub, on the only thread, before the program's entry point:
 //! the one phase allowed to initialise the dummy header and the start-up strings.
 //!
-//! Layering: the top with the entry points; uses `sys`, `text`, `state`, `trap` and
-//! `profile_file`.
+//! Layering: the top with the entry points; uses `sys`, `text`, `state`, `trap`, `process`
+//! and `profile_file`.
 #![allow(unsafe_code)]
 
+use crate::process;
 use crate::profile_file;
-use crate::state::{Rt, CONTROL_PATH_MAX};
+use crate::state::{Rt, CONTROL_PATH_MAX, LOG_PATH_MAX};
 use crate::sys;
 use crate::text::{copy_into, Writer};
 use crate::trap;
 use stint_layout::{
-    ProfileDir, CCT_CAP, CFG_NO_CALL_PATHS, CONFIG_MAGIC, ENV_CALLTREE_NODES, ENV_CONTROL, ENV_DIR, ENV_PROFILE,
-    TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
+    ProfileDir, CCT_CAP, CFG_NO_CALL_PATHS, CONFIG_MAGIC, ENV_CALLTREE_NODES, ENV_CONTROL, ENV_DIR, ENV_LOG,
+    ENV_PROFILE, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
 };
 
 /// Start-up, from the entry stub.
@@ -68,9 +69,18 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
         }
         return;
     }
+    if let Some(l) = env.log {
+        // A path too long for the buffer is ignored (diagnostics stay on stderr).
+        if l.len() < LOG_PATH_MAX {
+            copy_into(&mut su.log_path, &[l, b"\0"]);
+        }
+    }
+    su.initial_sp = sp as u64;
+    su.proc_start_ticks = process::start_ticks();
     if let Some(c) = control {
         if c.len() >= CONTROL_PATH_MAX {
-            profile_file::warn(rt, b"control file path too long", c, None);
+            let log = su.log_path;
+            profile_file::warn(rt, &log, b"control file path too long", c, None);
             su.template_len = 0; // never measure with metrics the user wanted off
             return;
         }
@@ -86,7 +96,7 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
     su.template_len = n as u32;
     let nodes = if cfg.flags & CFG_NO_CALL_PATHS != 0 { 0 } else { calltree_nodes(env.calltree_nodes) };
     st.set_cct_mask(if nodes == 0 { 0 } else { 2 * nodes - 1 });
-    profile_file::create(rt, su, 0);
+    profile_file::create(rt, su, 0, &[]);
 }
 
 /// What start-up reads from the initial stack.
@@ -98,6 +108,8 @@ struct Env {
     control: Option<&'static [u8]>,
     /// `STINT_DIR`: the directory of profiles when `STINT_PROFILE` is not set.
     dir: Option<&'static [u8]>,
+    /// `STINT_LOG`: where diagnostics go instead of stderr.
+    log: Option<&'static [u8]>,
     /// `XDG_RUNTIME_DIR`.
     xdg_runtime_dir: Option<&'static [u8]>,
     /// `STINT_CALLTREE_NODES`: nodes per thread's calling-context tree.
@@ -144,7 +156,7 @@ fn decimal(mut v: u32, buf: &mut [u8; 10]) -> &[u8] {
     buf.get(i..).unwrap_or(&[])
 }
 
-/// Finds `STINT_PROFILE`, `STINT_CONTROL`, `STINT_DIR` and `XDG_RUNTIME_DIR` in the
+/// Finds `STINT_PROFILE`, `STINT_CONTROL`, `STINT_DIR`, `STINT_LOG` and `XDG_RUNTIME_DIR` in the
 /// environment and AT_SECURE in the auxiliary vector.
 ///
 /// # Safety
@@ -168,6 +180,9 @@ unsafe fn scan_stack(sp: *const usize) -> Env {
             }
             if let Some(v) = env_value(s, ENV_CALLTREE_NODES) {
                 env.calltree_nodes = Some(v);
+            }
+            if let Some(v) = env_value(s, ENV_LOG) {
+                env.log = Some(v);
             }
             if let Some(v) = env_value(s, "XDG_RUNTIME_DIR") {
                 env.xdg_runtime_dir = Some(v);

@@ -39,6 +39,8 @@ pub const ALL_METRICS: u32 = 0xff;
 pub const TEMPLATE_MAX: usize = 1024;
 pub const PATH_MAX: usize = 1536;
 pub const CONTROL_PATH_MAX: usize = 512;
+/// Longest `STINT_LOG` path kept (with its NUL).
+pub const LOG_PATH_MAX: usize = 256;
 pub const PENDING_CAP: usize = 64;
 pub const NAMES_CAP: usize = 16;
 
@@ -239,7 +241,8 @@ pub struct Startup {
     /// 1 when the template is the default one, in the private per-user directory (D15):
     /// the directory is created and checked before the file is (profile_file::create).
     pub private_dir: u32,
-    _pad: u32,
+    /// Length of the path of this process's profile in `path` once created (0: none).
+    pub path_len: u32,
     /// Profile path template (`%p` → pid), copied at start so later changes to the
     /// environment strings cannot affect a fork child.
     pub template: [u8; TEMPLATE_MAX],
@@ -247,6 +250,12 @@ pub struct Startup {
     pub path: [u8; PATH_MAX],
     /// STINT_CONTROL, copied at start like the template (a fork child applies it again).
     pub control_path: [u8; CONTROL_PATH_MAX],
+    /// The initial process stack (argc, argv, …): a fork child records the same arguments.
+    pub initial_sp: u64,
+    /// The process's start time (`FileHeader::proc_start_ticks`), read once at start.
+    pub proc_start_ticks: u64,
+    /// STINT_LOG, NUL-terminated (empty: diagnostics go to stderr).
+    pub log_path: [u8; LOG_PATH_MAX],
 }
 
 /// The runtime's writable state, in the rewriter-reserved zero-filled pages.

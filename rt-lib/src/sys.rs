@@ -98,6 +98,8 @@ macro_rules! syscall {
 const SYS_READ: usize = 0;
 const SYS_WRITE: usize = 1;
 const SYS_CLOSE: usize = 3;
+const SYS_PREAD64: usize = 17;
+const SYS_PWRITE64: usize = 18;
 const SYS_FSTAT: usize = 5;
 const SYS_MMAP: usize = 9;
 const SYS_MUNMAP: usize = 11;
@@ -122,7 +124,9 @@ const SYS_UNLINKAT: usize = 263;
 
 pub const AT_FDCWD: isize = -100;
 pub const O_RDONLY: usize = 0;
+pub const O_WRONLY: usize = 0o1;
 pub const O_RDWR: usize = 0o2;
+pub const O_APPEND: usize = 0o2000;
 pub const O_CREAT: usize = 0o100;
 pub const O_EXCL: usize = 0o200;
 pub const O_NOFOLLOW: usize = 0o400000;
@@ -159,6 +163,16 @@ pub fn write_all(fd: i32, mut buf: &[u8]) {
 /// read(2) into `buf`.
 pub fn read(fd: i32, buf: &mut [u8]) -> SysResult {
     syscall!(SYS_READ, fd as isize, buf.as_mut_ptr(), buf.len())
+}
+
+/// pread64(2) into `buf` at file offset `off`.
+pub fn pread(fd: i32, buf: &mut [u8], off: u64) -> SysResult {
+    syscall!(SYS_PREAD64, fd as isize, buf.as_mut_ptr(), buf.len(), off as usize)
+}
+
+/// pwrite64(2) of `buf` at file offset `off`.
+pub fn pwrite(fd: i32, buf: &[u8], off: u64) -> SysResult {
+    syscall!(SYS_PWRITE64, fd as isize, buf.as_ptr(), buf.len(), off as usize)
 }
 
 /// openat(AT_FDCWD, path, flags, mode); `path` must be NUL-terminated.

@@ -21,6 +21,7 @@
 //! | `merge` | `stint merge` and `stint report` over several runs: exact sums, forked children, bad inputs |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
 //! | `prometheus` | `stint serve` scraped by a real Prometheus: exact calls, lock waits, bad files, ended processes, promtool |
+//! | `proctree` | process trees: every image of a forking, exec'ing program measured, each naming its parent; `report --tree` |
 //! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
 //! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
@@ -46,6 +47,7 @@ mod faults;
 mod location;
 mod locks;
 mod merge;
+mod proctree;
 mod prometheus;
 mod report_opts;
 mod runbatch;

@@ -63,7 +63,7 @@ fn redact_json(v: &mut Value, key: Option<&str>, tmp: &str) {
 fn redacted_number_key(key: &str) -> Option<&'static str> {
     let k = key.to_ascii_lowercase();
     match k.as_str() {
-        "pid" | "ppid" => Some("[pid]"),
+        "pid" | "ppid" | "parent_pid" => Some("[pid]"),
         "tid" => Some("[tid]"),
         // the machine's TSC rate and how often a thread was descheduled
         "tsc_hz" => Some("[hz]"),

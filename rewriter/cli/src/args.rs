@@ -143,6 +143,8 @@ pub enum By {
     stint report --last pigz                         # the newest pigz profile in the profile directory\n  \
     stint report runs/a.stint runs/b.stint           # several runs summed (as `stint merge`)\n  \
     stint report runs/                               # every *.stint in runs/, summed\n  \
+    stint report --tree runs/                        # the process tree of a run: fork, exec, children\n  \
+    stint report --tree --sum runs/                  # the tree, then its profiles summed per program\n  \
     stint report /tmp/pigz.1234.stint --sort calls --top 10 --thread 'worker-*'\n  \
     stint report /tmp/pigz.1234.stint --format csv > pigz.csv  # tid,thread,function,address,calls,cpu_ns,wall_ns\n  \
     stint report /tmp/pigz.1234.stint --calltree --depth 4     # call paths top down, per thread\n  \
@@ -207,6 +209,14 @@ pub struct ReportArgs {
     /// The callees of function F: per callee, the calls and inclusive times from F to it.
     #[arg(long, value_name = "F")]
     pub callees: Option<String>,
+    /// Show the profiles (files or directories) as the tree of processes they came from
+    /// (forks, execs, spawned children), with each image's calls, CPU and wall time and how
+    /// it ended. --format json prints the stint-proctree/1 document.
+    #[arg(long, conflicts_with_all = ["last", "since_snapshot"])]
+    pub tree: bool,
+    /// With --tree: also sum the tree's profiles per program (as `stint merge`).
+    #[arg(long, requires = "tree")]
+    pub sum: bool,
 }
 
 /// Arguments of `stint ctl`.

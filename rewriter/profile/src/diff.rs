@@ -607,6 +607,7 @@ mod tests {
             objects: vec![],
             objects_lost: 0,
             warnings: vec![],
+            process: Default::default(),
         }
     }
 

@@ -217,6 +217,13 @@ pub fn newest_in(dir: &Path, program: Option<&str>) -> std::io::Result<Option<Pa
         let Some(name) = name.to_str() else { continue };
         let Some(stem) = name.strip_suffix(".stint") else { continue };
         let Some((prog, pid)) = stem.rsplit_once('.') else { continue };
+        // `<program>.<pid>.<n>.stint`: the next free name of an image whose first one was
+        // taken (D22: an exec in the same pid, a forked child of a fixed name).
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let prog = match prog.rsplit_once('.') {
+            Some((p, pid)) if digits(pid) => p,
+            _ => prog,
+        };
         if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) || program.is_some_and(|p| p != prog) {
             continue;
         }
@@ -235,6 +242,24 @@ pub fn newest_in(dir: &Path, program: Option<&str>) -> std::io::Result<Option<Pa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn newest_counts_next_free_names_as_the_program() {
+        let dir = std::env::temp_dir().join(format!("stint-discover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = |name: &str, secs: u64| {
+            let f = std::fs::File::create(dir.join(name)).unwrap();
+            f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)).unwrap();
+        };
+        at("prog.10.stint", 100);
+        at("prog.10.1.stint", 200);
+        at("other.11.stint", 300);
+        let newest = newest_in(&dir, Some("prog")).unwrap();
+        let any = newest_in(&dir, None).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(newest, Some(dir.join("prog.10.1.stint")), "the exec'd image's profile is prog's");
+        assert_eq!(any, Some(dir.join("other.11.stint")));
+    }
 
     #[test]
     fn maps_lines() {

@@ -65,6 +65,74 @@ pub struct ProfileJson {
     pub objects_lost: u64,
     /// One line per thing skipped while reading the file.
     pub warnings: Vec<String>,
+    /// The process image: its parent, the image it replaced, its arguments, start and end
+    /// (D22); keys at the top level.
+    #[serde(flatten)]
+    pub process: ProcessJson,
+}
+
+/// The process keys of the document (D22). Absent in documents of older versions (read as
+/// their defaults).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessJson {
+    /// The parent process's pid at the start (the same as `ppid`).
+    #[serde(default)]
+    pub parent_pid: u32,
+    /// The profile of the process this one was forked from, when the runtime knew it.
+    #[serde(default)]
+    pub parent_profile: Option<String>,
+    /// The profile of the image this one replaced by `exec` in the same process.
+    #[serde(default)]
+    pub exec_from: Option<String>,
+    /// The arguments of the image (the first ones when `argv_truncated`).
+    #[serde(default)]
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub argv_truncated: bool,
+    /// CLOCK_REALTIME at the image's start, ns since the epoch.
+    #[serde(default)]
+    pub started: u64,
+    /// How the image ended; `null` while it runs.
+    #[serde(default)]
+    pub ended: Option<EndedJson>,
+}
+
+/// How an image ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndedJson {
+    /// `exec` (replaced by another image), `exit`, `signal`, or `gone` (the process is gone
+    /// and recorded no end: it exited or was killed).
+    pub how: String,
+    /// The exit status, when `how` is `exit`.
+    pub status: Option<i32>,
+    /// The signal, when `how` is `signal`.
+    pub signal: Option<u32>,
+    /// CLOCK_REALTIME of the end, ns since the epoch, when recorded.
+    pub at: Option<u64>,
+}
+
+/// The process keys of profile `p`.
+pub fn process_json(p: &Profile) -> ProcessJson {
+    let pr = &p.process;
+    let ended = match pr.end.as_str() {
+        "running" if p.alive => None,
+        "running" => Some(EndedJson { how: "gone".into(), ..EndedJson::default() }),
+        how => Some(EndedJson {
+            how: how.to_owned(),
+            status: None,
+            signal: None,
+            at: (pr.end_realtime_ns != 0).then_some(pr.end_realtime_ns),
+        }),
+    };
+    ProcessJson {
+        parent_pid: p.ppid,
+        parent_profile: pr.parent_profile.clone(),
+        exec_from: pr.exec_from.clone(),
+        argv: pr.argv.clone(),
+        argv_truncated: pr.argv_truncated,
+        started: p.start_realtime_ns,
+        ended,
+    }
 }
 
 /// One thread: its counters, the functions it called, its record, states and waits.
@@ -262,6 +330,7 @@ pub fn profile_json(p: &Profile) -> ProfileJson {
         objects: p.objects.iter().map(|o| object_json(p, o)).collect(),
         objects_lost: p.objects_lost,
         warnings: p.warnings.clone(),
+        process: process_json(p),
     }
 }
 

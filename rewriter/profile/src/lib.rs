@@ -9,6 +9,7 @@
 //! - [`json`]: the `stint-profile/1` JSON contract as typed serde structs;
 //! - [`diff`]: two runs side by side by function name, and the CI gate of `stint diff`;
 //! - [`merge`]: many runs summed into one profile per program (`stint merge`);
+//! - [`proctree`]: the profiles of a run that forks and execs, as a tree of process images;
 //! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
 //!   with a typed [`ctl::CtlError`];
 //! - [`openmetrics`]: the OpenMetrics exposition for Prometheus (`stint serve`, `stint export`);
@@ -30,6 +31,7 @@ pub mod discover;
 pub mod json;
 pub mod merge;
 pub mod openmetrics;
+pub mod proctree;
 pub mod profile;
 pub mod report;
 pub mod synthetic;

@@ -332,6 +332,7 @@ fn merge_program(group: &[&Input]) -> MergedJson {
             objects,
             objects_lost: sum(|p| p.objects_lost),
             warnings,
+            process: Default::default(),
         },
         runs,
         merged_from: group.iter().flat_map(|i| i.merged_from.iter().cloned()).collect(),
@@ -529,6 +530,7 @@ mod tests {
             objects,
             objects_lost: 0,
             warnings: vec![],
+            process: Default::default(),
         };
         Input { profile, runs: 1, merged_from: vec![format!("{program}.json")] }
     }

@@ -53,9 +53,9 @@ pub use stint_layout::meta::{MetricMeta, PointMeta, META_SCHEMA, POINT_ENTRY, PO
 use stint_layout::{
     baseline_counter_offset, baseline_state_offset, baseline_wait_offset, clock_source_name, metric_bit,
     object_kind_name, CctNode, ColumnHeader, Control, ControlFileStatus, FileHeader, FormatError, Metric, Pod,
-    RequestOp, SyncObject, Transition, WaitEntry, COLUMN_LIVE, FLAG_FORK_CHILD, METRIC_CPU_TIME, METRIC_WALL_TIME,
-    N_STATES, RING_CAP, SHADOW_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, STATE_EXITED, THREAD_RULES_CAP,
-    WAIT_CAP,
+    ProcessEnd, RequestOp, SyncObject, Transition, WaitEntry, COLUMN_LIVE, FLAG_ARGV_TRUNCATED, FLAG_FORK_CHILD,
+    METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, RING_CAP, SHADOW_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
+    STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
 };
 use thiserror::Error;
 
@@ -135,6 +135,70 @@ pub struct Profile {
     /// The control page: thread focus, snapshots, what the control file did.
     #[serde(default)]
     pub control: ControlInfo,
+    /// The process this image ran in: arguments, lineage and end (D22).
+    #[serde(default)]
+    pub process: ProcessInfo,
+}
+
+/// What the header says about the process image (D22).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Kernel start time of the process in clock ticks since boot (0: unknown): the same
+    /// for every image of one process across `exec`.
+    pub start_ticks: u64,
+    /// `argc` of the image.
+    pub argc: u32,
+    /// The arguments the file holds (the first ones when `argv_truncated`).
+    pub argv: Vec<String>,
+    /// The arguments did not fit and were cut.
+    pub argv_truncated: bool,
+    /// The profile of the image this one replaced by `exec` in the same process.
+    pub exec_from: Option<String>,
+    /// The profile of the process this one was forked from, when the runtime knew it.
+    pub parent_profile: Option<String>,
+    /// How the image ended: `running` (no end recorded), `exit`, `signal` or `exec`
+    /// ([`ProcessEnd`] names).
+    pub end: String,
+    /// CLOCK_REALTIME of the recorded end, ns since the epoch (0: none).
+    pub end_realtime_ns: u64,
+}
+
+impl ProcessInfo {
+    /// The fields of header `h`.
+    fn read(h: &FileHeader) -> ProcessInfo {
+        let text = |f: &stint_layout::TextField| {
+            let t = stint_layout::text_field(f);
+            (!t.is_empty()).then(|| String::from_utf8_lossy(t).into_owned())
+        };
+        let cut = h.flags & FLAG_ARGV_TRUNCATED != 0;
+        // Each argument NUL-terminated, then zeros: a cut list ends before `argc`, and its
+        // padding reads as empty arguments, which are dropped.
+        let mut argv = h
+            .argv
+            .as_flattened()
+            .split(|&c| c == 0)
+            .take(h.argc as usize)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect::<Vec<_>>();
+        while cut && argv.last().is_some_and(String::is_empty) {
+            argv.pop();
+        }
+        ProcessInfo {
+            start_ticks: h.proc_start_ticks,
+            argc: h.argc,
+            argv_truncated: cut,
+            argv,
+            exec_from: text(&h.exec_from),
+            parent_profile: text(&h.parent_profile),
+            end: ProcessEnd::from_u32(h.end_how).map_or("running", ProcessEnd::name).to_string(),
+            end_realtime_ns: h.end_realtime_ns,
+        }
+    }
+
+    /// The image was replaced by `exec`.
+    pub fn ended_by_exec(&self) -> bool {
+        self.end == ProcessEnd::Exec.name()
+    }
 }
 
 /// What the control page says (D10).
@@ -481,7 +545,8 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
         _ => return Err(ProfileError::Meta("timer metrics without valid counter slots".into())),
     };
 
-    let alive = (obs.process_alive)(h.pid);
+    // An image replaced by `exec` is gone even though its process still runs.
+    let alive = h.end_how == ProcessEnd::Running as u32 && (obs.process_alive)(h.pid);
     let now_tsc = if alive { (obs.now_tsc)() } else { 0 };
     let control = control_info(b, &h);
     let snapshot = (since_snapshot && control.last_snapshot != 0).then_some(control.last_snapshot);
@@ -632,6 +697,7 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
         warnings,
         gates: region(b, h.ctl_offset, h.n_points as u64).map(<[u8]>::to_vec).unwrap_or_default(),
         control,
+        process: ProcessInfo::read(&h),
     })
 }
 
@@ -1056,6 +1122,13 @@ mod tests {
             objects_lost: 29,
             start_tsc: 30,
             control_offset: 31,
+            proc_start_ticks: 32,
+            end_how: 33,
+            argc: 34,
+            end_realtime_ns: 35,
+            argv: [[36; 32]; 32],
+            exec_from: [[37; 32]; 32],
+            parent_profile: [[38; 32]; 32],
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
 

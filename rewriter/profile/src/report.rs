@@ -412,6 +412,10 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
         let _ = write!(out, "  (threads without a column: {})", p.lost_threads);
     }
     out.push('\n');
+    if let Some(line) = process_line(p) {
+        out.push_str(&line);
+        out.push('\n');
+    }
 
     let mut calls_only = 0usize;
     let mut off = 0usize;
@@ -533,6 +537,31 @@ fn program_line(p: &Profile) -> String {
         let _ = write!(out, " (forked from {})", p.ppid);
     }
     out
+}
+
+/// The process line of the header (D22), for profiles that record their process (a file of
+/// layout version 5 or later written by the runtime):
+/// `process  parent 1200 (profile /d/p.1200.stint)  exec'd from /d/p.1201.stint  ended exec
+/// argv: ./p --x`.
+pub fn process_line(p: &Profile) -> Option<String> {
+    let pr = &p.process;
+    if pr.argc == 0 && pr.exec_from.is_none() && pr.parent_profile.is_none() {
+        return None;
+    }
+    let mut out = format!("process  parent {}", p.ppid);
+    if let Some(pp) = &pr.parent_profile {
+        let _ = write!(out, " (profile {pp})");
+    }
+    if let Some(from) = &pr.exec_from {
+        let _ = write!(out, "  exec'd from {from}");
+    }
+    let ended = crate::json::process_json(p).ended.map(|e| e.how);
+    let _ = write!(out, "  ended {}", ended.as_deref().unwrap_or("no (running)"));
+    let _ = write!(out, "  argv: {}", pr.argv.join(" "));
+    if pr.argv_truncated {
+        let _ = write!(out, " … ({} arguments in all)", pr.argc);
+    }
+    Some(out)
 }
 
 /// Milliseconds with three decimals, `-` if unknown.
@@ -877,6 +906,19 @@ mod tests {
         expected["objects"] = json!([]);
         expected["objects_lost"] = json!(0);
         expected["warnings"] = json!([]);
+        // The process keys (D22): a file without a process record (argv empty, no lineage),
+        // whose process is gone.
+        for (k, v) in [
+            ("parent_pid", json!(1)),
+            ("parent_profile", json!(null)),
+            ("exec_from", json!(null)),
+            ("argv", json!([])),
+            ("argv_truncated", json!(false)),
+            ("started", json!(sample().start_realtime_ns)),
+            ("ended", json!({"how": "gone", "status": null, "signal": null, "at": null})),
+        ] {
+            expected[k] = v;
+        }
         let mut got = to_json(&sample());
         // Whether pid 1234 runs on this machine is not the test's business.
         for t in got["threads"].as_array_mut().unwrap() {

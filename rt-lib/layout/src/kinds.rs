@@ -86,6 +86,23 @@ u32_enum! {
 }
 
 u32_enum! {
+    /// `FileHeader::end_how`: how a process image ended (D22), as far as it was recorded.
+    /// The runtime records `exec` (the next image of the same process marks it); an image
+    /// with no record ended by exit or by a signal, or still runs: a reader tells those
+    /// apart by whether the process is still there.
+    pub enum ProcessEnd {
+        /// No end recorded: still running, or exited or killed without a record.
+        Running = 0 => "running",
+        /// `exit`/return from `main` (status recorded).
+        Exit = 1 => "exit",
+        /// Killed by a signal (signal recorded).
+        Signal = 2 => "signal",
+        /// Replaced by another image through `exec` in the same process.
+        Exec = 3 => "exec",
+    }
+}
+
+u32_enum! {
     /// The thread-library functions the rewriter wraps (D4), `WrapSite::func`; the name is
     /// the function's. In a dynamic program their PLT stubs jump to a wrapper; in a static
     /// one their entries do.

@@ -66,7 +66,8 @@ mod metric;
 pub mod pod;
 
 pub use kinds::{
-    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, RequestOp, ThreadState, TimerOp, WrappedFn,
+    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, ProcessEnd, RequestOp, ThreadState, TimerOp,
+    WrappedFn,
 };
 pub use metric::{
     kind_bits, metric_id, site_bits, Metric, MetricDef, MetricKind, MetricSite, METRICS, METRIC_NAMES, N_COUNTER_SLOTS,
@@ -153,8 +154,56 @@ pod_struct! {
         pub start_tsc: u64,
         /// The [`Control`] page, at this file offset.
         pub control_offset: u64,
+        // ---- The process this image ran in (D22); version 5. ----
+        /// The process's start time in clock ticks since boot (`/proc/self/stat` field 22;
+        /// 0 if unknown): the same for every image of one process across `exec`, different
+        /// for a recycled pid. An image uses it to recognise the profile of the image it
+        /// replaced.
+        pub proc_start_ticks: u64,
+        /// [`ProcessEnd`]: how this image ended, as far as it was recorded.
+        pub end_how: u32,
+        /// Number of arguments of the image (`argc`); `argv` holds the first ones.
+        pub argc: u32,
+        /// CLOCK_REALTIME when `end_how` was recorded, ns since the epoch (0: not ended).
+        pub end_realtime_ns: u64,
+        /// The arguments, each NUL-terminated, zero-padded; cut at a NUL boundary when they
+        /// do not fit ([`FLAG_ARGV_TRUNCATED`]).
+        pub argv: TextField,
+        /// Path of the profile of the image this one replaced by `exec` in the same process
+        /// (empty if none), as that image created it.
+        pub exec_from: TextField,
+        /// Path of the profile of the process this one was forked from, when the runtime
+        /// knows it (a fork child of a rewritten program); empty otherwise.
+        pub parent_profile: TextField,
     }
 }
+
+/// A NUL-padded byte string field of the header (1 KiB; an array of arrays so that it keeps
+/// `Default`).
+pub type TextField = [[u8; 32]; 32];
+
+/// The bytes of a [`TextField`] up to its first NUL.
+pub fn text_field(f: &TextField) -> &[u8] {
+    let b = f.as_bytes();
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    b.get(..end).unwrap_or(&[])
+}
+
+/// Store `s` in a [`TextField`], NUL-padded; false (and the field left empty) if it does not
+/// fit with its terminating NUL.
+pub fn set_text_field(f: &mut TextField, s: &[u8]) -> bool {
+    let fits = s.len() < size_of::<TextField>();
+    let mut src = s.iter().filter(|_| fits);
+    for b in f.iter_mut().flat_map(|row| row.iter_mut()) {
+        *b = src.next().copied().unwrap_or(0);
+    }
+    fits
+}
+
+/// `FileHeader::flags`: the arguments did not fit in `argv` and were cut.
+pub const FLAG_ARGV_TRUNCATED: u32 = 1 << 2;
+/// `FileHeader::flags`: a path (`exec_from`, `parent_profile`) did not fit and was left empty.
+pub const FLAG_PATH_TRUNCATED: u32 = 1 << 3;
 
 /// Size reserved for the header at the start of the file.
 pub const HEADER_RESERVED: u64 = PAGE;
@@ -998,6 +1047,9 @@ pub const SEGMENT_MAGIC: [u8; 16] = *b"STINT-SEGMENT-v1";
 
 /// Environment variable naming the profile path (`%p` becomes the pid).
 pub const ENV_PROFILE: &str = "STINT_PROFILE";
+/// Environment variable naming a file that receives the runtime's diagnostics (appended)
+/// instead of stderr (D22); ignored, like every `STINT_*`, in an AT_SECURE process.
+pub const ENV_LOG: &str = "STINT_LOG";
 /// Environment variable naming the directory of profiles when `STINT_PROFILE` is not set
 /// (DESIGN D15); without it, `$XDG_RUNTIME_DIR/stint`, else `/tmp/stint-<uid>`.
 pub const ENV_DIR: &str = "STINT_DIR";

@@ -24,7 +24,9 @@
 //! non-negative integer; counts are exact):
 //!
 //! ```text
-//! profiles N                   the run leaves N profile files (default 1; not with child)
+//! profiles N                   the run leaves N profile files (default 1; not with child;
+//!                              more than 2 without child checks: a process tree that its
+//!                              own test module checks, as `proctree`)
 //! threads N                    the report lists N threads
 //! threads from F N             N threads have F as their first function
 //! main calls F N               the main thread called F N times (0: F is not listed)
@@ -840,11 +842,8 @@ pub fn parse_directives(name: &str, source: &Path, text: &str) -> Result<Program
     if has_child && profiles < 2 {
         return Err(format!("{}: child checks need `expect: profiles N` with N >= 2", source.display()));
     }
-    if !has_child && profiles != 1 {
-        return Err(format!(
-            "{}: only a parent and its fork child are told apart; more profiles need child checks",
-            source.display()
-        ));
+    if !has_child && profiles == 2 {
+        return Err(format!("{}: two profiles (a parent and its fork child) need child checks", source.display()));
     }
     Ok(p)
 }

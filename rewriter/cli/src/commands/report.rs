@@ -5,17 +5,21 @@
 //! and `--width` (default: the terminal's width) into [`report::TableOptions`]. Several
 //! inputs, a directory or a JSON document (`stint merge` output) are summed per program
 //! ([`stint_profile::merge`]) and shown as the merged table (or the merged JSON, as `stint
-//! merge` writes it).
+//! merge` writes it). `--tree` shows the inputs as process trees ([`stint_profile::proctree`]),
+//! and `--sum` adds their merge.
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
-use stint_profile::{callviews, csv, discover, json, merge, profile, report};
+use stint_profile::{callviews, csv, discover, json, merge, proctree, profile, report};
 
 use crate::args::{By, Format, ReportArgs, Sort};
 
 pub fn run(a: ReportArgs) -> anyhow::Result<()> {
+    if a.tree {
+        return run_tree(&a);
+    }
     let path = match (a.profile.as_slice(), &a.last) {
         ([], last) => last_profile(last.as_deref().filter(|p| !p.is_empty()))?,
         ([one], _) if is_profile_file(one)? => one.clone(),
@@ -125,4 +129,54 @@ fn last_profile(program: Option<&str>) -> anyhow::Result<PathBuf> {
         Some(p) => anyhow!("{}: no profile of {p} (files named {p}.<pid>.stint)", dir.display()),
         None => anyhow!("{}: no profiles", dir.display()),
     })
+}
+
+/// `--tree`: the profiles as process trees ([`proctree`]); with `--sum`, then merged.
+fn run_tree(a: &ReportArgs) -> anyhow::Result<()> {
+    /// `--tree --sum --format json`: the tree document with the merge added.
+    #[derive(serde::Serialize)]
+    struct TreeSum<'a> {
+        #[serde(flatten)]
+        tree: proctree::TreeJson,
+        merged: &'a [merge::MergedJson],
+    }
+    let tree = load_tree(&a.profile)?;
+    let merged = if a.sum {
+        let paths: Vec<PathBuf> = tree.nodes.iter().map(|n| n.path.clone()).collect();
+        merge::merge_paths(&paths)?
+    } else {
+        Vec::new()
+    };
+    let mut out = std::io::stdout().lock();
+    let format = if a.json { Format::Json } else { a.format };
+    match format {
+        Format::Json if a.sum => {
+            serde_json::to_writer_pretty(&mut out, &TreeSum { tree: proctree::to_json(&tree), merged: &merged })?;
+            writeln!(out)?;
+        }
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, &proctree::to_json(&tree))?;
+            writeln!(out)?;
+        }
+        Format::Table => {
+            write!(out, "{}", proctree::to_table(&tree))?;
+            for m in &merged {
+                writeln!(out)?;
+                write!(out, "{}", merge::to_table(m, a.top))?;
+            }
+        }
+        Format::Csv => bail!("--tree: --format table or json"),
+    }
+    Ok(())
+}
+
+/// Every profile file among `paths` (directories: their `*.stint`), as a tree.
+pub fn load_tree(paths: &[PathBuf]) -> anyhow::Result<proctree::Tree> {
+    let files = merge::expand(paths)?;
+    let mut items = Vec::new();
+    for f in files {
+        let p = profile::load(&f).map_err(|e| anyhow!("{}: {e}", f.display()))?;
+        items.push((f, p));
+    }
+    Ok(proctree::Tree::build(items))
 }

@@ -1,8 +1,9 @@
 //! `stint run -- PROG ARGS…`: rewrite PROG into the cache ([`crate::cache`]) unless it is
 //! there already, run the rewritten copy as if it were PROG (argv[0], stdin, stdout, stderr,
 //! signals sent to `stint run`, exit status or death by signal), with its profiles (and those
-//! of its forked children) in a private temporary directory; then print every profile of the
-//! run to stderr (or `-o FILE`) and exit as the program did.
+//! of its forked children and exec'd images) in a private temporary directory; then print
+//! every profile of the run to stderr (or `-o FILE`), in the order of the process tree the
+//! profiles record ([`proctree`]), after that tree, and exit as the program did.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -18,7 +19,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
 use stint_profile::profile::Profile;
-use stint_profile::{json, profile, report};
+use stint_profile::{json, proctree, profile, report};
 
 use crate::args::{RunArgs, RunFormat};
 use crate::cache;
@@ -193,8 +194,10 @@ fn run_program(
     Ok(Finished { pid, status: status? })
 }
 
-/// Load every profile in `dir`: the one of `main_pid` first, then the others by pid.
-fn load_profiles(dir: &Path, main_pid: u32) -> anyhow::Result<Vec<(PathBuf, Profile)>> {
+/// Load every profile in `dir`, in process-tree order ([`proctree`]: each image after its
+/// parent, by start time, the tree of `main_pid` first), with how each is related to its
+/// parent.
+fn load_profiles(dir: &Path, main_pid: u32) -> anyhow::Result<Vec<(PathBuf, Profile, Relation)>> {
     let mut v = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| dir.display().to_string())? {
         let path = e.with_context(|| dir.display().to_string())?.path();
@@ -203,16 +206,32 @@ fn load_profiles(dir: &Path, main_pid: u32) -> anyhow::Result<Vec<(PathBuf, Prof
             v.push((path, p));
         }
     }
-    v.sort_by_key(|(path, p)| (p.pid != main_pid, p.pid, path.clone()));
-    Ok(v)
+    let mut tree = proctree::Tree::build(v);
+    tree.roots.sort_by_key(|&r| tree.nodes[r].profile.pid != main_pid);
+    let order = tree.walk();
+    let relation = |i: usize| {
+        let n = &tree.nodes[i];
+        n.parent.map(|p| (n.link, tree.nodes[p].profile.pid))
+    };
+    let rel: Vec<Relation> = order.iter().map(|&(i, _)| relation(i)).collect();
+    let mut nodes: Vec<Option<proctree::Node>> = tree.nodes.into_iter().map(Some).collect();
+    Ok(order
+        .iter()
+        .zip(rel)
+        .filter_map(|(&(i, _), r)| nodes.get_mut(i)?.take().map(|n| (n.path, n.profile, r)))
+        .collect())
 }
+
+/// How an image is related to the one it came from: (link, that image's pid); `None` for a
+/// root.
+type Relation = Option<(proctree::Link, u32)>;
 
 fn print_profiles(a: &RunArgs, dir: &Path, main_pid: u32) -> anyhow::Result<()> {
     let profiles = load_profiles(dir, main_pid)?;
     if profiles.is_empty() {
         return Err(anyhow!("{}: the program wrote no profile", dir.display()));
     }
-    let text = render(a.format, &profiles, main_pid)?;
+    let text = render(a.format, &profiles)?;
     match &a.output {
         Some(path) => cache::write_atomically(path, text.as_bytes(), 0o644),
         None => {
@@ -223,11 +242,12 @@ fn print_profiles(a: &RunArgs, dir: &Path, main_pid: u32) -> anyhow::Result<()> 
     }
 }
 
-/// The report of every profile of the run in `format`.
-fn render(format: RunFormat, profiles: &[(PathBuf, Profile)], main_pid: u32) -> anyhow::Result<String> {
+/// The report of every profile of the run in `format`: JSON (one document, or an array in
+/// tree order), CSV, or the tables, after the process tree when there is more than one image.
+fn render(format: RunFormat, profiles: &[(PathBuf, Profile, Relation)]) -> anyhow::Result<String> {
     Ok(match format {
         RunFormat::Json => {
-            let docs: Vec<_> = profiles.iter().map(|(_, p)| json::profile_json(p)).collect();
+            let docs: Vec<_> = profiles.iter().map(|(_, p, _)| json::profile_json(p)).collect();
             let mut s = if docs.len() == 1 {
                 serde_json::to_string_pretty(&docs[0])?
             } else {
@@ -238,11 +258,20 @@ fn render(format: RunFormat, profiles: &[(PathBuf, Profile)], main_pid: u32) -> 
         }
         RunFormat::Table => {
             let mut s = String::new();
-            for (i, (_, p)) in profiles.iter().enumerate() {
+            if profiles.len() > 1 {
+                let items = profiles.iter().map(|(f, p, _)| (f.clone(), p.clone())).collect();
+                s.push_str(&proctree::to_table(&proctree::Tree::build(items)));
+                s.push('\n');
+            }
+            for (i, (_, p, rel)) in profiles.iter().enumerate() {
                 if i > 0 {
                     s.push('\n');
                 }
-                let role = if p.pid == main_pid { String::new() } else { format!(" (child of {})", p.ppid) };
+                let role = match rel {
+                    None => String::new(),
+                    Some((proctree::Link::Exec, _)) => " (exec'd in the same process)".to_owned(),
+                    Some((link, parent)) => format!(" (child of {parent}, {})", link.name()),
+                };
                 s.push_str(&format!("== {} pid {}{role} ==\n", p.program, p.pid));
                 s.push_str(&report::to_table(p));
             }
@@ -254,10 +283,10 @@ fn render(format: RunFormat, profiles: &[(PathBuf, Profile)], main_pid: u32) -> 
 
 /// One row per (process, thread, function): `pid,ppid,program,tid,thread,function,address,
 /// calls,cpu_ns,wall_ns` (times empty where the function is not timed).
-fn to_csv(profiles: &[(PathBuf, Profile)]) -> String {
+fn to_csv(profiles: &[(PathBuf, Profile, Relation)]) -> String {
     let mut s = String::from("pid,ppid,program,tid,thread,function,address,calls,cpu_ns,wall_ns\n");
     let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_default();
-    for (_, p) in profiles {
+    for (_, p, _) in profiles {
         for t in &p.threads {
             let thread_name = t.name.clone().or_else(|| report::start_routine(p, t)).unwrap_or_default();
             for f in report::functions(p, t) {

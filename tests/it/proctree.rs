@@ -1,0 +1,335 @@
+//! Process trees (issue 18, DESIGN D22): every image of a program that forks, spawns and
+//! execs itself gets a profile that names its parent, the program's output is untouched, and
+//! `stint report --tree` puts the profiles back together.
+//!
+//! `testbins/proctree.c` makes, in one run: a fork child (fork_fn ×11), a fork child
+//! (pre_exec_fn ×5) that execs itself (exec_fn ×13), a posix_spawn (spawn_fn ×17), a vfork +
+//! exec (vfork_fn ×19), a fork from a non-main thread (thread_fork_fn ×23), a double-forked
+//! setsid daemon (daemon_fn ×29, which the root waits for through a pipe), and finally an
+//! exec of itself in place (reexec_fn ×31); the root calls root_fn ×3.
+//!
+//! | test | what it checks |
+//! | --- | --- |
+//! | `pattern_<variant>` | `STINT_PROFILE=dir/proctree.%p.stint`: same stdout, stderr and exit as the original; 9 profiles; every marked function's calls summed over them exact; one root, every other profile linked to its parent as the program made it; the cwd stays empty |
+//! | `fixed_name` | the same with `STINT_PROFILE=dir/tree.stint`: every image takes the next free name (`tree.1.stint`, …) |
+//! | `stint_dir` | the same with `STINT_DIR` |
+//! | `no_variable` | the same with no `STINT_*` in an empty cwd (profiles in `$XDG_RUNTIME_DIR/stint`) |
+//! | `control_file_reaches_every_image` | a `STINT_CONTROL` file selecting four functions holds in forked, spawned and exec'd images: only those are counted, exactly |
+//! | `stint_log_takes_the_lost_measurement_line` | a refused profile directory: with `STINT_LOG` the one `stint:` line goes into that file and stderr is the original's |
+//! | `report_tree_snapshot` | `stint report --tree` of a run, pids replaced by their order of appearance, times by `[t]` (insta) |
+//! | `git_alias_runs_git_again` | `/usr/bin/git` rewritten, `git -c alias.x='!"$G" status --short' x` (git forks a shell that runs git again): same output, three profiles in one tree, the inner git a child of the forked image |
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// The marked functions and how often the whole tree calls each.
+const MARKED: [(&str, u64); 9] = [
+    ("root_fn", 3),
+    ("fork_fn", 11),
+    ("pre_exec_fn", 5),
+    ("exec_fn", 13),
+    ("spawn_fn", 17),
+    ("vfork_fn", 19),
+    ("thread_fork_fn", 23),
+    ("daemon_fn", 29),
+    ("reexec_fn", 31),
+];
+
+/// How each image of a run is linked to its parent, root first, in tree order: (link, the
+/// marked function the image calls).
+const TREE: [(&str, &str); 9] = [
+    ("root", "root_fn"),
+    ("fork", "fork_fn"),
+    ("fork", "pre_exec_fn"),
+    ("exec", "exec_fn"),
+    ("child", "spawn_fn"),
+    ("child", "vfork_fn"),
+    ("fork", "thread_fork_fn"),
+    ("fork", "daemon_fn"),
+    ("exec", "reexec_fn"),
+];
+
+/// The original and the rewritten proctree of `variant`.
+fn programs(variant: Variant) -> (PathBuf, PathBuf) {
+    let bin = build(&program("proctree"), variant);
+    let out = run_root().join("proctree").join("rewritten").join(variant.name()).join("proctree");
+    static REWRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = REWRITE.lock().unwrap_or_else(|e| e.into_inner());
+    if !out.exists() {
+        rewrite(&bin, &out);
+    }
+    (bin, out)
+}
+
+/// A private directory (0700), as the runtime wants for `STINT_DIR` and XDG.
+fn private_dir(dir: &Path, name: &str) -> PathBuf {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    d
+}
+
+/// Run the original and the rewritten program in an empty cwd with `env`; they must behave
+/// the same and leave the cwd empty. Returns the rewritten run.
+fn run_both(dir: &Path, variant: Variant, env: &[(&str, &str)]) -> Outcome {
+    let (bin, out) = programs(variant);
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let go = |p: &Path| {
+        let mut r = Run::new(p, &cwd);
+        for (k, v) in env {
+            r = r.env(k, v);
+        }
+        r.run()
+    };
+    let orig = go(&bin);
+    assert_eq!(orig.status, 5, "the original: {orig:?}");
+    let rw = go(&out);
+    assert!(rw.same_behaviour(&orig), "{}", describe_difference("original", &orig, "rewritten", &rw));
+    assert_eq!(dir_entries(&cwd), Vec::<String>::new(), "the cwd must stay empty");
+    rw
+}
+
+/// Calls of function `name` over every thread of a report.
+fn calls_of(report: &Value, name: &str) -> u64 {
+    threads(report)
+        .iter()
+        .flat_map(|t| t["functions"].as_array().cloned().unwrap_or_default())
+        .filter(|f| f["name"] == name)
+        .map(|f| f["calls"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// `stint report --tree DIR --format json`.
+fn tree_json(dir: &Path) -> Value {
+    let o = stint(&["report", "--tree", path_str(dir), "--format", "json"]);
+    assert_eq!(o.status, 0, "stint report --tree: {o:?}");
+    serde_json::from_slice(&o.stdout).expect("tree JSON")
+}
+
+/// The checks every variable setting shares: 9 profiles in `profiles`, exact sums, and the
+/// tree the program made, each image linked to its parent.
+fn check_tree(profiles: &Path, rw: &Outcome) {
+    let files = dir_entries(profiles);
+    assert_eq!(files.len(), 9, "one profile per image: {files:?}");
+    let reports: BTreeMap<String, Value> = files.iter().map(|f| (f.clone(), report_json(&profiles.join(f)))).collect();
+    for (name, want) in MARKED {
+        let got: u64 = reports.values().map(|r| calls_of(r, name)).sum();
+        assert_eq!(got, want, "{name}: calls summed over {files:?}");
+    }
+    let tree = tree_json(profiles);
+    let procs = tree["processes"].as_array().expect("processes");
+    let shape: Vec<(String, String)> = procs
+        .iter()
+        .map(|p| {
+            let file = Path::new(p["file"].as_str().unwrap()).file_name().unwrap().to_string_lossy().into_owned();
+            let marked = MARKED.iter().find(|(f, _)| calls_of(&reports[&file], f) > 0).map_or("", |m| m.0);
+            (p["link"].as_str().unwrap().to_owned(), marked.to_owned())
+        })
+        .collect();
+    let want: Vec<(String, String)> = TREE.iter().map(|(l, f)| (l.to_string(), f.to_string())).collect();
+    assert_eq!(shape, want, "the process tree: {tree:#}");
+    // Each profile names its parent: the root's parent is the test, every other image's
+    // parent is an image of the tree, and the JSON keys agree with the tree.
+    assert_eq!(procs[0]["pid"], rw.pid, "the root is the process the test started");
+    for p in &procs[1..] {
+        let parent = &procs[p["parent"].as_u64().expect("a parent") as usize];
+        let file = Path::new(p["file"].as_str().unwrap()).file_name().unwrap().to_string_lossy().into_owned();
+        let r = &reports[&file];
+        assert_eq!(r["parent_pid"], r["ppid"], "{file}");
+        match p["link"].as_str().unwrap() {
+            "exec" => {
+                assert_eq!(p["pid"], parent["pid"], "{file}: an exec keeps the pid");
+                let from = r["exec_from"].as_str().expect("exec_from");
+                assert!(parent["file"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(Path::new(from).file_name().unwrap().to_str().unwrap()));
+                let role = p["argv"][1].as_str().unwrap_or("");
+                assert!(["exec-image", "reexec"].contains(&role), "{file}: an exec'd image has its own arguments");
+            }
+            "fork" => {
+                let pp = r["parent_profile"].as_str().expect("parent_profile");
+                assert!(parent["file"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(Path::new(pp).file_name().unwrap().to_str().unwrap()));
+            }
+            _ => assert_eq!(r["parent_pid"], parent["pid"], "{file}: a spawned child's parent pid"),
+        }
+    }
+    // Every image but the last ended; the root and the fork child that exec'd by exec.
+    let ended: Vec<&str> = procs.iter().map(|p| p["ended"].as_str().unwrap_or("running")).collect();
+    assert_eq!(ended, ["exec", "gone", "exec", "gone", "gone", "gone", "gone", "gone", "gone"], "{tree:#}");
+}
+
+#[test]
+fn pattern_pie_o0() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-pattern");
+    let profiles = private_dir(&dir, "profiles");
+    let rw = run_both(&dir, Variant::PieO0, &[("STINT_PROFILE", &profile_template(&profiles, "proctree"))]);
+    check_tree(&profiles, &rw);
+}
+
+#[test]
+fn pattern_nopie_o2() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-pattern-nopie");
+    let profiles = private_dir(&dir, "profiles");
+    let rw = run_both(&dir, Variant::NopieO2, &[("STINT_PROFILE", &profile_template(&profiles, "proctree"))]);
+    check_tree(&profiles, &rw);
+}
+
+#[test]
+fn fixed_name() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-fixed");
+    let profiles = private_dir(&dir, "profiles");
+    let rw = run_both(&dir, Variant::PieO0, &[("STINT_PROFILE", path_str(&profiles.join("tree.stint")))]);
+    let mut want: Vec<String> = (1..9).map(|k| format!("tree.{k}.stint")).collect();
+    want.insert(0, "tree.stint".into());
+    want.sort();
+    assert_eq!(dir_entries(&profiles), want, "the next free name each time");
+    check_tree(&profiles, &rw);
+}
+
+#[test]
+fn stint_dir() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-dir");
+    let profiles = dir.join("profiles"); // created by the runtime
+    let rw = run_both(&dir, Variant::PieO0, &[("STINT_DIR", path_str(&profiles))]);
+    check_tree(&profiles, &rw);
+}
+
+#[test]
+fn no_variable() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-none");
+    let xdg = private_dir(&dir, "xdg");
+    let rw = run_both(&dir, Variant::PieO0, &[("XDG_RUNTIME_DIR", path_str(&xdg))]);
+    check_tree(&xdg.join("stint"), &rw);
+}
+
+#[test]
+fn control_file_reaches_every_image() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-control");
+    let profiles = private_dir(&dir, "profiles");
+    let control = dir.join("control.yaml");
+    std::fs::write(&control, "on: [calls]\nfunctions: [root_fn, fork_fn, exec_fn, daemon_fn]\n").unwrap();
+    run_both(
+        &dir,
+        Variant::PieO0,
+        &[("STINT_PROFILE", &profile_template(&profiles, "proctree")), ("STINT_CONTROL", path_str(&control))],
+    );
+    let reports: Vec<Value> = dir_entries(&profiles).iter().map(|f| report_json(&profiles.join(f))).collect();
+    for (name, n) in MARKED {
+        let want = if ["root_fn", "fork_fn", "exec_fn", "daemon_fn"].contains(&name) { n } else { 0 };
+        let got: u64 = reports.iter().map(|r| calls_of(r, name)).sum();
+        assert_eq!(got, want, "{name}: the control file holds in every image");
+    }
+}
+
+#[test]
+fn stint_log_takes_the_lost_measurement_line() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-log");
+    let open = dir.join("open");
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let log = dir.join("stint.log");
+    run_both(&dir, Variant::PieO0, &[("STINT_DIR", path_str(&open)), ("STINT_LOG", path_str(&log))]);
+    let text = std::fs::read_to_string(&log).expect("the log");
+    assert!(
+        !text.is_empty()
+            && text.lines().all(|l| l.starts_with("stint: proctree: profile directory is open to other users")),
+        "{text}"
+    );
+    assert_eq!(dir_entries(&open), Vec::<String>::new(), "no profile in a refused directory");
+}
+
+/// Replace each whole-word number of `pids` by `[pN]` in order of first appearance, and
+/// times (`0.123`) by `[t]`.
+fn redact_tree(text: &str, tmp: &str) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    text.replace(tmp, "[tmp]")
+        .lines()
+        .map(|l| {
+            let mut words: Vec<String> = l.split(' ').map(str::to_owned).collect();
+            for k in 1..words.len() {
+                if words[k - 1] == "pid" {
+                    let n = seen.iter().position(|s| *s == words[k]).unwrap_or_else(|| {
+                        seen.push(words[k].clone());
+                        seen.len() - 1
+                    });
+                    words[k] = format!("[p{}]", n + 1);
+                }
+                if words[k].contains('.') && words[k].chars().all(|c| c.is_ascii_digit() || c == '.') {
+                    words[k] = "[t]".into();
+                }
+            }
+            words.join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn report_tree_snapshot() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-snapshot");
+    let profiles = private_dir(&dir, "profiles");
+    run_both(&dir, Variant::PieO0, &[("STINT_PROFILE", &profile_template(&profiles, "proctree"))]);
+    let o = stint(&["report", "--tree", path_str(&profiles)]);
+    assert_eq!(o.status, 0, "{o:?}");
+    let text = redact_tree(&o.stdout_str(), &run_root().to_string_lossy());
+    insta::with_settings!({snapshot_path => "snapshots", prepend_module_to_snapshot => false, omit_expression => true}, {
+        insta::assert_snapshot!("proctree_report_tree", text);
+    });
+}
+
+#[test]
+fn git_alias_runs_git_again() {
+    let _share = cpu_share();
+    let git = Path::new("/usr/bin/git");
+    if !git.exists() {
+        assert!(!under_ci(), "/usr/bin/git is missing (apt-get install git)");
+        eprintln!("skipped: no /usr/bin/git");
+        return;
+    }
+    let dir = fresh_dir("proctree-git");
+    let rewritten = dir.join("bin").join("git");
+    rewrite(git, &rewritten);
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let init = Run::new(git, &repo).args(["init", "-q"]).run();
+    assert_eq!(init.status, 0, "{init:?}");
+    std::fs::write(repo.join("file.txt"), "x\n").unwrap();
+    let profiles = private_dir(&dir, "profiles");
+    let go = |g: &Path| {
+        Run::new(g, &repo)
+            .args(["-c", "alias.x=!\"$G\" status --short", "x"])
+            .env("G", path_str(g))
+            .env("STINT_DIR", path_str(&profiles))
+            .run()
+    };
+    let orig = go(git);
+    assert_eq!((orig.status, orig.stdout_str().as_str()), (0, "?? file.txt\n"), "{orig:?}");
+    let rw = go(&rewritten);
+    assert!(rw.same_behaviour(&orig), "{}", describe_difference("git", &orig, "rewritten git", &rw));
+    let tree = tree_json(&profiles);
+    let procs = tree["processes"].as_array().unwrap();
+    let shape: Vec<(&str, u64)> =
+        procs.iter().map(|p| (p["link"].as_str().unwrap(), p["depth"].as_u64().unwrap())).collect();
+    // git; its fork child (which runs the shell); the git the shell starts.
+    assert_eq!(shape, [("root", 0), ("fork", 1), ("child", 2)], "{tree:#}");
+    assert_eq!(procs[0]["pid"], rw.pid);
+    assert_eq!(procs[2]["argv"], serde_json::json!([path_str(&rewritten), "status", "--short"]), "{tree:#}");
+    assert_eq!(dir_entries(&repo), [".git", "file.txt"], "nothing new in the work tree");
+}
