@@ -140,6 +140,8 @@ pub enum PieceKind {
     WrapThunk { point: usize, site: u64 },
     /// The trampoline of `plan.exits[i]` ([`exit_trampoline`]).
     ExitTrampoline(usize),
+    /// The trampoline of `plan.import_sites[i]` ([`import_trampoline`]).
+    ImportTrampoline(usize),
 }
 
 /// A piece of generated code and the place the layout pass gave it.
@@ -221,6 +223,11 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
             let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
             exit_trampoline(x, t.trampoline_env(x.point), at)
         }
+        PieceKind::ImportTrampoline(i) => {
+            let x = plan.import_sites.get(i).ok_or_else(|| Error::Internal(format!("codegen: no import site {i}")))?;
+            let p = point(x.point as usize)?;
+            import_trampoline(&x.call, p, t.trampoline_env(p.id), at)
+        }
     }
 }
 
@@ -245,6 +252,9 @@ pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piec
                 PieceKind::EntryStub => Initial::Entry,
                 PieceKind::Trampoline(i) => Initial::At(plan.points[i].address),
                 PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
+                // The caller's frame at the call: while the import runs, the return address
+                // lies in the trampoline and the unwinder reads the caller's CFI from there.
+                PieceKind::ImportTrampoline(i) => Initial::At(plan.import_sites[i].address()),
                 _ => Initial::Call,
             };
             Ok(Piece { start: p.at, code, initial })
@@ -366,6 +376,90 @@ pub fn exit_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u
     b.bind(skip);
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     b.add(*last);
+    b.encode(at)
+}
+
+/// Encode the trampoline of a call into an import (D19) at `at`; `call` is the program's
+/// call instruction, `point` the import's point:
+/// ```text
+///        test  byte [rip+gate], <bits>
+///        jne   .on
+/// .off   <the call, emulated>             ; pushes the program's own return address (D1)
+/// .on    push  rax                        ; nothing lives below rsp at a call
+///        <thread check> → .slow
+/// .count movzx eax, byte [rip+gate]
+///        and   eax, gs:[thread_mask]
+///        test  al, CALLS / inc qword gs:[counter]
+///        test  al, TIMER_BITS
+///        je    .plain
+///        mov   eax, <point id>
+///        call  timer_enter                ; frame at the call's rsp
+///        pop   rax
+///        call  <callee>                   ; same operand, same rsp: the callee's stack is the
+///                                         ; program's, its return address is the next line
+///        push  rax                        ; return values: rax, rdx (kept by the routine),
+///        <thread check, exit key> → .done ; xmm0/1 and st0/1 (untouched)
+///        mov   eax, <point id>
+///        call  timer_exit
+/// .done  pop   rax
+///        jmp   <after the call>
+/// .plain pop   rax
+///        <the call, emulated>
+/// .slow  mov   eax, <point id> / call slow_stub / test eax, eax / jne .count
+///        pop   rax
+///        jmp   .off
+/// ```
+/// Flags are dead at a call and after it (psABI); `al` (the vector-register count of a
+/// variadic call) and every argument register reach the callee unchanged. The unwind
+/// information of the piece starts from the caller's state at the call, so the return
+/// address inside it unwinds exactly like the original one.
+pub fn import_trampoline(call: &Instruction, point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    let (on, count, off, slow, plain, done) = (b.label(), b.label(), b.label(), b.label(), b.label(), b.label());
+    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), point.bits as u32))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
+    b.bind(off);
+    emulate_call(&mut b, call)?;
+    b.bind(on);
+    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    thread_check(&mut b, env.tid_offset, COL_OWNER_KEY_OFFSET, slow)?;
+    b.bind(count);
+    b.op(Instruction::with2(Code::Movzx_r32_rm8, Register::EAX, rip(env.gate)))?;
+    b.op(Instruction::with2(Code::And_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_THREAD_MASK_OFFSET)))?;
+    if point.bits & CALLS_BIT != 0 {
+        let skip = b.label();
+        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, CALLS_BIT as u32))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, skip).map_err(internal)?);
+        b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
+        b.bind(skip);
+    }
+    if point.bits & TIMER_BITS != 0 {
+        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, TIMER_BITS as u32))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, plain).map_err(internal)?);
+        b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
+        b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_enter).map_err(internal)?);
+        b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+        b.add(*call); // the program's call, relocated
+        b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+        thread_check(&mut b, env.tid_offset, COL_EXIT_KEY_OFFSET, done)?;
+        b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
+        b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
+        b.bind(done);
+        b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, call.next_ip()).map_err(internal)?);
+    } else {
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, plain).map_err(internal)?);
+    }
+    b.bind(plain);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    emulate_call(&mut b, call)?;
+    b.bind(slow);
+    b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
+    b.add(Instruction::with_branch(Code::Call_rel32_64, env.slow_stub).map_err(internal)?);
+    b.op(Instruction::with2(Code::Test_rm32_r32, Register::EAX, Register::EAX))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, count).map_err(internal)?);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, off).map_err(internal)?);
     b.encode(at)
 }
 
@@ -704,6 +798,7 @@ mod tests {
             tactic: Tactic::Window,
             bits: 1,
             wrap: None,
+            import: None,
         };
         let env = TrampolineEnv {
             gate: 0x500000,
@@ -739,6 +834,7 @@ mod tests {
             tactic: Tactic::Window,
             bits: 1,
             wrap: None,
+            import: None,
         };
         let env = TrampolineEnv {
             gate: 0x500000,
