@@ -451,6 +451,12 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
             "open: timed, but none of its calls returned yet (it still runs, or never returns, like _start); time not counted\n",
         );
     }
+    // D17: a function that tail-jumps into an import ends its frame at the jump.
+    for pm in p.points.iter().filter(|pm| !pm.tail_jumps_to.is_empty()) {
+        if threads.iter().any(|t| t.counts.iter().any(|&(id, n)| id == pm.id && n > 0)) {
+            let _ = writeln!(out, "{}: time ends at tail jump to {}", pm.function, pm.tail_jumps_to.join(", "));
+        }
+    }
     if off > 0 {
         if has_timers(p) {
             out.push_str(
