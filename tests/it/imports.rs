@@ -12,7 +12,7 @@
 //! | test | what it proves |
 //! | --- | --- |
 //! | `calls::*` | each worker lists `strlen` with exactly the calls it made and `qsort` 110 times, the callback under the worker too; nothing of it on main |
-//! | `usleep::*` | main's `usleep` wall time is at least 300 ms per call; `nap`'s either too (a frame kept open) or the rewrite report and the profile's meta say its time ends at the tail jump |
+//! | `usleep::*` | main's `usleep` wall time is at least 300 ms per call; `nap`, whose -O2 body is `jmp usleep@plt`, too (its frame kept open until usleep returns); `lookup` (`jmp getenv@plt`) is marked "time ends at tail jump to getenv" in inspect, the profile's meta and `stint report` |
 //! | `inspect_lists_import_sites` | `stint inspect --json` lists patched sites with their caller and skipped ones with the reason |
 //! | `exception_*` | the bad_alloc crosses the patched site (same output; `operator new` counted), the `try`-covered site is skipped because of its landing pad |
 //! | `cancel_*` | the forced unwinding from `usleep` crosses the patched site and runs `~Guard` |
@@ -46,6 +46,8 @@ struct Case {
     original: Outcome,
     rewritten: Outcome,
     report: Value,
+    /// `stint report` as text.
+    report_text: String,
     inspect: Value,
     /// The profile's meta (the self-description), from `stint report --format json`'s file.
     meta: Value,
@@ -101,7 +103,9 @@ fn run_case(name: &str, b: Build, args: &[&str]) -> Case {
     let bad = report_invariants(&report, name, rewritten.pid, false);
     assert!(bad.is_empty(), "{label}: report:\n  {}", bad.join("\n  "));
     let meta = meta_of(&file);
-    Case { original, rewritten, report, inspect: inspect_json(&bin), meta }
+    let text = stint(&["report", path_str(&file)]);
+    assert!(text.status == 0, "{label}: stint report: {text:?}");
+    Case { original, rewritten, report, report_text: text.stdout_str(), inspect: inspect_json(&bin), meta }
 }
 
 /// The meta JSON a profile file carries (`stint-meta/1`): the bytes from `{"schema":"stint-meta`
@@ -202,35 +206,53 @@ fn check_usleep(b: Build) {
     let n = num(usleep, "calls");
     assert!((1..=2).contains(&n), "{what}: usleep calls on main: {usleep}");
     assert!(num(usleep, "wall_ns") >= n * USLEEP_NS, "{what}: usleep wall time below {n} x 300 ms: {usleep}");
-    // nap: either its frame stays open until usleep returns, or the report says why not.
+    // nap (`jmp usleep@plt` at -O2): its frame stays open until usleep returns (D17).
     let nap = func(main, "nap").unwrap_or_else(|| panic!("{what}: no nap on main: {main}"));
     assert_eq!(num(nap, "calls"), 1, "{what}: nap: {nap}");
-    let tail = c.inspect["points"]
-        .as_array()
-        .expect("points")
-        .iter()
-        .find(|p| p["kind"] == "exit" && p["function"] == "nap" && p["exit"] == "tail_jump");
-    let meta_nap = c.meta["points"].as_array().expect("meta points").iter().find(|p| p["function"] == "nap").cloned();
-    let marked = meta_nap.as_ref().and_then(|p| p.get("tail_jumps_to")).cloned();
-    match tail {
-        Some(x) if x["tactic"] != "skipped" => {
-            let timed = num(nap, "wall_ns") >= USLEEP_NS;
-            let noted =
-                x["note"] == "time ends at tail jump to usleep" && marked == Some(serde_json::json!(["usleep"]));
-            assert!(
-                timed || noted,
-                "{what}: nap tail-jumps into usleep, is not timed to its end and not marked: {nap} {x} {meta_nap:?}"
-            );
-            if !timed {
-                // usleep reached by the tail jump is not counted as a call either.
-                assert_eq!(n, 1, "{what}: {usleep}");
-            }
+    let tail = |f: &str| {
+        c.inspect["points"]
+            .as_array()
+            .expect("points")
+            .iter()
+            .find(|p| p["kind"] == "exit" && p["function"] == f && p["exit"] == "tail_jump")
+            .cloned()
+    };
+    let marked = |f: &str| {
+        c.meta["points"]
+            .as_array()
+            .expect("meta points")
+            .iter()
+            .find(|p| p["function"] == f)
+            .and_then(|p| p.get("tail_jumps_to").cloned())
+    };
+    match tail("nap") {
+        Some(x) => {
+            assert_eq!(x["tactic"], "window", "{what}: {x}");
+            assert_eq!(x["note"], "frame kept open across tail jump to usleep", "{what}: {x}");
+            assert!(num(nap, "wall_ns") >= USLEEP_NS, "{what}: nap ends before usleep returns: {nap}");
+            assert_eq!(n, 1, "{what}: usleep reached by the tail jump is nap's time, no call of its own: {usleep}");
         }
-        _ => {
-            // A call (at -O0): nap's own time includes usleep's.
+        None => {
+            // A call (at -O0): usleep is a call of its own, and nap's time includes it if nap
+            // is timed (its `leave; ret` exit needs --traps at -O0).
+            assert_eq!(n, 2, "{what}: {usleep}");
             assert!(num(nap, "wall_ns") >= USLEEP_NS || nap["wall_ns"].is_null(), "{what}: nap: {nap}");
-            assert!(marked.is_none(), "{what}: nap marked without a tail jump: {meta_nap:?}");
         }
+    }
+    assert_eq!(marked("nap"), None, "{what}: nap marked");
+    // lookup (`jmp getenv@plt` at -O2): getenv is not known to take its arguments in
+    // registers only, so lookup's time ends at the jump, and the profile and report say so.
+    match tail("lookup") {
+        Some(x) => {
+            assert_eq!(x["note"], "time ends at tail jump to getenv", "{what}: {x}");
+            assert_eq!(marked("lookup"), Some(serde_json::json!(["getenv"])), "{what}");
+            assert!(
+                c.report_text.contains("\nlookup: time ends at tail jump to getenv\n"),
+                "{what}: {}",
+                c.report_text
+            );
+        }
+        None => assert_eq!(marked("lookup"), None, "{what}"),
     }
 }
 

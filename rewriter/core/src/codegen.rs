@@ -221,7 +221,10 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         }
         PieceKind::ExitTrampoline(i) => {
             let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
-            exit_trampoline(x, t.trampoline_env(x.point), at)
+            match plan.tail_imports.iter().find(|ti| ti.site == x.site && ti.called) {
+                Some(_) => tail_call_trampoline(x, t.trampoline_env(x.point), at),
+                None => exit_trampoline(x, t.trampoline_env(x.point), at),
+            }
         }
         PieceKind::ImportTrampoline(i) => {
             let x = plan.import_sites.get(i).ok_or_else(|| Error::Internal(format!("codegen: no import site {i}")))?;
@@ -460,6 +463,66 @@ pub fn import_trampoline(call: &Instruction, point: &Point, env: TrampolineEnv, 
     b.add(Instruction::with_branch(Code::Jne_rel32_64, count).map_err(internal)?);
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     b.add(Instruction::with_branch(Code::Jmp_rel32_64, off).map_err(internal)?);
+    b.encode(at)
+}
+
+/// Encode the trampoline of a tail jump into an import that takes no stack arguments (D17,
+/// [`crate::plan::TailImport`]) at `at`:
+/// ```text
+///        <window instructions before the jump, relocated>   ; rsp = S, [S] = the return address
+///        test  byte [rip+gate], TIMER_BITS
+///        jne   .on
+/// .jump  <the jump, relocated>                              ; timers off: as before
+/// .on    push  rax
+///        <thread check, exit key> → .skip                   ; unregistered: no frame to keep
+///        pop   rax
+///        lea   rsp, [rsp-8]                                 ; the callee enters at S-16 ≡ S (mod 16)
+///        call  <the jump's target>                          ; same operand
+///        lea   rsp, [rsp+8]                                 ; S again (flags untouched)
+///        push  rax                                          ; return values: rax, rdx (kept by
+///        mov   eax, <point id>                              ; the routine), xmm0/1, st0/1
+///        call  timer_exit                                   ; the frame at S ends now
+///        pop   rax
+///        ret                                                ; to the function's caller
+/// .skip  pop   rax
+///        <the jump again>
+/// ```
+pub fn tail_call_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
+    let (last, before) = exit
+        .displaced
+        .split_last()
+        .ok_or_else(|| Error::Internal(format!("exit 0x{:x} has no instructions", exit.site)))?;
+    let mut call = *last;
+    match last.code() {
+        Code::Jmp_rel32_64 | Code::Jmp_rel8_64 => {
+            call = Instruction::with_branch(Code::Call_rel32_64, last.near_branch_target()).map_err(internal)?
+        }
+        Code::Jmp_rm64 => call.set_code(Code::Call_rm64),
+        c => return Err(Error::Internal(format!("tail call {c:?} at 0x{:x} cannot become a call", exit.site))),
+    }
+    let mut b = Block::new();
+    let (on, skip) = (b.label(), b.label());
+    for ins in before {
+        b.add(*ins);
+    }
+    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), TIMER_BITS as u32))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
+    b.add(*last);
+    b.bind(on);
+    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    thread_check(&mut b, env.tid_offset, COL_EXIT_KEY_OFFSET, skip)?;
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RSP, mem(Register::RSP, -8)))?;
+    b.add(call);
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RSP, mem(Register::RSP, 8)))?;
+    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, exit.point))?;
+    b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.op(Ok(Instruction::with(Code::Retnq)))?;
+    b.bind(skip);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.add(*last);
     b.encode(at)
 }
 

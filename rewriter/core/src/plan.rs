@@ -221,13 +221,33 @@ pub struct SkippedImportSite {
     /// The calling function.
     pub function: usize,
     pub site: u64,
-    /// The import's demangled name.
+    /// The import's demangled name and its address (as [`Import::address`]).
     pub name: String,
+    pub address: u64,
     pub reason: SkipReason,
 }
 
-/// A tail jump (`jmp f@plt`, `jmp [rip+slot]`) from a timed function into an import: the
-/// function's frame ends at the jump, not when the import returns (D17). The report says so.
+/// A tail jump (`jmp f@plt`, `jmp [rip+slot]`) from a timed function into an import (D17).
+///
+/// A function's time runs until control returns to its caller, but after a tail jump the
+/// import returns there directly, and the callee's stack must not change (D19): its return
+/// address is the caller's, and stack arguments would lie right above it. Two cases:
+///
+/// - `call`: the import is known to take no stack arguments (every argument in registers
+///   by its documented prototype: [`REGISTER_ARGS_IMPORTS`], non-variadic, at most six
+///   integer and eight vector arguments, no structs or `long double` by value). The exit
+///   trampoline then calls it instead of jumping, 8 bytes lower to keep the psABI's entry
+///   alignment (`lea rsp, [rsp-8]; call f; lea rsp, [rsp+8]`), closes the function's frame
+///   when it returns and returns to the caller itself. The callee sees the same arguments; the
+///   words above its return address are not its to read. Unwinding from inside the import
+///   passes through the trampoline with the function's CFI at the jump (CFA 16 bytes
+///   above the return address into the trampoline), so exceptions and `pthread_cancel`'s
+///   forced unwinding reach the caller exactly as before (no landing pad can cover a tail
+///   jump: the function's frame is already gone there). The import itself is not counted
+///   as a call there: its time is the function's.
+/// - otherwise (not on the list: its stack arguments, if any, would be 16 bytes off), the
+///   jump stays a jump, the function's frame ends at it, and the report says "time ends at
+///   tail jump to f" for the function instead of a silently shorter time.
 #[derive(Clone, Debug)]
 pub struct TailImport {
     /// Entry point of the function that jumps.
@@ -235,7 +255,88 @@ pub struct TailImport {
     pub site: u64,
     /// The import's demangled name.
     pub name: String,
+    /// The exit trampoline calls the import and keeps the frame open (see above).
+    pub called: bool,
 }
+
+/// Imports whose documented prototypes pass every argument in registers (see
+/// [`TailImport`]): blocking system-call wrappers, where a tail call hides the most time,
+/// and common libc and zlib functions.
+pub const REGISTER_ARGS_IMPORTS: &[&str] = &[
+    "usleep",
+    "sleep",
+    "nanosleep",
+    "clock_nanosleep",
+    "pause",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect",
+    "epoll_wait",
+    "epoll_pwait",
+    "read",
+    "write",
+    "pread",
+    "pread64",
+    "pwrite",
+    "pwrite64",
+    "readv",
+    "writev",
+    "recv",
+    "send",
+    "recvfrom",
+    "sendto",
+    "recvmsg",
+    "sendmsg",
+    "accept",
+    "accept4",
+    "connect",
+    "waitpid",
+    "wait",
+    "waitid",
+    "fsync",
+    "fdatasync",
+    "sched_yield",
+    "system",
+    "sigwait",
+    "sigsuspend",
+    "sigtimedwait",
+    "sigwaitinfo",
+    "msync",
+    "flock",
+    "lockf",
+    "close",
+    "fread",
+    "fwrite",
+    "fgets",
+    "fputs",
+    "puts",
+    "fflush",
+    "fclose",
+    "getline",
+    "getdelim",
+    "free",
+    "malloc",
+    "calloc",
+    "realloc",
+    "memcpy",
+    "memmove",
+    "memset",
+    "memcmp",
+    "strlen",
+    "strcmp",
+    "strncmp",
+    "strcpy",
+    "qsort",
+    "deflate",
+    "inflate",
+    "deflateEnd",
+    "inflateEnd",
+    "compress",
+    "compress2",
+    "uncompress",
+    "crc32",
+];
 
 /// A thread-library import whose PLT stub is redirected to a wrapper in the runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -341,7 +442,7 @@ pub struct Plan {
     /// Patched calls into imports (D19), in address order.
     pub import_sites: Vec<ImportSite>,
     pub skipped_import_sites: Vec<SkippedImportSite>,
-    /// Patched tail jumps of timed functions into imports (D17).
+    /// Patched tail jumps of timed functions into imports (D17), in exit order.
     pub tail_imports: Vec<TailImport>,
 }
 
@@ -611,7 +712,7 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
         for x in ins.iter().filter(|x| is_call(x)) {
             let Some((address, symbol)) = import_callee(an, &by_stub, x) else { continue };
             let name = crate::analysis::demangle(symbol);
-            let skip = |reason| SkippedImportSite { function: fi, site: x.ip(), name: name.clone(), reason };
+            let skip = |reason| SkippedImportSite { function: fi, site: x.ip(), name: name.clone(), address, reason };
             let wrapped = |w: &Wrap| w.name == symbol;
             let reason = if plan.points.iter().any(|p| p.wrap.as_ref().is_some_and(wrapped)) {
                 Some(SkipReason::Wrapped)
@@ -675,7 +776,9 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
         let Some(j) = x.displaced.last() else { continue };
         if let Some((_, symbol)) = import_callee(an, &by_stub, j) {
             let name = crate::analysis::demangle(symbol);
-            plan.tail_imports.push(TailImport { point: x.point, site: x.site, name });
+            let called = REGISTER_ARGS_IMPORTS.contains(&symbol)
+                && matches!(j.code(), Code::Jmp_rel32_64 | Code::Jmp_rel8_64 | Code::Jmp_rm64);
+            plan.tail_imports.push(TailImport { point: x.point, site: x.site, name, called });
         }
     }
 }

@@ -116,8 +116,10 @@ pub struct Summary {
     pub import_sites_patched: usize,
     pub import_sites_skipped: usize,
     pub import_sites_skipped_by_reason: BTreeMap<String, usize>,
-    /// Patched tail jumps of timed functions into imports: their time ends at the jump (D17).
+    /// Patched tail jumps of timed functions into imports (D17), and of those the ones whose
+    /// trampoline calls the import and keeps the frame open (the others end at the jump).
     pub tail_jumps_into_imports: usize,
+    pub tail_jumps_kept_open: usize,
 }
 
 pub fn hex(a: u64) -> String {
@@ -223,12 +225,10 @@ impl RewriteReport {
                     exit: Some(x.kind),
                     fits: None,
                     caller: None,
-                    note: p
-                        .plan
-                        .tail_imports
-                        .iter()
-                        .find(|t| t.site == x.site)
-                        .map(|t| format!("time ends at tail jump to {}", t.name)),
+                    note: p.plan.tail_imports.iter().find(|t| t.site == x.site).map(|t| match t.called {
+                        true => format!("frame kept open across tail jump to {}", t.name),
+                        false => format!("time ends at tail jump to {}", t.name),
+                    }),
                 },
             ));
         }
@@ -281,7 +281,7 @@ impl RewriteReport {
                 PointRow {
                     kind: "import",
                     function: x.name.clone(),
-                    address: String::new(),
+                    address: hex(x.address),
                     site: hex(x.site),
                     tactic: "skipped",
                     window: None,
@@ -298,6 +298,7 @@ impl RewriteReport {
         s.import_sites_skipped = p.plan.skipped_import_sites.len();
         s.import_sites = s.import_sites_patched + s.import_sites_skipped;
         s.tail_jumps_into_imports = p.plan.tail_imports.len();
+        s.tail_jumps_kept_open = p.plan.tail_imports.iter().filter(|t| t.called).count();
         for u in &p.plan.untimed {
             *s.untimed_by_reason.entry(reason_class(&u.reason, u.site)).or_default() += 1;
         }
@@ -437,7 +438,7 @@ pub fn meta_json(p: &Planned, program: &str) -> String {
                 (None, None) => (POINT_ENTRY, p.analysis.functions[pt.function].size),
             };
             let mut tails: Vec<String> =
-                p.plan.tail_imports.iter().filter(|t| t.point == pt.id).map(|t| t.name.clone()).collect();
+                p.plan.tail_imports.iter().filter(|t| t.point == pt.id && !t.called).map(|t| t.name.clone()).collect();
             tails.sort();
             tails.dedup();
             PointMeta {
