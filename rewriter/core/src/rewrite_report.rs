@@ -2,8 +2,9 @@
 //! embedded in the output for the profile file (D9: reports need neither binary nor spec).
 //!
 //! Every function entry appears as a point with its tactic, or `"skipped"` with the reason,
-//! and so does every exit site of a function a timer selects (D3); the summary gives
-//! coverage of both, which are numbers the project tracks.
+//! and so does every exit site of a function a timer selects (D3) and every call into an
+//! import (kind `import`, with its caller; D19); the summary gives coverage of all three,
+//! which are numbers the project tracks.
 
 use crate::analysis::{FunctionKind, FunctionSource};
 use crate::emit::Layout;
@@ -42,7 +43,7 @@ pub struct FunctionRow {
 
 #[derive(Serialize)]
 pub struct PointRow {
-    /// "entry" or "exit".
+    /// "entry", "exit", "wrap" or "import" (a call site into an imported function).
     pub kind: &'static str,
     pub function: String,
     /// The function's address in the input (as `nm` shows it).
@@ -377,6 +378,25 @@ impl RewriteReport {
                 s.timed_functions,
                 s.timer_functions
             );
+        }
+        if s.import_sites > 0 {
+            let reasons: Vec<String> =
+                s.import_sites_skipped_by_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            out += &format!(
+                "imports: {} functions at {} of {} call sites{}",
+                s.imports,
+                s.import_sites_patched,
+                s.import_sites,
+                if reasons.is_empty() { String::new() } else { format!("; skipped: {}", reasons.join(", ")) },
+            );
+            if s.tail_jumps_into_imports > 0 {
+                out += &format!(
+                    "; tail jumps into imports: {} kept open, {} end the frame",
+                    s.tail_jumps_kept_open,
+                    s.tail_jumps_into_imports - s.tail_jumps_kept_open
+                );
+            }
+            out.push('\n');
         }
         if list_skipped {
             for p in self.points.iter().filter(|p| p.tactic == "skipped") {
