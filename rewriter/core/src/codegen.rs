@@ -1,6 +1,7 @@
 //! Code generation pass: every piece of code the rewriter adds (the entry stub, the stubs
-//! into rt-lib, the shared timer routines, one trampoline per point and exit, the wrapper
-//! thunks), each encoded once at the address the layout pass ([`crate::place`]) gave it.
+//! into rt-lib, the shared timer routines, one trampoline per point, exit and call into an
+//! import, the wrapper thunks), each encoded once at the address the layout pass
+//! ([`crate::place`]) gave it.
 //! [`piece`] encodes one piece (the layout pass uses it to size them); [`generate`] encodes
 //! them all and hands them to the unwind pass as [`Piece`]s.
 //!

@@ -15,6 +15,11 @@
 //! [`plan_exits`]. A function keeps its timer bits only if every exit is patched; otherwise
 //! none of its exits is patched and the plan says why (`Plan::untimed`).
 //!
+//! Calls into shared libraries (D19) are planned last ([`plan_imports`]): one point per
+//! imported function, and one patched site per call into it (the call instruction alone).
+//! Tail jumps of timed functions into imports are either turned into calls by their exit
+//! trampoline or marked (D17, [`TailImport`]).
+//!
 //! With `PlanOptions::traps`, an entry or exit where no window fits gets a trap (`int3` on
 //! its first byte).
 //!
