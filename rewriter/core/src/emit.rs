@@ -379,7 +379,7 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     }
     let sites = plan.points.iter().filter(|p| p.import.is_none()).map(|p| (p.address, p.window_len, p.tactic));
     let sites = sites.chain(plan.exits.iter().map(|x| (x.address, x.window_len, x.tactic)));
-    let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.len(), Tactic::Window)));
+    let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.window_len(), Tactic::Window)));
     let mut patched: Vec<(u64, u64)> = Vec::new();
     for (address, len, tactic) in sites {
         let Some(&(v, _, _, off, _)) = loads.iter().find(|l| address >= l.0 && address < l.0 + l.4) else {

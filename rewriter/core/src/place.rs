@@ -322,7 +322,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
     }
     for (i, x) in plan.import_sites.iter().enumerate() {
         let target = c.code(plan, PieceKind::ImportTrampoline(i), &t, &mut pieces)?;
-        sites.push(Site { address: x.address(), len: x.len(), tactic: Tactic::Window, target });
+        sites.push(Site { address: x.address(), len: x.window_len(), tactic: Tactic::Window, target });
     }
     let n_traps = sites.iter().filter(|s| s.tactic == Tactic::Trap).count() as u64;
     c.align(8);

@@ -215,7 +215,8 @@ impl ImportSite {
     pub fn address(&self) -> u64 {
         self.call.ip()
     }
-    pub fn len(&self) -> u64 {
+    /// Bytes the patch covers: the call instruction.
+    pub fn window_len(&self) -> u64 {
         self.call.len() as u64
     }
 }

@@ -265,7 +265,7 @@ impl RewriteReport {
                     address: hex(pt.function_address(&p.analysis)),
                     site: hex(x.address()),
                     tactic: Tactic::Window.name(),
-                    window: Some(x.len()),
+                    window: Some(x.window_len()),
                     patch: None,
                     reason: None,
                     exit: None,
