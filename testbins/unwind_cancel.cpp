@@ -278,6 +278,7 @@ static int run_cancel() {
 
 static uintptr_t added_lo, added_hi;
 static volatile long samples, added, reached;
+static uintptr_t prev_ip; // the IP of the frame before, in on_frame
 
 /* The main program's executable PT_LOAD above its writable one: code a rewriter added. */
 static int find_added(struct dl_phdr_info *info, size_t, void *) {
@@ -298,11 +299,18 @@ static int find_added(struct dl_phdr_info *info, size_t, void *) {
 }
 
 extern "C" __attribute__((noinline)) void sample_loop();
+static int run_sample();
 
 static _Unwind_Reason_Code on_frame(struct _Unwind_Context *ctx, void *arg) {
     int *depth = (int *)arg;
-    void *f = _Unwind_FindEnclosingFunction((void *)_Unwind_GetIP(ctx));
-    if (f == (void *)sample_loop) {
+    uintptr_t ip = _Unwind_GetIP(ctx);
+    void *f = _Unwind_FindEnclosingFunction((void *)ip);
+    // A sample in the trampoline of sample_loop's call into clock_gettime (an import point)
+    // is in sample_loop's frame, which the trampoline's FDE describes: the frame after that
+    // added code is sample_loop's caller, run_sample.
+    int in_added = prev_ip >= added_lo && prev_ip < added_hi;
+    prev_ip = ip;
+    if (f == (void *)sample_loop || (f == (void *)run_sample && in_added)) {
         reached++;
         return _URC_END_OF_STACK;
     }
@@ -315,6 +323,7 @@ static void on_alarm(int, siginfo_t *, void *uc) {
     if (pc >= added_lo && pc < added_hi) {
         added++;
         int depth = 0;
+        prev_ip = 0;
         _Unwind_Backtrace(on_frame, &depth);
     }
 }

@@ -436,6 +436,7 @@ behaviour_tests! {
     longjmp: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     sigstorm: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     selfcopy: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
+    imports: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o2: "nopie-O2"];
     calltree: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     matmul: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     churn: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The binary at `path`, or None (with a loud message) when it is missing outside CI.
-fn debian_binary(path: &str, package: &str) -> Option<PathBuf> {
+pub(crate) fn debian_binary(path: &str, package: &str) -> Option<PathBuf> {
     let p = PathBuf::from(path);
     if p.is_file() {
         return Some(p);
@@ -26,7 +26,7 @@ fn debian_binary(path: &str, package: &str) -> Option<PathBuf> {
 
 /// The rewritten copy of a Debian binary (once per test process), after printing the
 /// coverage summary of `stint inspect --json` for the CI log.
-fn rewritten(bin: &Path) -> PathBuf {
+pub(crate) fn rewritten(bin: &Path) -> PathBuf {
     let name = bin.file_name().unwrap().to_string_lossy().into_owned();
     let inspect = inspect_json(bin);
     eprintln!("{name}: stint inspect summary: {}", field(&inspect, "summary", "stint inspect --json"));
@@ -37,7 +37,7 @@ fn rewritten(bin: &Path) -> PathBuf {
 
 /// Run the original and the rewritten program the same way; they must behave the same.
 /// Returns the original's outcome, the rewritten one's, and the rewritten run's report.
-fn compare(
+pub(crate) fn compare(
     name: &str,
     original: &Path,
     rewritten: &Path,
@@ -84,7 +84,7 @@ fn compare(
 }
 
 /// About 20 MB of deterministic text: lines of words drawn by a fixed LCG.
-fn big_text() -> &'static Path {
+pub(crate) fn big_text() -> &'static Path {
     static FILE: OnceLock<PathBuf> = OnceLock::new();
     FILE.get_or_init(|| {
         const WORDS: [&str; 24] = [

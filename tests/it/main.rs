@@ -17,6 +17,7 @@
 //! | `debian` | real programs from Debian packages (pigz, sqlite3, lua) |
 //! | `diff` | `stint diff` on real runs: the exact calls gate, `--min-abs`, JSON inputs and output, markdown, bad input |
 //! | `errors` | bad input: one-line errors naming the file |
+//! | `imports` | calls into shared libraries as points (D19), tail jumps into imports (D17), exceptions and cancellation through patched call sites |
 //! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
 //! | `merge` | `stint merge` and `stint report` over several runs: exact sums, forked children, bad inputs |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
@@ -44,6 +45,7 @@ mod diff;
 mod errors;
 mod export;
 mod faults;
+mod imports;
 mod location;
 mod locks;
 mod merge;

@@ -80,13 +80,16 @@ pub struct RewriteArgs {
 
 /// Show what `rewrite` would instrument, and how.
 #[derive(Parser, Debug)]
-#[command(after_help = "EXAMPLES:\n  stint inspect /usr/bin/pigz\n  stint inspect /usr/bin/pigz --json | jq .summary")]
+#[command(
+    after_help = "EXAMPLES:\n  stint inspect /usr/bin/pigz\n  stint inspect /usr/bin/pigz --json | jq .summary\n  \
+    stint inspect /usr/bin/pigz --json | jq '.points[] | select(.kind == \"import\")'   # calls into libraries"
+)]
 pub struct InspectArgs {
     pub input: PathBuf,
     /// Print the full report as JSON (functions, points with tactics, summary).
     #[arg(long)]
     pub json: bool,
-    /// List every skipped entry with its reason.
+    /// List every skipped entry, exit and call into an import with its reason.
     #[arg(long)]
     pub skipped: bool,
     #[arg(long)]

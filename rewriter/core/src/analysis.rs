@@ -123,6 +123,10 @@ mod symbols;
 mod tests;
 pub(crate) mod unwind;
 
+pub(crate) use cold::is_noreturn_import;
+pub(crate) use symbols::demangle;
+pub use unwind::LsdaCallSite;
+
 use crate::error::{Error, Result};
 use crate::input::{ElfKind, InputElf};
 use iced_x86::{Decoder, DecoderOptions, Instruction};
@@ -233,6 +237,13 @@ pub struct Analysis {
     /// Every indirect `jmp` in a decoded function, by address, and what it was found to be.
     /// A function whose bytes stop decoding has its jumps after that point missing.
     pub indirect_jumps: BTreeMap<u64, IndirectJump>,
+    /// GOT slots with a dynamic relocation naming a symbol (`JUMP_SLOT`, `GLOB_DAT`): the raw
+    /// symbol name per slot. `call [rip+slot]` (`-fno-plt`, Rust) calls that import.
+    pub got_imports: BTreeMap<u64, String>,
+    /// The LSDA call-site table of each function (or cold part) whose FDE has an LSDA, by the
+    /// function's address. A call in such a function that no row covers terminates the
+    /// program when an exception passes it (`noexcept`).
+    pub lsda_sites: HashMap<u64, Vec<unwind::LsdaCallSite>>,
 }
 
 impl Analysis {
@@ -424,16 +435,18 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
     let mut code = code::decode_all(elf, &codemap, &cands, exec_kind);
 
     // 4. Landing pads (the unwinder jumps there).
+    let mut lsda_sites = HashMap::new();
     for (i, c) in cands.iter().enumerate() {
         let Some(lsda) = c.fde.and_then(|k| fdes.get(k)).and_then(|f| f.lsda) else {
             continue;
         };
-        match unwind::landing_pads(elf, lsda, c.address) {
-            Some(pads) => {
-                for p in pads {
+        match unwind::call_sites(elf, lsda, c.address) {
+            Some(sites) => {
+                for p in sites.iter().filter_map(|s| s.pad) {
                     code.targets.push(p);
                     code.edges.push(code::Edge { src: i, target: p, kind: code::EdgeKind::Pad });
                 }
+                lsda_sites.insert(c.address, sites);
             }
             None => code.unresolved[i] = true,
         }
@@ -533,7 +546,8 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
             has_unwind: c.fde.is_some(),
         });
     }
-    Ok(Analysis { functions, branch_targets, plt_stubs, indirect_jumps })
+    let got_imports = dynrefs.got_names.iter().map(|(&slot, name)| (slot, name.clone())).collect();
+    Ok(Analysis { functions, branch_targets, plt_stubs, indirect_jumps, got_imports, lsda_sites })
 }
 
 /// `.comment` names clang, rustc or another LLVM-based compiler.

@@ -1,6 +1,7 @@
 //! Code generation pass: every piece of code the rewriter adds (the entry stub, the stubs
-//! into rt-lib, the shared timer routines, one trampoline per point and exit, the wrapper
-//! thunks), each encoded once at the address the layout pass ([`crate::place`]) gave it.
+//! into rt-lib, the shared timer routines, one trampoline per point, exit and call into an
+//! import, the wrapper thunks), each encoded once at the address the layout pass
+//! ([`crate::place`]) gave it.
 //! [`piece`] encodes one piece (the layout pass uses it to size them); [`generate`] encodes
 //! them all and hands them to the unwind pass as [`Piece`]s.
 //!
@@ -142,6 +143,8 @@ pub enum PieceKind {
     WrapThunk { point: usize, site: u64 },
     /// The trampoline of `plan.exits[i]` ([`exit_trampoline`]).
     ExitTrampoline(usize),
+    /// The trampoline of `plan.import_sites[i]` ([`import_trampoline`]).
+    ImportTrampoline(usize),
 }
 
 /// A piece of generated code and the place the layout pass gave it.
@@ -223,7 +226,15 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         }
         PieceKind::ExitTrampoline(i) => {
             let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
-            exit_trampoline(x, t.trampoline_env(x.point), at)
+            match plan.tail_imports.iter().find(|ti| ti.site == x.site && ti.called) {
+                Some(_) => tail_call_trampoline(x, t.trampoline_env(x.point), at),
+                None => exit_trampoline(x, t.trampoline_env(x.point), at),
+            }
+        }
+        PieceKind::ImportTrampoline(i) => {
+            let x = plan.import_sites.get(i).ok_or_else(|| Error::Internal(format!("codegen: no import site {i}")))?;
+            let p = point(x.point as usize)?;
+            import_trampoline(&x.call, p, t.trampoline_env(p.id), at)
         }
     }
 }
@@ -249,6 +260,9 @@ pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piec
                 PieceKind::EntryStub => Initial::Entry,
                 PieceKind::Trampoline(i) => Initial::At(plan.points[i].address),
                 PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
+                // The caller's frame at the call: while the import runs, the return address
+                // lies in the trampoline and the unwinder reads the caller's CFI from there.
+                PieceKind::ImportTrampoline(i) => Initial::At(plan.import_sites[i].address()),
                 _ => Initial::Call,
             };
             Ok(Piece { start: p.at, code, initial })
@@ -367,6 +381,150 @@ pub fn exit_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u
     thread_check(&mut b, env.tid_offset, COL_EXIT_KEY_OFFSET, skip)?;
     b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, exit.point))?;
     b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
+    b.bind(skip);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.add(*last);
+    b.encode(at)
+}
+
+/// Encode the trampoline of a call into an import (D19) at `at`; `call` is the program's
+/// call instruction, `point` the import's point:
+/// ```text
+///        test  byte [rip+gate], <bits>
+///        jne   .on
+/// .off   <the call, emulated>             ; pushes the program's own return address (D1)
+/// .on    push  rax                        ; nothing lives below rsp at a call
+///        <thread check> → .slow
+/// .count movzx eax, byte [rip+gate]
+///        and   eax, gs:[thread_mask]
+///        test  al, CALLS / inc qword gs:[counter]
+///        test  al, TIMER_BITS
+///        je    .plain
+///        mov   eax, <point id>
+///        call  timer_enter                ; frame at the call's rsp
+///        pop   rax
+///        call  <callee>                   ; same operand, same rsp: the callee's stack is the
+///                                         ; program's, its return address is the next line
+///        push  rax                        ; return values: rax, rdx (kept by the routine),
+///        <thread check, exit key> → .done ; xmm0/1 and st0/1 (untouched)
+///        mov   eax, <point id>
+///        call  timer_exit
+/// .done  pop   rax
+///        jmp   <after the call>
+/// .plain pop   rax
+///        <the call, emulated>
+/// .slow  mov   eax, <point id> / call slow_stub / test eax, eax / jne .count
+///        pop   rax
+///        jmp   .off
+/// ```
+/// Flags are dead at a call and after it (psABI); `al` (the vector-register count of a
+/// variadic call) and every argument register reach the callee unchanged. The unwind
+/// information of the piece starts from the caller's state at the call, so the return
+/// address inside it unwinds exactly like the original one.
+pub fn import_trampoline(call: &Instruction, point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    let (on, count, off, slow, plain, done) = (b.label(), b.label(), b.label(), b.label(), b.label(), b.label());
+    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), point.bits as u32))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
+    b.bind(off);
+    emulate_call(&mut b, call)?;
+    b.bind(on);
+    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    thread_check(&mut b, env.tid_offset, COL_OWNER_KEY_OFFSET, slow)?;
+    b.bind(count);
+    b.op(Instruction::with2(Code::Movzx_r32_rm8, Register::EAX, rip(env.gate)))?;
+    b.op(Instruction::with2(Code::And_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_THREAD_MASK_OFFSET)))?;
+    if point.bits & CALLS_BIT != 0 {
+        let skip = b.label();
+        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, CALLS_BIT as u32))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, skip).map_err(internal)?);
+        b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
+        b.bind(skip);
+    }
+    if point.bits & TIMER_BITS != 0 {
+        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, TIMER_BITS as u32))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, plain).map_err(internal)?);
+        b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
+        b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_enter).map_err(internal)?);
+        b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+        b.add(*call); // the program's call, relocated
+        b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+        thread_check(&mut b, env.tid_offset, COL_EXIT_KEY_OFFSET, done)?;
+        b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
+        b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
+        b.bind(done);
+        b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, call.next_ip()).map_err(internal)?);
+    } else {
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, plain).map_err(internal)?);
+    }
+    b.bind(plain);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    emulate_call(&mut b, call)?;
+    b.bind(slow);
+    b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
+    b.add(Instruction::with_branch(Code::Call_rel32_64, env.slow_stub).map_err(internal)?);
+    b.op(Instruction::with2(Code::Test_rm32_r32, Register::EAX, Register::EAX))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, count).map_err(internal)?);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, off).map_err(internal)?);
+    b.encode(at)
+}
+
+/// Encode the trampoline of a tail jump into an import that takes no stack arguments (D17,
+/// [`crate::plan::TailImport`]) at `at`:
+/// ```text
+///        <window instructions before the jump, relocated>   ; rsp = S, [S] = the return address
+///        test  byte [rip+gate], TIMER_BITS
+///        jne   .on
+/// .jump  <the jump, relocated>                              ; timers off: as before
+/// .on    push  rax
+///        <thread check, exit key> → .skip                   ; unregistered: no frame to keep
+///        pop   rax
+///        lea   rsp, [rsp-8]                                 ; the callee enters at S-16 ≡ S (mod 16)
+///        call  <the jump's target>                          ; same operand
+///        lea   rsp, [rsp+8]                                 ; S again (flags untouched)
+///        push  rax                                          ; return values: rax, rdx (kept by
+///        mov   eax, <point id>                              ; the routine), xmm0/1, st0/1
+///        call  timer_exit                                   ; the frame at S ends now
+///        pop   rax
+///        ret                                                ; to the function's caller
+/// .skip  pop   rax
+///        <the jump again>
+/// ```
+pub fn tail_call_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
+    let (last, before) = exit
+        .displaced
+        .split_last()
+        .ok_or_else(|| Error::Internal(format!("exit 0x{:x} has no instructions", exit.site)))?;
+    let mut call = *last;
+    match last.code() {
+        Code::Jmp_rel32_64 | Code::Jmp_rel8_64 => {
+            call = Instruction::with_branch(Code::Call_rel32_64, last.near_branch_target()).map_err(internal)?
+        }
+        Code::Jmp_rm64 => call.set_code(Code::Call_rm64),
+        c => return Err(Error::Internal(format!("tail call {c:?} at 0x{:x} cannot become a call", exit.site))),
+    }
+    let mut b = Block::new();
+    let (on, skip) = (b.label(), b.label());
+    for ins in before {
+        b.add(*ins);
+    }
+    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), TIMER_BITS as u32))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
+    b.add(*last);
+    b.bind(on);
+    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    thread_check(&mut b, env.tid_offset, COL_EXIT_KEY_OFFSET, skip)?;
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RSP, mem(Register::RSP, -8)))?;
+    b.add(call);
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::RSP, mem(Register::RSP, 8)))?;
+    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, exit.point))?;
+    b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.op(Ok(Instruction::with(Code::Retnq)))?;
     b.bind(skip);
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     b.add(*last);
@@ -764,6 +922,7 @@ mod tests {
             tactic: Tactic::Window,
             bits: 1,
             wrap: None,
+            import: None,
         };
         let env = TrampolineEnv {
             gate: 0x500000,
@@ -799,6 +958,7 @@ mod tests {
             tactic: Tactic::Window,
             bits: 1,
             wrap: None,
+            import: None,
         };
         let env = TrampolineEnv {
             gate: 0x500000,

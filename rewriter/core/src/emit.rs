@@ -377,9 +377,11 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     if !(seg.0..seg.1).contains(&entry) {
         return bad(format!("e_entry 0x{entry:x} is outside the new code segment"));
     }
-    let sites = plan.points.iter().map(|p| (p.address, p.window_len, p.tactic));
+    let sites = plan.points.iter().filter(|p| p.import.is_none()).map(|p| (p.address, p.window_len, p.tactic));
+    let sites = sites.chain(plan.exits.iter().map(|x| (x.address, x.window_len, x.tactic)));
+    let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.window_len(), Tactic::Window)));
     let mut patched: Vec<(u64, u64)> = Vec::new();
-    for (address, len, tactic) in sites.chain(plan.exits.iter().map(|x| (x.address, x.window_len, x.tactic))) {
+    for (address, len, tactic) in sites {
         let Some(&(v, _, _, off, _)) = loads.iter().find(|l| address >= l.0 && address < l.0 + l.4) else {
             return bad(format!("window 0x{address:x} is not in a file-backed segment"));
         };

@@ -20,6 +20,7 @@
 //!   slow stub, timer stub, timer enter, timer exit, trap stub
 //!   per point                 its trampoline, or (8-aligned) its WrapSite and wrapper thunk
 //!   per exit                  its trampoline
+//!   per import call site      its trampoline (D19)
 //!   trap table                8-aligned: (site, trampoline) pairs relative to RtConfig, sorted
 //!   .eh_frame, .eh_frame_hdr  8-aligned, last: the unwind pass decides their length
 //! ```
@@ -138,7 +139,7 @@ pub struct Placement {
     pub pieces: Vec<PieceAt>,
     /// The `WrapSite` descriptors of wrapped imports, each at its address.
     pub wrap_sites: Vec<(u64, WrapSite)>,
-    /// Every patched site, points first, then exits.
+    /// Every patched site: points first, then exits, then import call sites.
     pub sites: Vec<Site>,
     pub trap_table: u64,
     /// Where the unwind pass puts `.eh_frame` (then `.eh_frame_hdr`); the segment ends there
@@ -292,6 +293,9 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
     let mut sites = Vec::with_capacity(plan.points.len() + plan.exits.len());
     let mut wrap_sites = Vec::new();
     for (i, p) in plan.points.iter().enumerate() {
+        if p.import.is_some() {
+            continue; // patches nothing itself: its call sites below
+        }
         let kind = match &p.wrap {
             Some(w) => {
                 // The WrapSite descriptor, then the thunk the PLT stub's jmp now leads to.
@@ -318,6 +322,10 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
     for (i, x) in plan.exits.iter().enumerate() {
         let target = c.code(plan, PieceKind::ExitTrampoline(i), &t, &mut pieces)?;
         sites.push(Site { address: x.address, len: x.window_len, tactic: x.tactic, target });
+    }
+    for (i, x) in plan.import_sites.iter().enumerate() {
+        let target = c.code(plan, PieceKind::ImportTrampoline(i), &t, &mut pieces)?;
+        sites.push(Site { address: x.address(), len: x.window_len(), tactic: Tactic::Window, target });
     }
     let n_traps = sites.iter().filter(|s| s.tactic == Tactic::Trap).count() as u64;
     c.align(8);

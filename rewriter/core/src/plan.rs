@@ -15,6 +15,11 @@
 //! [`plan_exits`]. A function keeps its timer bits only if every exit is patched; otherwise
 //! none of its exits is patched and the plan says why (`Plan::untimed`).
 //!
+//! Calls into shared libraries (D19) are planned last ([`plan_imports`]): one point per
+//! imported function, and one patched site per call into it (the call instruction alone).
+//! Tail jumps of timed functions into imports are either turned into calls by their exit
+//! trampoline or marked (D17, [`TailImport`]).
+//!
 //! With `PlanOptions::traps`, an entry or exit where no window fits gets a trap (`int3` on
 //! its first byte).
 //!
@@ -24,7 +29,7 @@
 use crate::analysis::{decode_at, Analysis, Function, FunctionKind, IndirectJump};
 use crate::input::InputElf;
 use crate::spec::Spec;
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
 use std::collections::{BTreeMap, HashMap};
 
 /// Minimum window: `jmp rel32`.
@@ -103,6 +108,23 @@ pub enum SkipReason {
     /// Exit: this exit fits, but another exit of the function does not, so the function
     /// is not timed and none of its exits is patched.
     NotTimed,
+    /// Import call site: an exception passing this call stops at a landing pad of the
+    /// caller (C++ `try` or a cleanup), which the trampoline's frame would hide.
+    LandingPad(u64),
+    /// Import call site: the caller has an LSDA whose call-site table does not cover the
+    /// call, so an exception passing it terminates the program (`noexcept`); the
+    /// trampoline's frame would let it through.
+    NotInCallSiteTable,
+    /// Import call site: the import is a thread-library function with a wrapper point (D4).
+    Wrapped,
+    /// Import call site: the import never returns (`exit`, `abort`, `__cxa_throw`, …).
+    NoReturn,
+    /// Import call site: the import finds its caller by its return address (`dlsym`,
+    /// `dlopen`, …): the return address must stay in the program.
+    ReturnAddressSensitive,
+    /// Import call site in a program marked for CET shadow stacks (the trampoline's `call`
+    /// is fine, but its disabled path emulates the call).
+    ShadowStack,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -124,6 +146,12 @@ impl std::fmt::Display for SkipReason {
             SkipReason::IntoOtherColdPart(a) => write!(f, "jump into 0x{a:x}, a cold part of another function"),
             SkipReason::IntoFunctionInterior(a) => write!(f, "jump into the middle of the function at 0x{a:x}"),
             SkipReason::NotTimed => f.write_str("another exit of the function cannot be patched"),
+            SkipReason::LandingPad(a) => write!(f, "call covered by the landing pad at 0x{a:x} (try/cleanup)"),
+            SkipReason::NotInCallSiteTable => f.write_str("call outside the LSDA's call-site table (noexcept)"),
+            SkipReason::Wrapped => f.write_str("thread-library function with a wrapper"),
+            SkipReason::NoReturn => f.write_str("import never returns"),
+            SkipReason::ReturnAddressSensitive => f.write_str("import reads its return address"),
+            SkipReason::ShadowStack => f.write_str("call site in a shadow-stack program"),
         }
     }
 }
@@ -152,7 +180,169 @@ pub struct Point {
     /// The point is the wrapper of an imported thread-library function (D4): `address` and
     /// `window_len` are its PLT stub's `jmp [rip+slot]`, `function` is `usize::MAX`.
     pub wrap: Option<Wrap>,
+    /// The point is an imported function timed at its call sites (D19, [`ImportSite`]s):
+    /// `function` is `usize::MAX`, `address` the import's address, `window_len` 0 (the
+    /// point patches nothing itself).
+    pub import: Option<Import>,
 }
+
+/// An imported function whose calls from the program are a point of their own (D19).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Import {
+    /// The symbol as the dynamic relocation names it (`_Znwm`).
+    pub symbol: String,
+    /// Demangled (`operator new`): what reports show and spec globs match.
+    pub name: String,
+    /// Its PLT stub (the `endbr64` if it has one), or for an import only called through the
+    /// GOT (`-fno-plt`), its GOT slot: the address reports show.
+    pub address: u64,
+}
+
+/// A call from the program into an import, patched (D19): the `call` becomes `jmp rel32` to
+/// a trampoline that makes the same call with the same stack, between the import point's
+/// entry and exit instrumentation ([`crate::codegen::import_trampoline`]).
+#[derive(Clone, Debug)]
+pub struct ImportSite {
+    /// Id of the import's [`Point`].
+    pub point: u32,
+    /// Index into `Analysis::functions` of the calling function (or cold part).
+    pub function: usize,
+    /// The `call rel32` (to a PLT stub) or `call [rip+slot]`, decoded at its address.
+    pub call: Instruction,
+}
+
+impl ImportSite {
+    pub fn address(&self) -> u64 {
+        self.call.ip()
+    }
+    /// Bytes the patch covers: the call instruction.
+    pub fn window_len(&self) -> u64 {
+        self.call.len() as u64
+    }
+}
+
+/// A call into an import that is not patched.
+#[derive(Clone, Debug)]
+pub struct SkippedImportSite {
+    /// The calling function.
+    pub function: usize,
+    pub site: u64,
+    /// The import's demangled name and its address (as [`Import::address`]).
+    pub name: String,
+    pub address: u64,
+    pub reason: SkipReason,
+}
+
+/// A tail jump (`jmp f@plt`, `jmp [rip+slot]`) from a timed function into an import (D17).
+///
+/// A function's time runs until control returns to its caller, but after a tail jump the
+/// import returns there directly, and the callee's stack must not change (D19): its return
+/// address is the caller's, and stack arguments would lie right above it. Two cases:
+///
+/// - `call`: the import is known to take no stack arguments (every argument in registers
+///   by its documented prototype: [`REGISTER_ARGS_IMPORTS`], non-variadic, at most six
+///   integer and eight vector arguments, no structs or `long double` by value). The exit
+///   trampoline then calls it instead of jumping, 8 bytes lower to keep the psABI's entry
+///   alignment (`lea rsp, [rsp-8]; call f; lea rsp, [rsp+8]`), closes the function's frame
+///   when it returns and returns to the caller itself. The callee sees the same arguments; the
+///   words above its return address are not its to read. Unwinding from inside the import
+///   passes through the trampoline with the function's CFI at the jump (CFA 16 bytes
+///   above the return address into the trampoline), so exceptions and `pthread_cancel`'s
+///   forced unwinding reach the caller exactly as before (no landing pad can cover a tail
+///   jump: the function's frame is already gone there). The import itself is not counted
+///   as a call there: its time is the function's.
+/// - otherwise (not on the list: its stack arguments, if any, would be 16 bytes off), the
+///   jump stays a jump, the function's frame ends at it, and the report says "time ends at
+///   tail jump to f" for the function instead of a silently shorter time.
+#[derive(Clone, Debug)]
+pub struct TailImport {
+    /// Entry point of the function that jumps.
+    pub point: u32,
+    pub site: u64,
+    /// The import's demangled name.
+    pub name: String,
+    /// The exit trampoline calls the import and keeps the frame open (see above).
+    pub called: bool,
+}
+
+/// Imports whose documented prototypes pass every argument in registers (see
+/// [`TailImport`]): blocking system-call wrappers, where a tail call hides the most time,
+/// and common libc and zlib functions.
+pub const REGISTER_ARGS_IMPORTS: &[&str] = &[
+    "usleep",
+    "sleep",
+    "nanosleep",
+    "clock_nanosleep",
+    "pause",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect",
+    "epoll_wait",
+    "epoll_pwait",
+    "read",
+    "write",
+    "pread",
+    "pread64",
+    "pwrite",
+    "pwrite64",
+    "readv",
+    "writev",
+    "recv",
+    "send",
+    "recvfrom",
+    "sendto",
+    "recvmsg",
+    "sendmsg",
+    "accept",
+    "accept4",
+    "connect",
+    "waitpid",
+    "wait",
+    "waitid",
+    "fsync",
+    "fdatasync",
+    "sched_yield",
+    "system",
+    "sigwait",
+    "sigsuspend",
+    "sigtimedwait",
+    "sigwaitinfo",
+    "msync",
+    "flock",
+    "lockf",
+    "close",
+    "fread",
+    "fwrite",
+    "fgets",
+    "fputs",
+    "puts",
+    "fflush",
+    "fclose",
+    "getline",
+    "getdelim",
+    "free",
+    "malloc",
+    "calloc",
+    "realloc",
+    "memcpy",
+    "memmove",
+    "memset",
+    "memcmp",
+    "strlen",
+    "strcmp",
+    "strncmp",
+    "strcpy",
+    "qsort",
+    "deflate",
+    "inflate",
+    "deflateEnd",
+    "inflateEnd",
+    "compress",
+    "compress2",
+    "uncompress",
+    "crc32",
+];
 
 /// A thread-library import whose PLT stub is redirected to a wrapper in the runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,17 +361,20 @@ pub struct Wrap {
 impl Point {
     /// The function name a report shows for this point.
     pub fn name<'a>(&'a self, an: &'a Analysis) -> &'a str {
-        match &self.wrap {
-            Some(w) => &w.name,
-            None => &an.functions[self.function].name,
+        match (&self.wrap, &self.import) {
+            (Some(w), _) => &w.name,
+            (None, Some(i)) => &i.name,
+            (None, None) => &an.functions[self.function].name,
         }
     }
 
-    /// The address a report shows for this point (the function's, or the PLT stub's).
+    /// The address a report shows for this point (the function's, the PLT stub's, or an
+    /// import's).
     pub fn function_address(&self, an: &Analysis) -> u64 {
-        match &self.wrap {
-            Some(w) => w.stub,
-            None => an.functions[self.function].address,
+        match (&self.wrap, &self.import) {
+            (Some(w), _) => w.stub,
+            (None, Some(i)) => i.address,
+            (None, None) => an.functions[self.function].address,
         }
     }
 }
@@ -252,6 +445,11 @@ pub struct Plan {
     pub skipped_exits: Vec<SkippedExit>,
     /// Points a timer selects whose timer bits were dropped, with the reason.
     pub untimed: Vec<Untimed>,
+    /// Patched calls into imports (D19), in address order.
+    pub import_sites: Vec<ImportSite>,
+    pub skipped_import_sites: Vec<SkippedImportSite>,
+    /// Patched tail jumps of timed functions into imports (D17), in exit order.
+    pub tail_imports: Vec<TailImport>,
 }
 
 /// Options that depend on the program or the user rather than the spec.
@@ -305,6 +503,7 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
                     tactic,
                     bits,
                     wrap: None,
+                    import: None,
                 });
             }
             Err(reason) => plan.skipped.push(Skipped { function: i, address: start, reason }),
@@ -312,6 +511,7 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
     }
     plan_exits(elf, analysis, &mut plan, opts);
     plan_wraps(elf, analysis, spec, &mut plan);
+    plan_imports(elf, analysis, spec, &mut plan, opts);
     plan
 }
 
@@ -346,6 +546,7 @@ fn plan_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
             tactic: Tactic::Window,
             bits,
             wrap: Some(Wrap { func, name: stub.name.clone(), stub: stub.address, got_slot: stub.got_slot }),
+            import: None,
         });
     }
 }
@@ -453,6 +654,169 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
         }
         skipped.sort_by_key(|x| x.site);
         plan.skipped_exits.append(&mut skipped);
+    }
+}
+
+/// Imports whose calls stay as they are, and why: [`SkipReason::ReturnAddressSensitive`]
+/// (`dlsym(RTLD_NEXT)` and `dlopen` find the calling object by the return address; the
+/// others return twice, the second time into a trampoline frame that is gone).
+const RETURN_ADDRESS_IMPORTS: [&str; 14] = [
+    "dlopen",
+    "dlmopen",
+    "dlsym",
+    "dlvsym",
+    "fork",
+    "vfork",
+    "clone",
+    "setjmp",
+    "_setjmp",
+    "sigsetjmp",
+    "__sigsetjmp",
+    "getcontext",
+    "swapcontext",
+    "__tls_get_addr",
+];
+
+/// One point per imported function the spec selects, and a patched call site for each call
+/// into it (D19). Call sites are every `call rel32` to a PLT stub and every `call
+/// [rip+slot]` through a GOT slot whose relocation names a symbol (`-fno-plt`, Rust), in
+/// every function and cold part (found by a linear sweep, like exits). The patch is the
+/// call instruction alone (5 or 6 bytes); nothing but its first byte can be a branch target.
+///
+/// A site is left alone, with the reason, when:
+/// - the import has a thread-library wrapper point (D4: the wrapper already measures it;
+///   without one, as in `-fno-plt` programs, its calls are an import like any other),
+///   never returns, reads its return address or returns twice;
+/// - the caller's LSDA sends exceptions passing the call to a landing pad, or has no
+///   call-site row for it (`noexcept`: terminate): while the import runs, the return
+///   address lies in the trampoline, whose FDE has no LSDA, so the personality routine would
+///   not see the caller's handlers. Calls covered by a row without a landing pad are fine;
+///   so are callers without an LSDA (C, or C++ with nothing to clean up);
+/// - the caller has no FDE in a program that has them (the trampoline's CFI is the
+///   caller's at the call), the program is marked for CET shadow stacks, or the call
+///   overlaps another patch.
+fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opts: PlanOptions) {
+    let mut by_stub: HashMap<u64, (u64, &str)> = HashMap::new();
+    for s in &an.plt_stubs {
+        by_stub.insert(s.address, (s.address, s.name.as_str()));
+    }
+    let mut patches = Patches::default();
+    for p in &plan.points {
+        patches.insert(p.address, p.window_len);
+    }
+    for x in &plan.exits {
+        patches.insert(x.address, x.window_len);
+    }
+    let has_unwind = an.functions.iter().any(|f| f.has_unwind);
+    // Point ids by symbol, created on the first selected call.
+    let mut ids: HashMap<String, u32> = HashMap::new();
+    for (fi, f) in an.functions.iter().enumerate() {
+        let ins = decode_at(elf, f.address, f.size);
+        if ins.last().map_or(f.address, |x| x.next_ip()) != f.end() {
+            continue;
+        }
+        for x in ins.iter().filter(|x| is_call(x)) {
+            let Some((address, symbol)) = import_callee(an, &by_stub, x) else { continue };
+            let name = crate::analysis::demangle(symbol);
+            let skip = |reason| SkippedImportSite { function: fi, site: x.ip(), name: name.clone(), address, reason };
+            let wrapped = |w: &Wrap| w.name == symbol;
+            let reason = if plan.points.iter().any(|p| p.wrap.as_ref().is_some_and(wrapped)) {
+                Some(SkipReason::Wrapped)
+            } else if crate::analysis::is_noreturn_import(symbol) {
+                Some(SkipReason::NoReturn)
+            } else if RETURN_ADDRESS_IMPORTS.contains(&symbol) {
+                Some(SkipReason::ReturnAddressSensitive)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                plan.skipped_import_sites.push(skip(reason));
+                continue;
+            }
+            let bits = spec.bits_for(&name);
+            if bits == 0 {
+                continue; // not selected: not listed, like functions the spec leaves out
+            }
+            let reason = if opts.shadow_stack {
+                Some(SkipReason::ShadowStack)
+            } else if has_unwind && !f.has_unwind {
+                Some(SkipReason::NoUnwindInfo)
+            } else if let Some(r) = lsda_reason(an, f.address, x) {
+                Some(r)
+            } else if let Some(t) = an.branch_targets.range(x.ip() + 1..x.next_ip()).next() {
+                Some(SkipReason::BranchTarget(*t))
+            } else {
+                patches.overlap(x.ip(), x.len() as u64).map(SkipReason::Overlap)
+            };
+            if let Some(reason) = reason {
+                plan.skipped_import_sites.push(skip(reason));
+                continue;
+            }
+            let id = *ids.entry(symbol.to_string()).or_insert_with(|| {
+                let id = plan.points.len() as u32;
+                plan.points.push(Point {
+                    id,
+                    function: usize::MAX,
+                    address,
+                    window_len: 0,
+                    displaced: Vec::new(),
+                    emulate_call: false,
+                    tactic: Tactic::Window,
+                    bits,
+                    wrap: None,
+                    import: Some(Import { symbol: symbol.to_string(), name: name.clone(), address }),
+                });
+                id
+            });
+            patches.insert(x.ip(), x.len() as u64);
+            plan.import_sites.push(ImportSite { point: id, function: fi, call: *x });
+        }
+    }
+    plan.import_sites.sort_by_key(ImportSite::address);
+    plan.skipped_import_sites.sort_by_key(|s| s.site);
+    // Tail jumps of timed functions into imports (D17).
+    for x in &plan.exits {
+        if x.kind != ExitKind::TailJump || plan.points[x.point as usize].bits & stint_layout::TIMER_BITS == 0 {
+            continue;
+        }
+        let Some(j) = x.displaced.last() else { continue };
+        if let Some((_, symbol)) = import_callee(an, &by_stub, j) {
+            let name = crate::analysis::demangle(symbol);
+            let called = REGISTER_ARGS_IMPORTS.contains(&symbol)
+                && matches!(j.code(), Code::Jmp_rel32_64 | Code::Jmp_rel8_64 | Code::Jmp_rm64);
+            plan.tail_imports.push(TailImport { point: x.point, site: x.site, name, called });
+        }
+    }
+}
+
+/// The import a `call` or `jmp` instruction transfers to: (its address for reports, symbol).
+fn import_callee<'a>(
+    an: &'a Analysis,
+    by_stub: &HashMap<u64, (u64, &'a str)>,
+    x: &Instruction,
+) -> Option<(u64, &'a str)> {
+    match x.code() {
+        Code::Call_rel32_64 | Code::Jmp_rel32_64 | Code::Jmp_rel8_64 => by_stub.get(&x.near_branch_target()).copied(),
+        Code::Call_rm64 | Code::Jmp_rm64 if x.is_ip_rel_memory_operand() => {
+            let slot = x.ip_rel_memory_address();
+            let name = an.got_imports.get(&slot)?;
+            // Prefer the PLT stub's address when the import also has one.
+            let addr = an.plt_stubs.iter().find(|s| s.got_slot == slot).map_or(slot, |s| s.address);
+            Some((addr, name.as_str()))
+        }
+        _ => None,
+    }
+}
+
+/// Why the caller's LSDA forbids moving the call `x` of the function at `func` (see
+/// [`plan_imports`]); None if it allows it or the function has none. The personality routine
+/// looks up the return address minus one.
+fn lsda_reason(an: &Analysis, func: u64, x: &Instruction) -> Option<SkipReason> {
+    let sites = an.lsda_sites.get(&func)?;
+    let pc = x.next_ip() - 1;
+    match sites.iter().find(|s| s.start <= pc && pc < s.end) {
+        None => Some(SkipReason::NotInCallSiteTable),
+        Some(s) => s.pad.map(SkipReason::LandingPad),
     }
 }
 

@@ -2,8 +2,9 @@
 //! embedded in the output for the profile file (D9: reports need neither binary nor spec).
 //!
 //! Every function entry appears as a point with its tactic, or `"skipped"` with the reason,
-//! and so does every exit site of a function a timer selects (D3); the summary gives
-//! coverage of both, which are numbers the project tracks.
+//! and so does every exit site of a function a timer selects (D3) and every call into an
+//! import (kind `import`, with its caller; D19); the summary gives coverage of all three,
+//! which are numbers the project tracks.
 
 use crate::analysis::{FunctionKind, FunctionSource};
 use crate::emit::Layout;
@@ -12,7 +13,7 @@ use crate::plan::{ExitKind, Tactic};
 use crate::Planned;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use stint_layout::meta::{Meta, PointMeta, POINT_ENTRY, POINT_WRAP};
+use stint_layout::meta::{Meta, PointMeta, POINT_ENTRY, POINT_IMPORT, POINT_WRAP};
 
 #[derive(Serialize)]
 pub struct RewriteReport {
@@ -42,7 +43,7 @@ pub struct FunctionRow {
 
 #[derive(Serialize)]
 pub struct PointRow {
-    /// "entry" or "exit".
+    /// "entry", "exit", "wrap" or "import" (a call site into an imported function).
     pub kind: &'static str,
     pub function: String,
     /// The function's address in the input (as `nm` shows it).
@@ -66,6 +67,13 @@ pub struct PointRow {
     /// For an exit skipped only because another exit of its function is: the tactic that fits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fits: Option<&'static str>,
+    /// For a call into an import (kind "import"): the calling function.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    /// What a report of this function must say about its times (D17): "time ends at tail
+    /// jump to usleep".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Serialize, Default)]
@@ -103,6 +111,16 @@ pub struct Summary {
     pub timed_functions: usize,
     /// Why the others are not timed (the first reason per function).
     pub untimed_by_reason: BTreeMap<String, usize>,
+    /// Imported functions measured at their call sites (D19), and their call sites.
+    pub imports: usize,
+    pub import_sites: usize,
+    pub import_sites_patched: usize,
+    pub import_sites_skipped: usize,
+    pub import_sites_skipped_by_reason: BTreeMap<String, usize>,
+    /// Patched tail jumps of timed functions into imports (D17), and of those the ones whose
+    /// trampoline calls the import and keeps the frame open (the others end at the jump).
+    pub tail_jumps_into_imports: usize,
+    pub tail_jumps_kept_open: usize,
 }
 
 pub fn hex(a: u64) -> String {
@@ -135,6 +153,10 @@ impl RewriteReport {
         // (site, row): sorted by the numeric site address at the end.
         let mut points: Vec<(u64, PointRow)> = Vec::new();
         for pt in &p.plan.points {
+            if pt.import.is_some() {
+                s.imports += 1;
+                continue; // its call sites are listed below
+            }
             if pt.wrap.is_some() {
                 s.wrapped += 1;
             } else {
@@ -153,6 +175,8 @@ impl RewriteReport {
                     reason: None,
                     exit: None,
                     fits: None,
+                    caller: None,
+                    note: None,
                 },
             ));
         }
@@ -178,6 +202,8 @@ impl RewriteReport {
                     reason: Some(sk.reason.to_string()),
                     exit: None,
                     fits: None,
+                    caller: None,
+                    note: None,
                 },
             ));
         }
@@ -199,6 +225,11 @@ impl RewriteReport {
                     reason: None,
                     exit: Some(x.kind),
                     fits: None,
+                    caller: None,
+                    note: p.plan.tail_imports.iter().find(|t| t.site == x.site).map(|t| match t.called {
+                        true => format!("frame kept open across tail jump to {}", t.name),
+                        false => format!("time ends at tail jump to {}", t.name),
+                    }),
                 },
             ));
         }
@@ -219,27 +250,80 @@ impl RewriteReport {
                     reason: Some(x.reason.to_string()),
                     exit: Some(x.kind),
                     fits: x.fits.map(Tactic::name),
+                    caller: None,
+                    note: None,
                 },
             ));
         }
+        for x in &p.plan.import_sites {
+            let pt = &p.plan.points[x.point as usize];
+            points.push((
+                x.address(),
+                PointRow {
+                    kind: "import",
+                    function: pt.name(&p.analysis).to_string(),
+                    address: hex(pt.function_address(&p.analysis)),
+                    site: hex(x.address()),
+                    tactic: Tactic::Window.name(),
+                    window: Some(x.window_len()),
+                    patch: None,
+                    reason: None,
+                    exit: None,
+                    fits: None,
+                    caller: Some(fs[x.function].name.clone()),
+                    note: None,
+                },
+            ));
+        }
+        for x in &p.plan.skipped_import_sites {
+            *s.import_sites_skipped_by_reason.entry(reason_class(&x.reason, x.site)).or_default() += 1;
+            points.push((
+                x.site,
+                PointRow {
+                    kind: "import",
+                    function: x.name.clone(),
+                    address: hex(x.address),
+                    site: hex(x.site),
+                    tactic: "skipped",
+                    window: None,
+                    patch: None,
+                    reason: Some(x.reason.to_string()),
+                    exit: None,
+                    fits: None,
+                    caller: Some(fs[x.function].name.clone()),
+                    note: None,
+                },
+            ));
+        }
+        s.import_sites_patched = p.plan.import_sites.len();
+        s.import_sites_skipped = p.plan.skipped_import_sites.len();
+        s.import_sites = s.import_sites_patched + s.import_sites_skipped;
+        s.tail_jumps_into_imports = p.plan.tail_imports.len();
+        s.tail_jumps_kept_open = p.plan.tail_imports.iter().filter(|t| t.called).count();
         for u in &p.plan.untimed {
             *s.untimed_by_reason.entry(reason_class(&u.reason, u.site)).or_default() += 1;
         }
         points.sort_by_key(|(site, row)| (*site, row.kind == "exit"));
         let points: Vec<PointRow> = points.into_iter().map(|(_, row)| row).collect();
         let pct = |n: usize, of: usize| if of == 0 { 100.0 } else { 100.0 * n as f64 / of as f64 };
-        s.patched = p.plan.points.len() - s.wrapped;
+        s.patched = p.plan.points.len() - s.wrapped - s.imports;
         s.skipped = entry_skipped;
         s.entries = s.patched + s.skipped;
         s.entry_coverage_pct = pct(s.patched, s.entries);
-        let entry_traps = p.plan.points.iter().filter(|pt| pt.wrap.is_none() && pt.tactic == Tactic::Trap).count();
+        let entry_traps = p
+            .plan
+            .points
+            .iter()
+            .filter(|pt| pt.wrap.is_none() && pt.import.is_none() && pt.tactic == Tactic::Trap)
+            .count();
         s.entries_without_traps_pct = pct(s.patched - entry_traps, s.entries);
         s.exits_patched = p.plan.exits.len();
         s.exits_skipped = p.plan.skipped_exits.len();
         s.exits = s.exits_patched + s.exits_skipped;
         s.exit_coverage_pct = pct(s.exits_patched, s.exits);
         s.exits_without_traps_pct = pct(exits_no_trap, s.exits);
-        s.timed_functions = p.plan.points.iter().filter(|pt| pt.bits & stint_layout::TIMER_BITS != 0).count();
+        s.timed_functions =
+            p.plan.points.iter().filter(|pt| pt.import.is_none() && pt.bits & stint_layout::TIMER_BITS != 0).count();
         s.timer_functions = s.timed_functions + p.plan.untimed.len();
         RewriteReport {
             schema: "stint-inspect/1",
@@ -295,6 +379,25 @@ impl RewriteReport {
                 s.timer_functions
             );
         }
+        if s.import_sites > 0 {
+            let reasons: Vec<String> =
+                s.import_sites_skipped_by_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            out += &format!(
+                "imports: {} functions at {} of {} call sites{}",
+                s.imports,
+                s.import_sites_patched,
+                s.import_sites,
+                if reasons.is_empty() { String::new() } else { format!("; skipped: {}", reasons.join(", ")) },
+            );
+            if s.tail_jumps_into_imports > 0 {
+                out += &format!(
+                    "; tail jumps into imports: {} kept open, {} end the frame",
+                    s.tail_jumps_kept_open,
+                    s.tail_jumps_into_imports - s.tail_jumps_kept_open
+                );
+            }
+            out.push('\n');
+        }
         if list_skipped {
             for p in self.points.iter().filter(|p| p.tactic == "skipped") {
                 out += &format!(
@@ -330,6 +433,12 @@ fn reason_class(r: &crate::plan::SkipReason, site: u64) -> String {
         IntoOtherColdPart(_) => "jump into another function's cold part",
         IntoFunctionInterior(_) => "jump into the middle of a function",
         NotTimed => "another exit is skipped",
+        LandingPad(_) => "covered by a landing pad",
+        NotInCallSiteTable => "outside the LSDA call-site table",
+        Wrapped => "wrapped",
+        NoReturn => "never returns",
+        ReturnAddressSensitive => "reads its return address",
+        ShadowStack => "shadow stack",
     }
     .into()
 }
@@ -343,10 +452,15 @@ pub fn meta_json(p: &Planned, program: &str) -> String {
         .points
         .iter()
         .map(|pt| {
-            let (kind, size) = match &pt.wrap {
-                Some(_) => (POINT_WRAP, 0),
-                None => (POINT_ENTRY, p.analysis.functions[pt.function].size),
+            let (kind, size) = match (&pt.wrap, &pt.import) {
+                (Some(_), _) => (POINT_WRAP, 0),
+                (None, Some(_)) => (POINT_IMPORT, 0),
+                (None, None) => (POINT_ENTRY, p.analysis.functions[pt.function].size),
             };
+            let mut tails: Vec<String> =
+                p.plan.tail_imports.iter().filter(|t| t.point == pt.id && !t.called).map(|t| t.name.clone()).collect();
+            tails.sort();
+            tails.dedup();
             PointMeta {
                 id: pt.id,
                 kind: kind.into(),
@@ -354,6 +468,7 @@ pub fn meta_json(p: &Planned, program: &str) -> String {
                 address: hex(pt.function_address(&p.analysis)),
                 bits: pt.bits,
                 size,
+                tail_jumps_to: tails,
             }
         })
         .collect();

@@ -167,6 +167,7 @@ mod tests {
         let s = Spec::default_spec();
         let all = stint_layout::metric_bit(stint_layout::METRIC_CALLS) | stint_layout::TIMER_BITS;
         assert_eq!((s.bits_for("main"), s.bits_for("ns::f")), (all, all));
+        assert_eq!(s.bits_for("sched_yield"), 0, "spin-wait loops make its counts scheduling-dependent");
         let wait = stint_layout::metric_bit(stint_layout::METRIC_LOCK_WAIT);
         let hold = stint_layout::metric_bit(stint_layout::METRIC_LOCK_HOLD);
         let trace = stint_layout::metric_bit(stint_layout::METRIC_STATE_TRACE);

@@ -1335,6 +1335,7 @@ mod tests {
             address: "0x1139".into(),
             bits: stint_layout::TIMER_BITS | 1,
             size: 40,
+            tail_jumps_to: Vec::new(),
         }];
         let meta = serde_json::to_string(&stint_layout::meta::Meta::new("prog", points.clone())).unwrap();
         let p = parse_with(&write_synthetic(&meta, &[(100, vec![(0, 9)])]), &Observer::ENDED).unwrap();

@@ -507,8 +507,14 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
     }
     if open > 0 {
         out.push_str(
-            "open: timed, but none of its calls returned yet (it still runs, or never returns, like _start); time not counted\n",
+            "open: timed, but none of its calls returned before its thread ended (it never returned, like _start); time not counted\n",
         );
+    }
+    // D17: a function that tail-jumps into an import ends its frame at the jump.
+    for pm in p.points.iter().filter(|pm| !pm.tail_jumps_to.is_empty()) {
+        if threads.iter().any(|t| t.counts.iter().any(|&(id, n)| id == pm.id && n > 0)) {
+            let _ = writeln!(out, "{}: time ends at tail jump to {}", pm.function, pm.tail_jumps_to.join(", "));
+        }
     }
     if off > 0 {
         if has_timers(p) {

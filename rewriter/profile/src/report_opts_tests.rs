@@ -34,6 +34,7 @@ fn timed_meta(funcs: &[Func], with_timers: bool) -> String {
                 address: a.into(),
                 bits: metric_bit(0) | if timed && with_timers { TIMER_BITS } else { 0 },
                 size: 0,
+                tail_jumps_to: Vec::new(),
             })
             .collect(),
     };
@@ -173,7 +174,7 @@ fn timed_function_without_time_is_off_or_open_by_its_gate() {
     let only8 = TableOptions { thread: Some("8".into()), ..Default::default() };
     let t = to_table_with(&p, &only8);
     assert!(t.contains("      7         open         open        open  cheap"), "{t}");
-    assert!(t.contains("\nopen: timed, but none of its calls returned yet"), "{t}");
+    assert!(t.contains("\nopen: timed, but none of its calls returned before its thread ended"), "{t}");
     // Gate of `cheap` off now: its timers were off.
     let h = FileHeader::parse(&b, b.len() as u64).unwrap();
     b[(h.ctl_offset + gate_offset(2)) as usize] &= !TIMER_BITS;

@@ -60,6 +60,7 @@ pub fn synthetic_meta_points(program: &str, points: &[(&str, &str, &str, u64)]) 
                 address: address.into(),
                 bits: 0,
                 size,
+                tail_jumps_to: Vec::new(),
             })
             .collect(),
     };

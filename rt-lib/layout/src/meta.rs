@@ -30,6 +30,11 @@ pub const POINT_ENTRY: &str = "entry";
 /// `pthread_mutex_lock`).
 pub const POINT_WRAP: &str = "wrap";
 
+/// `PointMeta::kind` of an imported function timed at the program's calls into it (D19;
+/// `function` is its demangled name, e.g. `deflate`, `address` its PLT stub's). Readers that
+/// know only entries and wrappers keep it as a point of its own.
+pub const POINT_IMPORT: &str = "import";
+
 /// The whole self-description.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Meta {
@@ -92,7 +97,8 @@ impl MetricMeta {
 pub struct PointMeta {
     /// Equal to the point's index in `Meta::points`.
     pub id: u32,
-    /// [`POINT_ENTRY`] or [`POINT_WRAP`] (a reader keeps kinds it does not know).
+    /// [`POINT_ENTRY`], [`POINT_WRAP`] or [`POINT_IMPORT`] (a reader keeps kinds it does not
+    /// know).
     pub kind: String,
     /// Demangled function name (D14).
     pub function: String,
@@ -104,6 +110,10 @@ pub struct PointMeta {
     /// Size of the function in bytes (0: unknown).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub size: u64,
+    /// Imports this function tail-jumps into (`jmp usleep@plt`): its times end at the jump,
+    /// not when the import returns (D17); a report says so next to its times.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tail_jumps_to: Vec<String>,
 }
 
 impl PointMeta {

@@ -6,7 +6,7 @@
 //! ([`read_fdes`]); `crate::unwind` converts the input's and rt-lib's entries into the output's
 //! `.eh_frame` and evaluates the input's rows with it, and re-reads the section it wrote. The
 //! LSDA (`.gcc_except_table`) is not call frame information and gimli has no reader for it:
-//! [`landing_pads`] reads its call-site table itself.
+//! [`call_sites`] reads its call-site table (landing pads, covered ranges) itself.
 
 use crate::error::{Error, Result};
 use crate::input::InputElf;
@@ -240,9 +240,18 @@ fn read_leb128(bytes: &[u8], signed: bool) -> Option<(u64, usize)> {
     Some((v, bytes.len() - r.len()))
 }
 
-/// The landing pads of the GCC-format LSDA at `lsda` for the function starting at `func`, or
-/// None if it cannot be parsed (the caller treats the function as unresolved).
-pub(crate) fn landing_pads(elf: &InputElf, lsda: u64, func: u64) -> Option<Vec<u64>> {
+/// One row of an LSDA's call-site table: the code range `[start, end)` and its landing pad
+/// (None: the unwinder passes through without stopping, no cleanup, no handler).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LsdaCallSite {
+    pub start: u64,
+    pub end: u64,
+    pub pad: Option<u64>,
+}
+
+/// The call-site table of the GCC-format LSDA at `lsda` for the function starting at `func`,
+/// with absolute addresses, or None if it cannot be parsed.
+pub(crate) fn call_sites(elf: &InputElf, lsda: u64, func: u64) -> Option<Vec<LsdaCallSite>> {
     let sec = elf.sections.iter().find(|s| s.is_alloc() && s.has_bits() && lsda >= s.addr && lsda - s.addr < s.size)?;
     let data = elf.section_data(sec).get((lsda - sec.addr) as usize..)?;
     let mut c = Cursor { data, pos: 0, base: lsda };
@@ -258,15 +267,17 @@ pub(crate) fn landing_pads(elf: &InputElf, lsda: u64, func: u64) -> Option<Vec<u
     if cs_end > data.len() {
         return None;
     }
-    let mut pads = Vec::new();
+    let mut sites = Vec::new();
     while c.pos < cs_end {
-        let _start = c.encoded(cs_enc)?;
-        let _len = c.encoded(cs_enc)?;
+        let start = func.wrapping_add(c.encoded(cs_enc)?);
+        let len = c.encoded(cs_enc)?;
         let pad = c.encoded(cs_enc)?;
         let _action = c.uleb()?;
-        if pad != 0 {
-            pads.push(lp_start.wrapping_add(pad));
-        }
+        sites.push(LsdaCallSite {
+            start,
+            end: start.wrapping_add(len),
+            pad: (pad != 0).then(|| lp_start.wrapping_add(pad)),
+        });
     }
-    Some(pads)
+    Some(sites)
 }

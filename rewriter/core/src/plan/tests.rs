@@ -126,7 +126,11 @@ fn reason(r: &SkipReason, f: &Function) -> String {
 /// skipped; traps only when asked for.
 fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
     let mut ranges: Vec<(u64, u64, String)> = Vec::new();
-    for p in &plan.points {
+    for x in &plan.import_sites {
+        ranges.push((x.address(), x.address() + x.window_len(), format!("import call {:x}", x.address())));
+        assert!(x.window_len() >= JMP_LEN && plan.points[x.point as usize].import.is_some());
+    }
+    for p in plan.points.iter().filter(|p| p.import.is_none()) {
         ranges.push((p.address, p.address + p.window_len, format!("entry {:x}", p.address)));
         assert!(traps || p.tactic != Tactic::Trap, "entry trap without --traps at 0x{:x}", p.address);
         match p.tactic {

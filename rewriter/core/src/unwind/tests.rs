@@ -276,7 +276,13 @@ fn pieces_of(data: &[u8], at: u64) -> Vec<(Piece, Vec<u64>)> {
     put(Initial::Call, &|a| codegen::trap_stub(a, config, rt + 0x300));
     let env =
         TrampolineEnv { gate: config - 0x10000, counter: 0x800, tid_offset: 0x2d0, slow_stub, timer_enter, timer_exit };
-    for pt in &p.plan.points {
+    for x in &p.plan.import_sites {
+        let pt = &p.plan.points[x.point as usize];
+        put_back(Initial::At(x.address()), vec![x.call.next_ip()], &|a| {
+            codegen::import_trampoline(&x.call, pt, env, a)
+        });
+    }
+    for pt in p.plan.points.iter().filter(|pt| pt.import.is_none()) {
         let back =
             if pt.emulate_call { vec![] } else { pt.displaced.last().map(|i| i.next_ip()).into_iter().collect() };
         put_back(Initial::At(pt.address), back, &|a| codegen::trampoline(pt, env, a));
