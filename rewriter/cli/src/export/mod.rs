@@ -287,6 +287,7 @@ pub(crate) mod testing {
                 address: format!("{:#x}", 0x1000 + 0x100 * i),
                 bits: 0,
                 size: 0x80,
+                tail_jumps_to: Vec::new(),
             })
             .collect();
         let tree = vec![
