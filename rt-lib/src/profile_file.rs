@@ -29,7 +29,7 @@ use crate::sys::{self, Errno};
 use crate::text::copy_into;
 use core::mem::size_of;
 use stint_layout::{
-    Control, FileHeader, FileLayout, FileShape, RtConfig, CONTROL_OFFSET, FILE_MAGIC, FILE_VERSION,
+    Control, FileHeader, FileLayout, FileShape, RtConfig, CONTROL_OFFSET, FILE_MAGIC, FILE_VERSION, FLAG_LOAD_BIAS,
     FLAG_TID_KEY_VERIFIED, OBJ_BUCKETS, OBJ_CAP,
 };
 
@@ -238,7 +238,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     hdr.header_size = size_of::<FileHeader>() as u32;
     hdr.pid = pid;
     hdr.ppid = sys::getppid();
-    su.flags = extra_flags | if su.tid_key_ok != 0 { FLAG_TID_KEY_VERIFIED } else { 0 };
+    su.flags = extra_flags | FLAG_LOAD_BIAS | if su.tid_key_ok != 0 { FLAG_TID_KEY_VERIFIED } else { 0 };
     hdr.flags = su.flags;
     lay.apply(hdr, INITIAL_COLUMNS);
     hdr.n_columns = 0;
@@ -250,6 +250,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32) -> bool {
     }
     hdr.tsc_hz = st.tsc_hz();
     hdr.start_tsc = sys::rdtsc();
+    hdr.load_bias = cfg.bias();
     // Safety: the control page lies inside the mapped file, after the header page; not
     // published yet.
     let control = unsafe { &mut *((base + CONTROL_OFFSET as usize) as *mut Control) };

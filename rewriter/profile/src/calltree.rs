@@ -55,10 +55,7 @@ pub fn self_ticks(tree: &[CallNode]) -> Vec<(u64, u64)> {
             child[p].1 = child[p].1.saturating_add(n.wall_ticks);
         }
     }
-    tree.iter()
-        .zip(child)
-        .map(|(n, (c, w))| (n.cpu_ticks.saturating_sub(c), n.wall_ticks.saturating_sub(w)))
-        .collect()
+    tree.iter().zip(child).map(|(n, (c, w))| (n.cpu_ticks.saturating_sub(c), n.wall_ticks.saturating_sub(w))).collect()
 }
 
 /// The point ids from the root to `node`, root first. A parent index that does not come
@@ -94,11 +91,8 @@ pub fn paths(t: &ThreadProfile) -> Vec<PathSample> {
             })
             .collect();
     }
-    let mut out: Vec<PathSample> = t
-        .counts
-        .iter()
-        .map(|&(p, calls)| PathSample { stack: vec![p], calls, ..Default::default() })
-        .collect();
+    let mut out: Vec<PathSample> =
+        t.counts.iter().map(|&(p, calls)| PathSample { stack: vec![p], calls, ..Default::default() }).collect();
     for &(p, cpu, wall) in &t.times {
         let i = match out.iter().position(|s| s.stack[0] == p) {
             Some(i) => i,

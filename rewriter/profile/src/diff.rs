@@ -274,6 +274,17 @@ pub fn load_input(path: &std::path::Path) -> Result<ProfileJson, DiffError> {
     parse_input(&std::fs::read(path).map_err(DiffError::Read)?)
 }
 
+/// [`load_input`], a profile file's names resolved with `names` ([`crate::symbols`]) first.
+pub fn load_input_named(path: &std::path::Path, names: &crate::symbols::Resolver) -> Result<ProfileJson, DiffError> {
+    let bytes = std::fs::read(path).map_err(DiffError::Read)?;
+    if bytes.starts_with(&FILE_MAGIC) {
+        let mut p = parse(&bytes)?;
+        p.resolve_names(names);
+        return Ok(profile_json(&p));
+    }
+    parse_input(&bytes)
+}
+
 /// Which side of the diff an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Which {

@@ -31,8 +31,8 @@ use stint_layout::{exit_kind_name, EXIT_UNKNOWN, N_STATES};
 
 use crate::profile::{ObjectProfile, Profile, ThreadProfile};
 use crate::report::{
-    end_ns, first_function, first_used_in, functions, kind_name, object_address, start_ns, start_routine, state_label,
-    waits_by_time,
+    end_ns, first_function, first_used_in, functions, kind_name, object_address, object_name, object_threads, start_ns,
+    start_routine, state_label, waits_by_time,
 };
 
 /// `schema` of the document.
@@ -138,6 +138,9 @@ pub struct FunctionJson {
 pub struct WaitJson {
     /// The object's run-time address in hex (`null` if the file does not record it).
     pub object: Option<String>,
+    /// Its data symbol or the thread it is (see [`ObjectJson::name`]); absent if none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_name: Option<String>,
     /// `mutex`, `condvar`, `rwlock`, `semaphore`, `barrier`, `thread`, or `unknown`.
     pub kind: String,
     /// Time blocked in the calls, ns.
@@ -172,6 +175,14 @@ pub struct ObjectJson {
     pub first_used_in: Option<String>,
     /// The thread that first used it.
     pub first_tid: u32,
+    /// What it is: the data symbol it lies in (`big_lock`, `_PyRuntime+0x1a8`, from the
+    /// program's symbols or debug info), or for a `thread` object the thread it is
+    /// (`thread 1235 worker`); absent for heap objects and unknown threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// For a `thread` object: the tids of the threads it is (a join's target).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<u32>,
 }
 
 /// ns per state, as a JSON object keyed by state name in layout order (`{"RUN": 20000000,
@@ -271,6 +282,7 @@ fn thread_json(p: &Profile, t: &ThreadProfile) -> ThreadJson {
             .into_iter()
             .map(|w| WaitJson {
                 object: object_address(p, w.object),
+                object_name: p.object(w.object).and_then(|o| object_name(p, o)),
                 kind: kind_name(w.kind).to_owned(),
                 wait_ns: p.ticks_to_ns(w.wait_ticks),
                 count: w.count,
@@ -297,6 +309,8 @@ fn object_json(p: &Profile, o: &ObjectProfile) -> ObjectJson {
         kind: o.kind_name().to_owned(),
         first_used_in: first_used_in(p, o),
         first_tid: o.first_tid,
+        name: object_name(p, o),
+        threads: object_threads(p, o).iter().map(|t| t.tid).collect(),
     }
 }
 

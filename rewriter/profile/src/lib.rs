@@ -10,6 +10,8 @@
 //! - [`merge`]: many runs summed into one profile per program (`stint merge`);
 //! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
 //!   with a typed [`ctl::CtlError`];
+//! - [`symbols`]: names from separate debug info (build-id, debuglink, debuginfod), data
+//!   symbols for sync objects, applied with [`profile::Profile::resolve_names`];
 //! - [`discover`]: finding the live profiles of running processes through `/proc`;
 //! - [`synthetic`]: profile files written like the runtime's, for tests.
 //!
@@ -28,4 +30,5 @@ pub mod json;
 pub mod merge;
 pub mod profile;
 pub mod report;
+pub mod symbols;
 pub mod synthetic;

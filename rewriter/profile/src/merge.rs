@@ -40,6 +40,7 @@ use thiserror::Error;
 
 use crate::json::{profile_json, FunctionJson, ObjectJson, ProfileJson, StateTimes, ThreadJson, WaitJson, SCHEMA};
 use crate::profile::{parse, ProfileError};
+use crate::symbols::Resolver;
 
 /// Why inputs could not be merged. Each names the input it is about, and carries its cause
 /// in its one-line message (not as a `source`, so it is printed once).
@@ -122,15 +123,26 @@ pub fn is_profile_file(bytes: &[u8]) -> bool {
 /// Read one input file: a profile (by magic), a `stint-profile/1` JSON document, or a JSON
 /// array of them (`stint merge` output for several programs).
 pub fn read_input(path: &Path) -> Result<Vec<Input>, MergeError> {
+    read_input_named(path, &Resolver::none())
+}
+
+/// [`read_input`], a profile file's names resolved with `names` ([`crate::symbols`]).
+pub fn read_input_named(path: &Path, names: &Resolver) -> Result<Vec<Input>, MergeError> {
     let bytes = std::fs::read(path).map_err(|err| MergeError::Read { path: path.to_owned(), err })?;
-    read_input_bytes(path, &bytes)
+    read_input_bytes_named(path, &bytes, names)
 }
 
 /// [`read_input`] on bytes already read; `path` names the input.
 pub fn read_input_bytes(path: &Path, bytes: &[u8]) -> Result<Vec<Input>, MergeError> {
+    read_input_bytes_named(path, bytes, &Resolver::none())
+}
+
+/// [`read_input_bytes`] with names resolved by `names`.
+pub fn read_input_bytes_named(path: &Path, bytes: &[u8], names: &Resolver) -> Result<Vec<Input>, MergeError> {
     let name = path.display().to_string();
     if is_profile_file(bytes) {
-        let p = parse(bytes).map_err(|err| MergeError::Profile { path: path.to_owned(), err })?;
+        let mut p = parse(bytes).map_err(|err| MergeError::Profile { path: path.to_owned(), err })?;
+        p.resolve_names(names);
         return Ok(vec![Input { profile: profile_json(&p), runs: 1, merged_from: vec![name] }]);
     }
     if !matches!(bytes.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')) {
@@ -162,9 +174,14 @@ pub fn read_input_bytes(path: &Path, bytes: &[u8]) -> Result<Vec<Input>, MergeEr
 /// Read every input (directories expanded) and merge them, one document per program, in
 /// the order programs first appear.
 pub fn merge_paths(paths: &[PathBuf]) -> Result<Vec<MergedJson>, MergeError> {
+    merge_paths_named(paths, &Resolver::none())
+}
+
+/// [`merge_paths`], the profile files' names resolved with `names` first.
+pub fn merge_paths_named(paths: &[PathBuf], names: &Resolver) -> Result<Vec<MergedJson>, MergeError> {
     let mut inputs = Vec::new();
     for p in expand(paths)? {
-        inputs.extend(read_input(&p)?);
+        inputs.extend(read_input_named(&p, names)?);
     }
     Ok(merge(&inputs))
 }

@@ -53,8 +53,8 @@ pub use stint_layout::meta::{MetricMeta, PointMeta, META_SCHEMA, POINT_ENTRY, PO
 use stint_layout::{
     baseline_counter_offset, baseline_state_offset, baseline_wait_offset, clock_source_name, object_kind_name,
     ColumnHeader, Control, ControlFileStatus, FileHeader, FormatError, Metric, Pod, RequestOp, SyncObject, Transition,
-    WaitEntry, COLUMN_LIVE, FLAG_FORK_CHILD, N_STATES, RING_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
-    STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
+    WaitEntry, COLUMN_LIVE, FLAG_FORK_CHILD, FLAG_LOAD_BIAS, N_STATES, RING_CAP, SLOT_CALLS, SLOT_CPU_TICKS,
+    SLOT_WALL_TICKS, STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
 };
 use thiserror::Error;
 
@@ -95,6 +95,17 @@ pub struct Profile {
     pub program: String,
     /// Path of the input the rewriter read, when the meta names it.
     pub input: Option<String>,
+    /// The input's GNU build-id (hex), when the meta has it: finds its debug info
+    /// ([`crate::symbols`]).
+    #[serde(default)]
+    pub build_id: Option<String>,
+    /// The input's `.gnu_debuglink`, when the meta has it.
+    #[serde(default)]
+    pub debuglink: Option<stint_layout::meta::DebugLink>,
+    /// Run-time minus input-ELF address of the program, when the runtime recorded it
+    /// (`FLAG_LOAD_BIAS`): maps sync-object addresses to data symbols.
+    #[serde(default)]
+    pub load_bias: Option<u64>,
     pub pid: u32,
     pub ppid: u32,
     /// `FLAG_*` bits of the header.
@@ -226,6 +237,10 @@ pub struct ObjectProfile {
     pub kind: u32,
     /// tid of the thread that first used it.
     pub first_tid: u32,
+    /// The data symbol it lies in (`big_lock`, `_PyRuntime+0x1a8`), once
+    /// [`Profile::resolve_names`] found one; heap objects have none.
+    #[serde(default)]
+    pub symbol: Option<String>,
 }
 
 impl ObjectProfile {
@@ -324,6 +339,9 @@ pub struct ThreadProfile {
     /// Kernel thread id.
     pub tid: u32,
     pub pid: u32,
+    /// Thread pointer of the thread (its `pthread_t` on glibc): a join names it.
+    #[serde(default)]
+    pub owner_tp: u64,
     /// `pthread_setname_np` name, if the runtime recorded one.
     pub name: Option<String>,
     /// Start routine address in the input ELF, if known.
@@ -559,6 +577,7 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             index: i,
             tid: c.tid,
             pid: c.pid,
+            owner_tp: c.owner_tp,
             name: thread_name(&c.name),
             start_routine: (c.start_routine != 0).then_some(c.start_routine),
             first_point,
@@ -574,6 +593,9 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
     Ok(Profile {
         program: meta.program,
         input: meta.input,
+        build_id: meta.build_id,
+        debuglink: meta.debuglink,
+        load_bias: (h.flags & FLAG_LOAD_BIAS != 0).then_some(h.load_bias),
         pid: h.pid,
         ppid: h.ppid,
         flags: h.flags,
@@ -714,6 +736,7 @@ fn object_entry(b: &[u8], h: &FileHeader, i: u32) -> Option<ObjectProfile> {
         first_pc: o.first_pc,
         kind: o.kind,
         first_tid: o.first_tid,
+        symbol: None,
     })
 }
 

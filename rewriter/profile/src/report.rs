@@ -148,6 +148,44 @@ pub fn code_name(p: &Profile, pc: u64) -> String {
     }
 }
 
+/// The threads a thread object (a `pthread_t` that was joined or detached) stands for: those
+/// whose thread pointer is its address (glibc's `pthread_t` is the thread's TCB address).
+/// Usually one; a TCB reused by a later thread after the join gives several.
+pub fn object_threads<'a>(p: &'a Profile, o: &ObjectProfile) -> Vec<&'a ThreadProfile> {
+    if o.kind != stint_layout::OBJ_THREAD || o.address == 0 {
+        return Vec::new();
+    }
+    p.threads.iter().filter(|t| t.owner_tp == o.address).collect()
+}
+
+/// What an object is, beyond its address: its data symbol (`big_lock`, `_PyRuntime+0x1a8`,
+/// after [`Profile::resolve_names`]), or for a thread object the thread(s) it is (`thread
+/// 1235 worker`); `None` for a heap object or an unknown thread.
+pub fn object_name(p: &Profile, o: &ObjectProfile) -> Option<String> {
+    if let Some(s) = &o.symbol {
+        return Some(s.clone());
+    }
+    let threads = object_threads(p, o);
+    if threads.is_empty() {
+        return None;
+    }
+    let one = |t: &ThreadProfile| match &t.name {
+        Some(n) => format!("{} {n}", t.tid),
+        None => t.tid.to_string(),
+    };
+    let list: Vec<String> = threads.iter().map(|t| one(t)).collect();
+    Some(format!("{} {}", if list.len() == 1 { "thread" } else { "threads" }, list.join(", ")))
+}
+
+/// The object `index` for tables: `0x4040a0 (big_lock)`, else its address in hex.
+pub fn object_label(p: &Profile, index: u32) -> Option<String> {
+    let o = p.object(index)?;
+    Some(match object_name(p, o) {
+        Some(n) => format!("{:#x} ({n})", o.address),
+        None => format!("{:#x}", o.address),
+    })
+}
+
 /// The function that first used the object (`None` if the runtime did not record a caller).
 pub fn first_used_in(p: &Profile, o: &ObjectProfile) -> Option<String> {
     (o.first_pc != 0).then(|| code_name(p, o.first_pc))
@@ -559,6 +597,9 @@ pub fn to_lock_table(p: &Profile) -> String {
     }
     for (o, mut waits) in objects {
         let _ = write!(out, "\n{} {:#x}", o.kind_name(), o.address);
+        if let Some(name) = object_name(p, o) {
+            let _ = write!(out, " ({name})");
+        }
         if let Some(f) = first_used_in(p, o) {
             let _ = write!(out, "  first used in: {f}");
         }

@@ -91,6 +91,9 @@ pub const FLAG_TID_KEY_VERIFIED: u32 = 1 << 0;
 /// `FileHeader::flags`: this profile belongs to a process created by `fork` of a
 /// rewritten program (`ppid` names the parent).
 pub const FLAG_FORK_CHILD: u32 = 1 << 1;
+/// `FileHeader::flags`: `load_bias` holds the program's load bias (files of earlier writers
+/// leave it zero and this flag clear).
+pub const FLAG_LOAD_BIAS: u32 = 1 << 2;
 
 pod_struct! {
     /// Header at offset 0 of the profile file. All fields little-endian integers.
@@ -152,6 +155,9 @@ pod_struct! {
         pub start_tsc: u64,
         /// The [`Control`] page, at this file offset.
         pub control_offset: u64,
+        /// Run-time address minus input-ELF address of the program (0 unless PIE), valid with
+        /// `FLAG_LOAD_BIAS`: a reader maps sync-object addresses back to data symbols.
+        pub load_bias: u64,
     }
 }
 
