@@ -19,6 +19,7 @@
 //! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
 //! | `merge` | `stint merge` and `stint report` over several runs: exact sums, forked children, bad inputs |
 //! | `locks` | the thread-library wrappers: waits, states, objects |
+//! | `names` | names from separate debug info (build-id, debuglink, debuginfod, `--symbols`), lock objects by data symbol, join targets |
 //! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
 //! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
@@ -39,6 +40,7 @@ mod errors;
 mod location;
 mod locks;
 mod merge;
+mod names;
 mod report_opts;
 mod runbatch;
 mod security;
