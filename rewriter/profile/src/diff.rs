@@ -800,6 +800,7 @@ mod tests {
     fn lock_waits_by_object_user() {
         let wait = |addr: &str, ns: u64| WaitJson {
             object: Some(addr.into()),
+            object_name: None,
             kind: "mutex".into(),
             wait_ns: Some(ns),
             count: 1,
@@ -811,6 +812,8 @@ mod tests {
             kind: "mutex".into(),
             first_used_in: Some(user.into()),
             first_tid: 1,
+            name: None,
+            threads: vec![],
         };
         let mut b = doc(1, vec![thread(1, None, true, vec![])]);
         b.threads[0].waits = vec![wait("0x10", 100)];

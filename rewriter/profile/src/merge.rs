@@ -671,9 +671,12 @@ mod tests {
             kind: "mutex".into(),
             first_used_in: Some("push".into()),
             first_tid: 3,
+            name: None,
+            threads: vec![],
         };
         let wait = |addr: &str, n| WaitJson {
             object: Some(addr.into()),
+            object_name: None,
             kind: "mutex".into(),
             wait_ns: Some(n * 10),
             count: n,

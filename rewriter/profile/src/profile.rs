@@ -930,6 +930,7 @@ mod tests {
             objects_lost: 29,
             start_tsc: 30,
             control_offset: 31,
+            load_bias: 32,
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
 
@@ -1283,8 +1284,22 @@ mod tests {
         assert_eq!(
             p.objects,
             vec![
-                ObjectProfile { index: 0, address: 0x5000, first_pc: 0x11d0, kind: OBJ_MUTEX, first_tid: 101 },
-                ObjectProfile { index: 1, address: 0x5040, first_pc: 0, kind: OBJ_CONDVAR, first_tid: 101 },
+                ObjectProfile {
+                    index: 0,
+                    address: 0x5000,
+                    first_pc: 0x11d0,
+                    kind: OBJ_MUTEX,
+                    first_tid: 101,
+                    symbol: None
+                },
+                ObjectProfile {
+                    index: 1,
+                    address: 0x5040,
+                    first_pc: 0,
+                    kind: OBJ_CONDVAR,
+                    first_tid: 101,
+                    symbol: None
+                },
             ]
         );
         assert_eq!(p.object(1).map(|o| o.kind_name()), Some("condvar"));

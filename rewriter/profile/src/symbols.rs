@@ -222,6 +222,9 @@ pub struct Found {
     pub source: String,
 }
 
+/// Lookups done so far: (build-id, input path) → what was found.
+type Lookups = HashMap<(Option<String>, Option<String>), Option<Found>>;
+
 /// Finds symbol tables for profiles, once per program (several profiles of one program, as
 /// `stint merge` reads, share one lookup).
 #[derive(Debug, Default)]
@@ -229,7 +232,7 @@ pub struct Resolver {
     /// `false`: find nothing (see [`Resolver::none`]).
     enabled: bool,
     opts: SymbolOptions,
-    cache: RefCell<HashMap<(Option<String>, Option<String>), Option<Found>>>,
+    cache: RefCell<Lookups>,
 }
 
 impl Resolver {
