@@ -6,7 +6,9 @@
 // themselves) that wait for the flag `go`, then each calls `crunch` ROUNDS times under the global mutex `big_lock`
 // (contended: every worker takes it in a tight loop, holding it while it crunches), and
 // takes `table.lock`, a mutex inside a global struct at offset 32 (named `table+0x20`), once
-// per round. main joins every worker and prints the total.
+// per round. main joins every worker, then reads `shared` under big_lock in `read_shared`
+// (so big_lock has waits from two functions: its first user worker_main, and read_shared),
+// and prints the total.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -50,6 +52,13 @@ __attribute__((noinline)) static void *worker_main(void *arg) {
     return NULL;
 }
 
+__attribute__((noinline)) static long read_shared(void) {
+    pthread_mutex_lock(&big_lock);
+    long v = shared;
+    pthread_mutex_unlock(&big_lock);
+    return v;
+}
+
 int main(void) {
     pthread_t t[WORKERS];
     for (long i = 0; i < WORKERS; i++) {
@@ -61,6 +70,6 @@ int main(void) {
     for (int i = 0; i < WORKERS; i++) {
         pthread_join(t[i], NULL);
     }
-    printf("total %ld\n", table.total);
+    printf("total %ld\n", table.total + (read_shared() == 0));
     return 0;
 }

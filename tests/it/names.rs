@@ -259,16 +259,39 @@ fn lock_table_names_data_symbols_and_join_targets() {
         let line = format!("(thread {tid} {name})");
         assert!(text.contains(&line), "--by lock lacks {line}:\n{text}");
     }
-    // big_lock is taken ROUNDS times by each worker.
-    let big = field(&r, "objects", "report").as_array().unwrap().iter().position(|o| o["name"] == "big_lock");
-    assert!(big.is_some());
-    let calls: u64 = threads(&r)
-        .iter()
-        .flat_map(|t| t["waits"].as_array().cloned().unwrap_or_default())
-        .filter(|w| w["object_name"] == "big_lock")
-        .map(|w| w["count"].as_u64().unwrap())
-        .sum();
-    assert_eq!(calls, WORKERS * ROUNDS);
+}
+
+/// Each thread's waits name the function that made its longest call: worker_main for the
+/// workers' big_lock, read_shared for main's (big_lock's first user is worker_main), main for
+/// the joins; with the names from debug info in the stripped build too.
+#[test]
+fn waits_name_their_caller() {
+    for (what, r) in [
+        ("unstripped", report_json_with(unstripped_profile(), &[], &[])),
+        ("stripped --symbols", report_json_with(stripped_profile(), &["--symbols", path_str(&built().debug)], &[])),
+    ] {
+        let mut seen = Vec::new();
+        for t in threads(&r) {
+            let tname = t["name"].as_str().unwrap_or("-");
+            let main = t["tid"] == r["pid"];
+            for w in t["waits"].as_array().unwrap() {
+                let caller = w["longest_wait_in"].as_str().unwrap_or_else(|| panic!("{what}: {tname}: {w}"));
+                let want = match (main, w["object_name"].as_str(), w["kind"].as_str()) {
+                    (true, Some("big_lock"), _) => "read_shared",
+                    (true, _, Some("thread")) => "main",
+                    (false, Some("big_lock" | "table+0x20"), _) => "worker_main",
+                    _ => panic!("{what}: unexpected wait of {tname}: {w}"),
+                };
+                assert_eq!(caller, want, "{what}: {tname}: {w}");
+                assert!(w["longest_wait_ns"].as_u64().is_some_and(|ns| Some(ns) <= w["wait_ns"].as_u64()), "{w}");
+                seen.push((main, w["object_name"].as_str().unwrap_or("-").to_owned(), w["count"].as_u64().unwrap()));
+            }
+        }
+        // big_lock: ROUNDS calls by each worker, one by main.
+        let big: u64 = seen.iter().filter(|(m, n, _)| !m && n == "big_lock").map(|(_, _, c)| c).sum();
+        assert_eq!(big, WORKERS * ROUNDS, "{what}");
+        assert!(seen.contains(&(true, "big_lock".into(), 1)), "{what}: {seen:?}");
+    }
 }
 
 /// A `debuginfod -F DIR` on 127.0.0.1, stopped (by its pid) when dropped.

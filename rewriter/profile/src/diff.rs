@@ -806,6 +806,8 @@ mod tests {
             count: 1,
             contended: 1,
             hold_ns: Some(ns * 2),
+            longest_wait_ns: None,
+            longest_wait_in: None,
         };
         let obj = |addr: &str, user: &str| ObjectJson {
             address: addr.into(),

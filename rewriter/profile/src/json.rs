@@ -31,8 +31,8 @@ use stint_layout::{exit_kind_name, EXIT_UNKNOWN, N_STATES};
 
 use crate::profile::{ObjectProfile, Profile, ThreadProfile};
 use crate::report::{
-    end_ns, first_function, first_used_in, functions, kind_name, object_address, object_name, object_threads, start_ns,
-    start_routine, state_label, waits_by_time,
+    end_ns, first_function, first_used_in, functions, kind_name, longest_wait_in, object_address, object_name,
+    object_threads, start_ns, start_routine, state_label, waits_by_time,
 };
 
 /// `schema` of the document.
@@ -151,6 +151,12 @@ pub struct WaitJson {
     pub contended: u64,
     /// Time a mutex or rwlock was held, ns.
     pub hold_ns: Option<u64>,
+    /// The longest single call's time blocked, ns, and the function that made that call
+    /// (its name, else the return address in hex); absent when the runtime did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_wait_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_wait_in: Option<String>,
 }
 
 /// One entry of a thread's state-transition ring.
@@ -288,6 +294,8 @@ fn thread_json(p: &Profile, t: &ThreadProfile) -> ThreadJson {
                 count: w.count,
                 contended: w.contended,
                 hold_ns: p.ticks_to_ns(w.hold_ticks),
+                longest_wait_ns: (w.longest_pc != 0).then(|| p.ticks_to_ns(w.longest_ticks)).flatten(),
+                longest_wait_in: longest_wait_in(p, w),
             })
             .collect(),
         wrap_skipped: t.wrap_skipped,

@@ -682,6 +682,8 @@ mod tests {
             count: n,
             contended: 1,
             hold_ns: None,
+            longest_wait_ns: None,
+            longest_wait_in: None,
         };
         let a = doc("p", vec![thread(1, true, None, vec![], vec![wait("0xa000", 2)])], vec![obj("0xa000")]);
         let b = doc("p", vec![thread(2, true, None, vec![], vec![wait("0xb000", 3)])], vec![obj("0xb000")]);

@@ -265,6 +265,12 @@ pub struct WaitProfile {
     pub wait_ticks: u64,
     /// TSC ticks the lock was held (`lock_hold`).
     pub hold_ticks: u64,
+    /// The longest single call's ticks blocked (since the start: a snapshot does not reset
+    /// it) and its return address in the input ELF (0: unknown).
+    #[serde(default)]
+    pub longest_ticks: u64,
+    #[serde(default)]
+    pub longest_pc: u64,
 }
 
 /// One entry of a thread's state-transition ring.
@@ -784,7 +790,12 @@ fn read_waits(
             contended: 0,
             wait_ticks: 0,
             hold_ticks: 0,
+            longest_ticks: 0,
+            longest_pc: 0,
         });
+        if w.longest_ticks > e.longest_ticks || (e.longest_pc == 0 && w.longest_pc != 0) {
+            (e.longest_ticks, e.longest_pc) = (w.longest_ticks, w.longest_pc);
+        }
         e.count = e.count.saturating_add(w.count);
         e.contended = e.contended.saturating_add(w.contended);
         e.wait_ticks = e.wait_ticks.saturating_add(w.wait_ticks);
@@ -987,7 +998,16 @@ mod tests {
         put_object(&mut b, 7, &o);
         let h = FileHeader::parse(&b, b.len() as u64).unwrap();
         assert_eq!((SyncObject::parse(&b, &h, 7), h.n_objects), (Some(o), 8));
-        let w = WaitEntry { object: 1, kind: 2, count: 3, contended: 4, wait_ticks: 5, hold_ticks: 6 };
+        let w = WaitEntry {
+            object: 1,
+            kind: 2,
+            count: 3,
+            contended: 4,
+            wait_ticks: 5,
+            hold_ticks: 6,
+            longest_ticks: 7,
+            longest_pc: 8,
+        };
         put_wait(&mut b, 1, 200, &w);
         let t = Transition { tsc: 1, state: 2, object: 3 };
         put_transition(&mut b, 1, 300, &t);
@@ -1243,7 +1263,15 @@ mod tests {
             1,
             &SyncObject { address: 0x5040, first_pc: 0, kind: OBJ_CONDVAR, first_tid: 101, ..Default::default() },
         );
-        let mutex = WaitEntry { object: 1, kind: OBJ_MUTEX, count: 10, contended: 3, wait_ticks: 700, hold_ticks: 90 };
+        let mutex = WaitEntry {
+            object: 1,
+            kind: OBJ_MUTEX,
+            count: 10,
+            contended: 3,
+            wait_ticks: 700,
+            hold_ticks: 90,
+            ..Default::default()
+        };
         put_wait(&mut b, 1, 0, &mutex);
         put_wait(&mut b, 1, 5, &WaitEntry { object: 2, kind: OBJ_CONDVAR, count: 2, wait_ticks: 400, ..mutex });
         put_transition(&mut b, 1, 0, &Transition { tsc: T0 + 500, state: STATE_BLOCKED_MUTEX, object: 0 });
@@ -1307,8 +1335,26 @@ mod tests {
         assert_eq!(
             t.waits,
             vec![
-                WaitProfile { object: 0, kind: OBJ_MUTEX, count: 10, contended: 3, wait_ticks: 700, hold_ticks: 90 },
-                WaitProfile { object: 1, kind: OBJ_CONDVAR, count: 2, contended: 3, wait_ticks: 400, hold_ticks: 90 },
+                WaitProfile {
+                    object: 0,
+                    kind: OBJ_MUTEX,
+                    count: 10,
+                    contended: 3,
+                    wait_ticks: 700,
+                    hold_ticks: 90,
+                    longest_ticks: 0,
+                    longest_pc: 0
+                },
+                WaitProfile {
+                    object: 1,
+                    kind: OBJ_CONDVAR,
+                    count: 2,
+                    contended: 3,
+                    wait_ticks: 400,
+                    hold_ticks: 90,
+                    longest_ticks: 0,
+                    longest_pc: 0
+                },
             ]
         );
         assert_eq!((t.creator_tid, t.state_object, t.wrap_skipped, t.ring_head), (Some(100), Some(1), 1, 3));

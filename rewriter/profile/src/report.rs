@@ -186,6 +186,12 @@ pub fn object_label(p: &Profile, index: u32) -> Option<String> {
     })
 }
 
+/// The function that made the thread's longest call on the object (`None` if the runtime did
+/// not record it).
+pub fn longest_wait_in(p: &Profile, w: &WaitProfile) -> Option<String> {
+    (w.longest_pc != 0).then(|| code_name(p, w.longest_pc))
+}
+
 /// The function that first used the object (`None` if the runtime did not record a caller).
 pub fn first_used_in(p: &Profile, o: &ObjectProfile) -> Option<String> {
     (o.first_pc != 0).then(|| code_name(p, o.first_pc))
@@ -613,6 +619,8 @@ pub fn to_lock_table(p: &Profile) -> String {
         }
         waits.sort_by_key(|(_, w)| std::cmp::Reverse(w.wait_ticks));
         let holds = matches!(o.kind, OBJ_MUTEX | OBJ_RWLOCK);
+        // Which function each thread waited in longest, when the runtime recorded it.
+        let callers = waits.iter().any(|(_, w)| w.longest_pc != 0);
         let row = |label: String, count: u64, contended: u64, wait: u64, hold: u64| {
             vec![
                 label,
@@ -623,8 +631,15 @@ pub fn to_lock_table(p: &Profile) -> String {
             ]
         };
         let mut rows = vec![["thread", "calls", "contended", "wait ms", "hold ms"].map(String::from).to_vec()];
+        if callers {
+            rows[0].push("longest wait in".into());
+        }
         for (t, w) in &waits {
-            rows.push(row(thread_label(t), w.count, w.contended, w.wait_ticks, w.hold_ticks));
+            let mut r = row(thread_label(t), w.count, w.contended, w.wait_ticks, w.hold_ticks);
+            if callers {
+                r.push(longest_wait_in(p, w).unwrap_or_else(|| "-".into()));
+            }
+            rows.push(r);
         }
         if waits.len() > 1 {
             let sum = |f: fn(&WaitProfile) -> u64| waits.iter().fold(0u64, |s, (_, w)| s.saturating_add(f(w)));
@@ -635,8 +650,11 @@ pub fn to_lock_table(p: &Profile) -> String {
                 sum(|w| w.wait_ticks),
                 sum(|w| w.hold_ticks),
             ));
+            if callers {
+                rows.last_mut().expect("the total row").push(String::new());
+            }
         }
-        out.push_str(&columns(&rows, &[false, true, true, true, true], "  "));
+        out.push_str(&columns(&rows, &[false, true, true, true, true, false], "  "));
     }
     out.push_str(
         "\ncalls: calls that acquired or waited successfully; contended: of those, the ones that found a mutex \
@@ -970,6 +988,7 @@ mod tests {
             contended,
             wait_ticks: wait_ms_x2 * MS / 2,
             hold_ticks: hold_ms_x2 * MS / 2,
+            ..Default::default()
         };
         // main joined both threads
         put_wait(&mut b, 0, 7, &wait(2, OBJ_THREAD, 1, 1, 80, 0));

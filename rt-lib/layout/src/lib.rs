@@ -83,7 +83,7 @@ pub const PAGE: u64 = 4096;
 /// `FileHeader::magic` once the runtime has finished writing the header.
 pub const FILE_MAGIC: [u8; 8] = *b"STINTPRF";
 /// Layout version of the profile file. Bump on any incompatible change.
-pub const FILE_VERSION: u32 = 4;
+pub const FILE_VERSION: u32 = 5;
 
 /// `FileHeader::flags`: `fs:[tid_offset]` held the kernel tid in the main thread at start,
 /// so the hot-path key includes the libc thread id (otherwise it is the thread pointer only).
@@ -392,6 +392,13 @@ pod_struct! {
         pub wait_ticks: u64,
         /// TSC ticks the lock was held (`lock_hold`).
         pub hold_ticks: u64,
+        /// The longest single call's ticks blocked, and where it was called from: the
+        /// return address of that call in the input ELF's address space (0: none yet; a free
+        /// mutex's lock, which is not timed, leaves its caller with 0 ticks until a call
+        /// that waits replaces it). The function containing it is the one that waited
+        /// (issue 11: waits by caller, not only by the object's first user).
+        pub longest_ticks: u64,
+        pub longest_pc: u64,
     }
 }
 
@@ -1111,7 +1118,7 @@ mod tests {
         assert_eq!(FRAME_SIZE, 32);
         assert_eq!(HELD_OFFSET, 512 + 512 * 32);
         assert_eq!(WAITS_OFFSET, HELD_OFFSET + 16 * 16);
-        assert_eq!(RING_OFFSET, WAITS_OFFSET + 256 * 40);
+        assert_eq!(RING_OFFSET, WAITS_OFFSET + 256 * 56);
         assert_eq!(COUNTERS_OFFSET, RING_OFFSET + 256 * 16);
         assert_eq!(column_size(0, 1), align_up(COUNTERS_OFFSET as u64 + BASELINE_COUNTERS, PAGE));
         assert_eq!(column_size(10, 4), align_up(baseline_offset(10, 4) + BASELINE_COUNTERS + 10 * 4 * 8, PAGE));
