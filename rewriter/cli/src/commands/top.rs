@@ -1080,6 +1080,7 @@ mod tests {
             contended: 2,
             wait_ticks,
             hold_ticks: 0,
+            ..Default::default()
         };
         let mut b0 = file(10, 10, None);
         put_wait(&mut b0, 1, 0, &w(1_000_000, 10));
