@@ -278,7 +278,13 @@ fn merge_program(group: &[&Input]) -> MergedJson {
             let merged = match objects.iter().find(|m| object_key(m) == key) {
                 Some(m) => m.address.clone(),
                 None => {
-                    objects.push(ObjectJson { first_tid: if single { o.first_tid } else { 0 }, ..o.clone() });
+                    // Over several runs tids mean nothing: a join target keeps no thread.
+                    let (first_tid, threads, name) = match single {
+                        true => (o.first_tid, o.threads.clone(), o.name.clone()),
+                        false if o.kind == "thread" => (0, Vec::new(), None),
+                        false => (0, Vec::new(), o.name.clone()),
+                    };
+                    objects.push(ObjectJson { first_tid, threads, name, ..o.clone() });
                     o.address.clone()
                 }
             };
@@ -403,6 +409,11 @@ fn add_wait(v: &mut WaitJson, w: &WaitJson) {
     v.count = add(v.count, w.count);
     v.contended = add(v.contended, w.contended);
     v.hold_ns = add_opt(v.hold_ns, w.hold_ns);
+    // The longest call of all, and its caller.
+    if w.longest_wait_ns > v.longest_wait_ns || (v.longest_wait_in.is_none() && w.longest_wait_in.is_some()) {
+        v.longest_wait_ns = w.longest_wait_ns;
+        v.longest_wait_in = w.longest_wait_in.clone();
+    }
 }
 
 /// Most calls first, then by name (as the report orders them).

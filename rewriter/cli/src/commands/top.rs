@@ -619,19 +619,16 @@ impl Screen {
                     l.calls.to_string(),
                     l.contended.to_string(),
                     l.kind.to_string(),
-                    match (l.address, &l.name) {
-                        (Some(a), Some(n)) => format!("{a:#x} ({n})"),
-                        (Some(a), None) => format!("{a:#x}"),
-                        (None, _) => "-".into(),
-                    },
+                    l.address.map_or("-".into(), |a| format!("{a:#x}")),
+                    l.name.clone().unwrap_or_else(|| "-".into()),
                     l.first_used_in.clone().unwrap_or_else(|| "-".into()),
                 ]
             })
             .collect();
         let locks = Section {
             title: "LOCK WAITS",
-            head: vec!["WAIT%", "WAIT-MS", "CALLS/S", "CALLS", "CONTENDED", "KIND", "OBJECT", "FIRST-USED-IN"],
-            right: vec![true, true, true, true, true, false, false, false],
+            head: vec!["WAIT%", "WAIT-MS", "CALLS/S", "CALLS", "CONTENDED", "KIND", "OBJECT", "NAME", "FIRST-USED-IN"],
+            right: vec![true, true, true, true, true, false, false, false, false],
             rows,
             empty: "(no waits: lock_wait is off, or no wrapped thread-library call ran)",
         };
