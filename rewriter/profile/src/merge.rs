@@ -710,6 +710,38 @@ mod tests {
     }
 
     #[test]
+    fn merged_waits_keep_the_longest_call_and_join_targets_lose_their_tids() {
+        let wait = |ns, caller: &str| WaitJson {
+            object: Some("0xa000".into()),
+            object_name: Some("big_lock".into()),
+            kind: "mutex".into(),
+            wait_ns: Some(ns),
+            count: 1,
+            contended: 1,
+            hold_ns: None,
+            longest_wait_ns: Some(ns),
+            longest_wait_in: Some(caller.into()),
+        };
+        let obj = |kind: &str, name: &str| ObjectJson {
+            address: "0xa000".into(),
+            kind: kind.into(),
+            first_used_in: Some("push".into()),
+            first_tid: 3,
+            name: Some(name.into()),
+            threads: vec![3],
+        };
+        let objs = || vec![obj("mutex", "big_lock"), obj("thread", "thread 3 worker")];
+        let a = doc("p", vec![thread(1, true, None, vec![], vec![wait(30, "pop")])], objs());
+        let b = doc("p", vec![thread(2, true, None, vec![], vec![wait(70, "push")])], objs());
+        let c = doc("p", vec![thread(3, true, None, vec![], vec![wait(20, "drain")])], objs());
+        let m = &merge(&[a, b, c])[0].profile;
+        let w = &m.threads[0].waits[0];
+        assert_eq!((w.wait_ns, w.longest_wait_ns, w.longest_wait_in.as_deref()), (Some(120), Some(70), Some("push")));
+        let names: Vec<_> = m.objects.iter().map(|o| (o.kind.as_str(), o.name.as_deref(), o.threads.len())).collect();
+        assert_eq!(names, [("mutex", Some("big_lock"), 0), ("thread", None, 0)]);
+    }
+
+    #[test]
     fn programs_get_one_document_each() {
         let a = doc("a", vec![thread(1, true, None, vec![function("main", 1, None)], vec![])], vec![]);
         let b = doc("b", vec![thread(2, true, None, vec![function("main", 1, None)], vec![])], vec![]);
