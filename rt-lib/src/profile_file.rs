@@ -31,7 +31,8 @@ use crate::text::copy_into;
 use core::mem::{offset_of, size_of};
 use stint_layout::{
     set_text_field, Control, FileHeader, FileLayout, FileShape, ProcessEnd, RtConfig, CONTROL_OFFSET, FILE_MAGIC,
-    FILE_VERSION, FLAG_ARGV_TRUNCATED, FLAG_PATH_TRUNCATED, FLAG_TID_KEY_VERIFIED, OBJ_BUCKETS, OBJ_CAP,
+    FILE_VERSION, FLAG_ARGV_TRUNCATED, FLAG_LOAD_BIAS, FLAG_PATH_TRUNCATED, FLAG_TID_KEY_VERIFIED, OBJ_BUCKETS,
+    OBJ_CAP,
 };
 
 /// Address space reserved for the profile mapping; the file grows inside it. Under an
@@ -384,7 +385,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]
     hdr.header_size = size_of::<FileHeader>() as u32;
     hdr.pid = pid;
     hdr.ppid = sys::getppid();
-    su.flags = extra_flags | if su.tid_key_ok != 0 { FLAG_TID_KEY_VERIFIED } else { 0 };
+    su.flags = extra_flags | FLAG_LOAD_BIAS | if su.tid_key_ok != 0 { FLAG_TID_KEY_VERIFIED } else { 0 };
     hdr.flags = su.flags;
     lay.apply(hdr, INITIAL_COLUMNS);
     hdr.n_columns = 0;

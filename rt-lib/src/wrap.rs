@@ -259,8 +259,13 @@ fn blocking(
         }
         let acquired = ok(r);
         if ev.gate & WAIT != 0 {
+            let caller = (ev.ra as u64).wrapping_sub(ev.rt.cfg.bias());
             if let Some(e) = ev.wait_entry(obj, kind) {
                 e.count += acquired as u64;
+                // No wait measured: the caller stands until a call that waits replaces it.
+                if e.longest_pc == 0 {
+                    e.longest_pc = caller;
+                }
             }
         }
         if holds && acquired && ev.gate & HOLD != 0 {
@@ -288,10 +293,16 @@ fn blocking(
     let acquired = ok(r);
     if ev.gate & WAIT != 0 {
         let slow = t1.wrapping_sub(t0) > contended_ticks(ev);
+        let caller = (ev.ra as u64).wrapping_sub(ev.rt.cfg.bias());
         if let Some(e) = ev.wait_entry(obj, kind) {
             e.count += acquired as u64;
             e.contended += (found_locked || (busy == Busy::Slow && slow)) as u64;
-            e.wait_ticks = e.wait_ticks.wrapping_add(t1.wrapping_sub(t0));
+            let d = t1.wrapping_sub(t0);
+            e.wait_ticks = e.wait_ticks.wrapping_add(d);
+            if d > e.longest_ticks {
+                e.longest_ticks = d;
+                e.longest_pc = caller;
+            }
         }
     }
     if holds && acquired && ev.gate & HOLD != 0 {

@@ -23,6 +23,7 @@
 //! | `locks` | the thread-library wrappers: waits, states, objects |
 //! | `prometheus` | `stint serve` scraped by a real Prometheus: exact calls, lock waits, bad files, ended processes, promtool |
 //! | `proctree` | process trees: every image of a forking, exec'ing program measured, each naming its parent; `report --tree` |
+//! | `names` | names from separate debug info (build-id, debuglink, debuginfod, `--symbols`), lock objects by data symbol, join targets |
 //! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
 //! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
@@ -49,6 +50,7 @@ mod imports;
 mod location;
 mod locks;
 mod merge;
+mod names;
 mod proctree;
 mod prometheus;
 mod report_opts;

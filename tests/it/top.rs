@@ -253,6 +253,8 @@ mod live_program_in_top_and_ls {
             rows.iter().find(|r| cell(&head, r, "KIND") == "mutex").unwrap_or_else(|| panic!("no mutex:\n{text}"));
         assert!(cell(&head, mutex, "OBJECT").starts_with("0x"), "{mutex:?}");
         assert_eq!(cell(&head, mutex, "FIRST-USED-IN"), "spin", "{mutex:?}");
+        // The global `m` of top_spin.c, named from the program's symbols (issue 11).
+        assert_eq!(cell(&head, mutex, "NAME"), "m", "{mutex:?}");
         assert!(cell(&head, mutex, "CALLS").parse::<u64>().expect("calls") > 0, "{mutex:?}");
     }
 

@@ -153,7 +153,11 @@ pub enum By {
     stint report /tmp/pigz.1234.stint --calltree --depth 4     # call paths top down, per thread\n  \
     stint report /tmp/pigz.1234.stint --callers deflate        # who calls deflate, how often, how long\n  \
     stint report /tmp/pigz.1234.stint --callees compress_thread\n  \
-    stint report /tmp/pigz.1234.stint --sort self --top 10     # where the time goes itself\n\n\
+    stint report /tmp/pigz.1234.stint --sort self --top 10     # where the time goes itself\n  \
+    stint report /tmp/pigz.1234.stint --symbols ./pigz.debug  # names from this debug file\n\n\
+    Names of a stripped program (sub_<hex>, lock addresses) come from its debug info, looked\n\
+    up by build-id in /usr/lib/debug/.build-id (or the :-separated $STINT_DEBUG_ROOT), by\n\
+    .gnu_debuglink next to the program, and from $DEBUGINFOD_URLS (unless --no-debuginfod).\n\n\
     In the tables, `off` marks a time whose metric was off, `open` a timed function none of\n\
     whose calls returned yet, `-` a function measured by calls only (see `stint inspect\n\
     --skipped`); a footer explains each mark used.\n\n\
@@ -220,6 +224,29 @@ pub struct ReportArgs {
     /// With --tree: also sum the tree's profiles per program (as `stint merge`).
     #[arg(long, requires = "tree")]
     pub sum: bool,
+    #[command(flatten)]
+    pub names: SymbolArgs,
+}
+
+/// Where names come from when a profile is read (issue 11): the program's separate debug
+/// info, found by build-id, debuglink or debuginfod, or the file given.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SymbolArgs {
+    /// Take function and data symbols from FILE (a `.debug` file or an unstripped build of
+    /// the program) instead of looking for its debug info.
+    #[arg(long, value_name = "FILE")]
+    pub symbols: Option<PathBuf>,
+    /// Do not ask the debuginfod servers of $DEBUGINFOD_URLS for debug info.
+    #[arg(long)]
+    pub no_debuginfod: bool,
+}
+
+impl SymbolArgs {
+    /// The name resolver these flags and the environment ask for.
+    pub fn resolver(&self) -> stint_profile::symbols::Resolver {
+        use stint_profile::symbols::{Resolver, SymbolOptions};
+        Resolver::new(SymbolOptions::from_env(self.symbols.clone(), !self.no_debuginfod))
+    }
 }
 
 /// Arguments of `stint ctl`.
@@ -366,7 +393,8 @@ pub enum DiffFormat {
     stint diff base.json new.json --threshold 10% --min-abs 2   # ... and by at least 2 ms\n  \
     stint diff base.json new.json --metric calls --threshold 0  # exact gate on call counts\n  \
     stint diff base.json new.json --metric calls --threshold 0 --format markdown > comment.md\n  \
-    stint diff base.stint new.stint --metric lock_wait --by-thread\n\n\
+    stint diff base.stint new.stint --metric lock_wait --by-thread\n  \
+    stint diff base.stint new.stint --symbols ./server.debug  # names for a stripped server\n\n\
     BASE and NEW are profile files or stint-profile/1 JSON (stint report --format json,\n\
     stint merge -o), told apart by their content. Exit status: 0 within the thresholds (or\n\
     without --threshold), 1 on a regression, 2 on bad input.")]
@@ -391,6 +419,8 @@ pub struct DiffArgs {
     pub by_thread: bool,
     #[arg(long, value_enum, default_value = "table")]
     pub format: DiffFormat,
+    #[command(flatten)]
+    pub names: SymbolArgs,
 }
 
 /// `--threshold`: a percentage, `5%`, `2.5%` or `0` (the `%` is optional).
@@ -615,7 +645,8 @@ mod tests {
     stint merge runs/*.stint -o suite.json          # a whole test suite, forked children too\n  \
     stint merge runs/ -o suite.json                 # every *.stint in runs/\n  \
     stint merge suite.json tonight/ -o all.json     # merged documents merge again\n  \
-    stint merge a.stint b.stint -o -                # to stdout\n\n\
+    stint merge a.stint b.stint -o -                # to stdout\n  \
+    stint merge runs/ -o suite.json --no-debuginfod # names from local debug info only\n\n\
     The output is stint-profile/1 JSON (what `stint report --format json` prints) with\n\
     `runs` and `merged_from` added: threads summed by role (main, name, start routine; tid 0),\n\
     functions by name, sync objects by kind and first user. Several programs give a JSON\n\
@@ -631,6 +662,8 @@ pub struct MergeArgs {
     /// Print nothing on success.
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub names: SymbolArgs,
 }
 
 /// Export profiles to the viewers people use: Perfetto, Chrome tracing, Firefox Profiler,

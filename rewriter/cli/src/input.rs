@@ -27,3 +27,10 @@ pub fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
 pub fn program_name(path: &Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into())
 }
+
+/// `path` made absolute (not canonicalised: a symlink keeps the name the user gave), as the
+/// meta records the input for finding its `.gnu_debuglink` file later; `None` if it is not
+/// valid UTF-8 or the current directory is unknown.
+pub fn absolute_input(path: &Path) -> Option<String> {
+    std::path::absolute(path).ok()?.to_str().map(String::from)
+}

@@ -45,6 +45,9 @@ use spec::Spec;
 pub struct Options<'a> {
     /// Program name: used in the default profile path and in reports.
     pub program: &'a str,
+    /// Path of the input as the user named it, recorded in the meta so that a reader can find
+    /// the input's `.gnu_debuglink` file next to it (`None`: not recorded).
+    pub input: Option<&'a str>,
     pub spec: &'a Spec,
     /// Use the trap tactic (`int3` + SIGTRAP handler) where no jump window fits.
     pub traps: bool,
@@ -75,7 +78,7 @@ pub fn inspect(data: &[u8], opts: &Options) -> Result<RewriteReport> {
 /// Rewrite a program: the whole pipeline (`stint rewrite`).
 pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> {
     let p = plan_program(data, opts.spec, opts.traps)?;
-    let contents = place::SegmentData::new(&p, opts.program, opts.spec);
+    let contents = place::SegmentData::new(&p, opts.program, opts.input, opts.spec);
     let placed = place::place(&p.elf, &p.plan, &contents)?;
     let code = codegen::generate(&p.plan, &placed.pieces, &placed.targets)?;
     let eh = unwind::build(&p.elf, &code, placed.runtime_eh_frame(), placed.eh_frame)?;

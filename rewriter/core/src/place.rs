@@ -68,7 +68,7 @@ pub struct SegmentData<'a> {
 }
 
 impl<'a> SegmentData<'a> {
-    pub fn new(p: &Planned, program: &'a str, spec: &Spec) -> Self {
+    pub fn new(p: &Planned, program: &'a str, input: Option<&str>, spec: &Spec) -> Self {
         let on = spec.on_at_start_bits();
         let points = &p.plan.points;
         let gates = points.iter().map(|pt| pt.bits & (on | stint_layout::GATE_HOOK)).collect();
@@ -82,7 +82,7 @@ impl<'a> SegmentData<'a> {
             names.push(0);
         }
         SegmentData {
-            meta_json: rewrite_report::meta_json(p, program),
+            meta_json: rewrite_report::meta_json(p, program, input),
             program,
             gates,
             info,

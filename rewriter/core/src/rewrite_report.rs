@@ -13,7 +13,7 @@ use crate::plan::{ExitKind, Tactic};
 use crate::Planned;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use stint_layout::meta::{Meta, PointMeta, POINT_ENTRY, POINT_IMPORT, POINT_WRAP};
+use stint_layout::meta::{DebugLink, Meta, PointMeta, POINT_ENTRY, POINT_IMPORT, POINT_WRAP};
 
 #[derive(Serialize)]
 pub struct RewriteReport {
@@ -446,7 +446,7 @@ fn reason_class(r: &crate::plan::SkipReason, site: u64) -> String {
 /// The self-description stored in the output and copied into every profile file: a
 /// `stint_layout::meta::Meta` (the type the profile reader deserialises), every metric of
 /// `stint_layout::METRICS`.
-pub fn meta_json(p: &Planned, program: &str) -> String {
+pub fn meta_json(p: &Planned, program: &str, input: Option<&str>) -> String {
     let points = p
         .plan
         .points
@@ -472,7 +472,31 @@ pub fn meta_json(p: &Planned, program: &str) -> String {
             }
         })
         .collect();
-    serde_json::to_string(&Meta::new(program, points)).expect("the meta is plain data and always serialises")
+    let mut meta = Meta::new(program, points);
+    meta.input = input.map(String::from);
+    (meta.build_id, meta.debuglink) = debug_ids(p.elf.data);
+    serde_json::to_string(&meta).expect("the meta is plain data and always serialises")
+}
+
+/// The input's GNU build-id (hex) and `.gnu_debuglink`, each if present and well-formed: a
+/// reader finds the separate debug info with them (issue 11). A malformed note or section is
+/// not an error here, the names are only a convenience for later.
+fn debug_ids(data: &[u8]) -> (Option<String>, Option<DebugLink>) {
+    use object::Object as _;
+    let Ok(file) = object::read::elf::ElfFile64::<object::Endianness>::parse(data) else {
+        return (None, None);
+    };
+    let build_id = file
+        .build_id()
+        .ok()
+        .flatten()
+        .filter(|id| !id.is_empty())
+        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    let debuglink = file.gnu_debuglink().ok().flatten().and_then(|(name, crc)| {
+        let file = std::str::from_utf8(name).ok().filter(|n| !n.is_empty() && !n.contains('/'))?;
+        Some(DebugLink { file: file.into(), crc })
+    });
+    (build_id, debuglink)
 }
 
 /// Whether the program is marked for CET shadow stacks (GNU_PROPERTY_X86_FEATURE_1_SHSTK).

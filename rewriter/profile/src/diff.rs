@@ -274,6 +274,17 @@ pub fn load_input(path: &std::path::Path) -> Result<ProfileJson, DiffError> {
     parse_input(&std::fs::read(path).map_err(DiffError::Read)?)
 }
 
+/// [`load_input`], a profile file's names resolved with `names` ([`crate::symbols`]) first.
+pub fn load_input_named(path: &std::path::Path, names: &crate::symbols::Resolver) -> Result<ProfileJson, DiffError> {
+    let bytes = std::fs::read(path).map_err(DiffError::Read)?;
+    if bytes.starts_with(&FILE_MAGIC) {
+        let mut p = parse(&bytes)?;
+        p.resolve_names(names);
+        return Ok(profile_json(&p));
+    }
+    parse_input(&bytes)
+}
+
 /// Which side of the diff an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Which {
@@ -792,17 +803,22 @@ mod tests {
     fn lock_waits_by_object_user() {
         let wait = |addr: &str, ns: u64| WaitJson {
             object: Some(addr.into()),
+            object_name: None,
             kind: "mutex".into(),
             wait_ns: Some(ns),
             count: 1,
             contended: 1,
             hold_ns: Some(ns * 2),
+            longest_wait_ns: None,
+            longest_wait_in: None,
         };
         let obj = |addr: &str, user: &str| ObjectJson {
             address: addr.into(),
             kind: "mutex".into(),
             first_used_in: Some(user.into()),
             first_tid: 1,
+            name: None,
+            threads: vec![],
         };
         let mut b = doc(1, vec![thread(1, None, true, vec![])]);
         b.threads[0].waits = vec![wait("0x10", 100)];

@@ -32,8 +32,8 @@ use stint_layout::{exit_kind_name, EXIT_UNKNOWN, N_STATES};
 
 use crate::profile::{ObjectProfile, Profile, ThreadProfile};
 use crate::report::{
-    end_ns, first_function, first_used_in, functions, kind_name, object_address, point_name, start_ns, start_routine,
-    state_label, waits_by_time,
+    end_ns, first_function, first_used_in, functions, kind_name, longest_wait_in, object_address, object_name,
+    object_threads, point_name, start_ns, start_routine, state_label, waits_by_time,
 };
 
 /// `schema` of the document.
@@ -237,6 +237,9 @@ pub struct FunctionJson {
 pub struct WaitJson {
     /// The object's run-time address in hex (`null` if the file does not record it).
     pub object: Option<String>,
+    /// Its data symbol or the thread it is (see [`ObjectJson::name`]); absent if none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_name: Option<String>,
     /// `mutex`, `condvar`, `rwlock`, `semaphore`, `barrier`, `thread`, or `unknown`.
     pub kind: String,
     /// Time blocked in the calls, ns.
@@ -247,6 +250,12 @@ pub struct WaitJson {
     pub contended: u64,
     /// Time a mutex or rwlock was held, ns.
     pub hold_ns: Option<u64>,
+    /// The longest single call's time blocked, ns, and the function that made that call
+    /// (its name, else the return address in hex); absent when the runtime did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_wait_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_wait_in: Option<String>,
 }
 
 /// One entry of a thread's state-transition ring.
@@ -271,6 +280,14 @@ pub struct ObjectJson {
     pub first_used_in: Option<String>,
     /// The thread that first used it.
     pub first_tid: u32,
+    /// What it is: the data symbol it lies in (`big_lock`, `_PyRuntime+0x1a8`, from the
+    /// program's symbols or debug info), or for a `thread` object the thread it is
+    /// (`thread 1235 worker`); absent for heap objects and unknown threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// For a `thread` object: the tids of the threads it is (a join's target).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<u32>,
 }
 
 /// ns per state, as a JSON object keyed by state name in layout order (`{"RUN": 20000000,
@@ -372,11 +389,14 @@ fn thread_json(p: &Profile, t: &ThreadProfile) -> ThreadJson {
             .into_iter()
             .map(|w| WaitJson {
                 object: object_address(p, w.object),
+                object_name: p.object(w.object).and_then(|o| object_name(p, o)),
                 kind: kind_name(w.kind).to_owned(),
                 wait_ns: p.ticks_to_ns(w.wait_ticks),
                 count: w.count,
                 contended: w.contended,
                 hold_ns: p.ticks_to_ns(w.hold_ticks),
+                longest_wait_ns: (w.longest_pc != 0).then(|| p.ticks_to_ns(w.longest_ticks)).flatten(),
+                longest_wait_in: longest_wait_in(p, w),
             })
             .collect(),
         wrap_skipped: t.wrap_skipped,
@@ -413,6 +433,8 @@ fn object_json(p: &Profile, o: &ObjectProfile) -> ObjectJson {
         kind: o.kind_name().to_owned(),
         first_used_in: first_used_in(p, o),
         first_tid: o.first_tid,
+        name: object_name(p, o),
+        threads: object_threads(p, o).iter().map(|t| t.tid).collect(),
     }
 }
 

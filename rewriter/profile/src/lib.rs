@@ -13,6 +13,8 @@
 //! - [`ctl`]: operations on a running program's file (enable, disable, snapshot, status),
 //!   with a typed [`ctl::CtlError`];
 //! - [`openmetrics`]: the OpenMetrics exposition for Prometheus (`stint serve`, `stint export`);
+//! - [`symbols`]: names from separate debug info (build-id, debuglink, debuginfod), data
+//!   symbols for sync objects, applied with [`profile::Profile::resolve_names`];
 //! - [`discover`]: finding the live profiles of running processes through `/proc`;
 //! - [`synthetic`]: profile files written like the runtime's, for tests.
 //!
@@ -34,4 +36,5 @@ pub mod openmetrics;
 pub mod proctree;
 pub mod profile;
 pub mod report;
+pub mod symbols;
 pub mod synthetic;

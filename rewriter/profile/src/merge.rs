@@ -40,6 +40,7 @@ use thiserror::Error;
 
 use crate::json::{profile_json, FunctionJson, ObjectJson, ProfileJson, StateTimes, ThreadJson, WaitJson, SCHEMA};
 use crate::profile::{parse, ProfileError};
+use crate::symbols::Resolver;
 
 /// Why inputs could not be merged. Each names the input it is about, and carries its cause
 /// in its one-line message (not as a `source`, so it is printed once).
@@ -122,15 +123,26 @@ pub fn is_profile_file(bytes: &[u8]) -> bool {
 /// Read one input file: a profile (by magic), a `stint-profile/1` JSON document, or a JSON
 /// array of them (`stint merge` output for several programs).
 pub fn read_input(path: &Path) -> Result<Vec<Input>, MergeError> {
+    read_input_named(path, &Resolver::none())
+}
+
+/// [`read_input`], a profile file's names resolved with `names` ([`crate::symbols`]).
+pub fn read_input_named(path: &Path, names: &Resolver) -> Result<Vec<Input>, MergeError> {
     let bytes = std::fs::read(path).map_err(|err| MergeError::Read { path: path.to_owned(), err })?;
-    read_input_bytes(path, &bytes)
+    read_input_bytes_named(path, &bytes, names)
 }
 
 /// [`read_input`] on bytes already read; `path` names the input.
 pub fn read_input_bytes(path: &Path, bytes: &[u8]) -> Result<Vec<Input>, MergeError> {
+    read_input_bytes_named(path, bytes, &Resolver::none())
+}
+
+/// [`read_input_bytes`] with names resolved by `names`.
+pub fn read_input_bytes_named(path: &Path, bytes: &[u8], names: &Resolver) -> Result<Vec<Input>, MergeError> {
     let name = path.display().to_string();
     if is_profile_file(bytes) {
-        let p = parse(bytes).map_err(|err| MergeError::Profile { path: path.to_owned(), err })?;
+        let mut p = parse(bytes).map_err(|err| MergeError::Profile { path: path.to_owned(), err })?;
+        p.resolve_names(names);
         return Ok(vec![Input { profile: profile_json(&p), runs: 1, merged_from: vec![name] }]);
     }
     if !matches!(bytes.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')) {
@@ -162,9 +174,14 @@ pub fn read_input_bytes(path: &Path, bytes: &[u8]) -> Result<Vec<Input>, MergeEr
 /// Read every input (directories expanded) and merge them, one document per program, in
 /// the order programs first appear.
 pub fn merge_paths(paths: &[PathBuf]) -> Result<Vec<MergedJson>, MergeError> {
+    merge_paths_named(paths, &Resolver::none())
+}
+
+/// [`merge_paths`], the profile files' names resolved with `names` first.
+pub fn merge_paths_named(paths: &[PathBuf], names: &Resolver) -> Result<Vec<MergedJson>, MergeError> {
     let mut inputs = Vec::new();
     for p in expand(paths)? {
-        inputs.extend(read_input(&p)?);
+        inputs.extend(read_input_named(&p, names)?);
     }
     Ok(merge(&inputs))
 }
@@ -261,7 +278,13 @@ fn merge_program(group: &[&Input]) -> MergedJson {
             let merged = match objects.iter().find(|m| object_key(m) == key) {
                 Some(m) => m.address.clone(),
                 None => {
-                    objects.push(ObjectJson { first_tid: if single { o.first_tid } else { 0 }, ..o.clone() });
+                    // Over several runs tids mean nothing: a join target keeps no thread.
+                    let (first_tid, threads, name) = match single {
+                        true => (o.first_tid, o.threads.clone(), o.name.clone()),
+                        false if o.kind == "thread" => (0, Vec::new(), None),
+                        false => (0, Vec::new(), o.name.clone()),
+                    };
+                    objects.push(ObjectJson { first_tid, threads, name, ..o.clone() });
                     o.address.clone()
                 }
             };
@@ -387,6 +410,11 @@ fn add_wait(v: &mut WaitJson, w: &WaitJson) {
     v.count = add(v.count, w.count);
     v.contended = add(v.contended, w.contended);
     v.hold_ns = add_opt(v.hold_ns, w.hold_ns);
+    // The longest call of all, and its caller.
+    if w.longest_wait_ns > v.longest_wait_ns || (v.longest_wait_in.is_none() && w.longest_wait_in.is_some()) {
+        v.longest_wait_ns = w.longest_wait_ns;
+        v.longest_wait_in = w.longest_wait_in.clone();
+    }
 }
 
 /// Most calls first, then by name (as the report orders them).
@@ -656,14 +684,19 @@ mod tests {
             kind: "mutex".into(),
             first_used_in: Some("push".into()),
             first_tid: 3,
+            name: None,
+            threads: vec![],
         };
         let wait = |addr: &str, n| WaitJson {
             object: Some(addr.into()),
+            object_name: None,
             kind: "mutex".into(),
             wait_ns: Some(n * 10),
             count: n,
             contended: 1,
             hold_ns: None,
+            longest_wait_ns: None,
+            longest_wait_in: None,
         };
         let a = doc("p", vec![thread(1, true, None, vec![], vec![wait("0xa000", 2)])], vec![obj("0xa000")]);
         let b = doc("p", vec![thread(2, true, None, vec![], vec![wait("0xb000", 3)])], vec![obj("0xb000")]);
@@ -676,6 +709,38 @@ mod tests {
             (w[0].object.as_deref(), w[0].count, w[0].contended, w[0].wait_ns),
             (Some("0xa000"), 5, 2, Some(50))
         );
+    }
+
+    #[test]
+    fn merged_waits_keep_the_longest_call_and_join_targets_lose_their_tids() {
+        let wait = |ns, caller: &str| WaitJson {
+            object: Some("0xa000".into()),
+            object_name: Some("big_lock".into()),
+            kind: "mutex".into(),
+            wait_ns: Some(ns),
+            count: 1,
+            contended: 1,
+            hold_ns: None,
+            longest_wait_ns: Some(ns),
+            longest_wait_in: Some(caller.into()),
+        };
+        let obj = |kind: &str, name: &str| ObjectJson {
+            address: "0xa000".into(),
+            kind: kind.into(),
+            first_used_in: Some("push".into()),
+            first_tid: 3,
+            name: Some(name.into()),
+            threads: vec![3],
+        };
+        let objs = || vec![obj("mutex", "big_lock"), obj("thread", "thread 3 worker")];
+        let a = doc("p", vec![thread(1, true, None, vec![], vec![wait(30, "pop")])], objs());
+        let b = doc("p", vec![thread(2, true, None, vec![], vec![wait(70, "push")])], objs());
+        let c = doc("p", vec![thread(3, true, None, vec![], vec![wait(20, "drain")])], objs());
+        let m = &merge(&[a, b, c])[0].profile;
+        let w = &m.threads[0].waits[0];
+        assert_eq!((w.wait_ns, w.longest_wait_ns, w.longest_wait_in.as_deref()), (Some(120), Some(70), Some("push")));
+        let names: Vec<_> = m.objects.iter().map(|o| (o.kind.as_str(), o.name.as_deref(), o.threads.len())).collect();
+        assert_eq!(names, [("mutex", Some("big_lock"), 0), ("thread", None, 0)]);
     }
 
     #[test]

@@ -608,6 +608,7 @@ mod tests {
             contended: 3,
             wait_ticks: 2_000_000,
             hold_ticks: 500_000,
+            ..WaitEntry::default()
         };
         put_wait(&mut b, 1, 0, &w);
         put_wait(&mut b, 2, 0, &WaitEntry { count: 5, contended: 1, wait_ticks: 1_000_000, hold_ticks: 0, ..w });
@@ -615,7 +616,7 @@ mod tests {
             &mut b,
             2,
             1,
-            &WaitEntry { object: 2, kind: OBJ_CONDVAR, count: 2, contended: 0, wait_ticks: 7, hold_ticks: 0 },
+            &WaitEntry { object: 2, kind: OBJ_CONDVAR, count: 2, contended: 0, wait_ticks: 7, hold_ticks: 0, ..w },
         );
         patch_column(&mut b, 1, |c| {
             c.thread_state = STATE_BLOCKED_MUTEX;

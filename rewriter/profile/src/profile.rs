@@ -54,8 +54,8 @@ use stint_layout::{
     baseline_counter_offset, baseline_state_offset, baseline_wait_offset, clock_source_name, metric_bit,
     object_kind_name, CctNode, ColumnHeader, Control, ControlFileStatus, FileHeader, FormatError, Metric, Pod,
     ProcessEnd, RequestOp, SyncObject, Transition, WaitEntry, COLUMN_LIVE, FLAG_ARGV_TRUNCATED, FLAG_FORK_CHILD,
-    METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, RING_CAP, SHADOW_CAP, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
-    STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
+    FLAG_LOAD_BIAS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, RING_CAP, SHADOW_CAP, SLOT_CALLS, SLOT_CPU_TICKS,
+    SLOT_WALL_TICKS, STATE_EXITED, THREAD_RULES_CAP, WAIT_CAP,
 };
 use thiserror::Error;
 
@@ -98,6 +98,17 @@ pub struct Profile {
     pub program: String,
     /// Path of the input the rewriter read, when the meta names it.
     pub input: Option<String>,
+    /// The input's GNU build-id (hex), when the meta has it: finds its debug info
+    /// ([`crate::symbols`]).
+    #[serde(default)]
+    pub build_id: Option<String>,
+    /// The input's `.gnu_debuglink`, when the meta has it.
+    #[serde(default)]
+    pub debuglink: Option<stint_layout::meta::DebugLink>,
+    /// Run-time minus input-ELF address of the program, when the runtime recorded it
+    /// (`FLAG_LOAD_BIAS`): maps sync-object addresses to data symbols.
+    #[serde(default)]
+    pub load_bias: Option<u64>,
     pub pid: u32,
     pub ppid: u32,
     /// `FLAG_*` bits of the header.
@@ -293,6 +304,10 @@ pub struct ObjectProfile {
     pub kind: u32,
     /// tid of the thread that first used it.
     pub first_tid: u32,
+    /// The data symbol it lies in (`big_lock`, `_PyRuntime+0x1a8`), once
+    /// [`Profile::resolve_names`] found one; heap objects have none.
+    #[serde(default)]
+    pub symbol: Option<String>,
 }
 
 impl ObjectProfile {
@@ -317,6 +332,12 @@ pub struct WaitProfile {
     pub wait_ticks: u64,
     /// TSC ticks the lock was held (`lock_hold`).
     pub hold_ticks: u64,
+    /// The longest single call's ticks blocked (since the start: a snapshot does not reset
+    /// it) and its return address in the input ELF (0: unknown).
+    #[serde(default)]
+    pub longest_ticks: u64,
+    #[serde(default)]
+    pub longest_pc: u64,
 }
 
 /// One entry of a thread's state-transition ring.
@@ -405,6 +426,9 @@ pub struct ThreadProfile {
     /// Kernel thread id.
     pub tid: u32,
     pub pid: u32,
+    /// Thread pointer of the thread (its `pthread_t` on glibc): a join names it.
+    #[serde(default)]
+    pub owner_tp: u64,
     /// `pthread_setname_np` name, if the runtime recorded one.
     pub name: Option<String>,
     /// Start routine address in the input ELF, if known.
@@ -663,6 +687,7 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             index: i,
             tid: c.tid,
             pid: c.pid,
+            owner_tp: c.owner_tp,
             name: thread_name(&c.name),
             start_routine: (c.start_routine != 0).then_some(c.start_routine),
             first_point,
@@ -679,6 +704,9 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
     Ok(Profile {
         program: meta.program,
         input: meta.input,
+        build_id: meta.build_id,
+        debuglink: meta.debuglink,
+        load_bias: (h.flags & FLAG_LOAD_BIAS != 0).then_some(h.load_bias),
         pid: h.pid,
         ppid: h.ppid,
         flags: h.flags,
@@ -855,6 +883,7 @@ fn object_entry(b: &[u8], h: &FileHeader, i: u32) -> Option<ObjectProfile> {
         first_pc: o.first_pc,
         kind: o.kind,
         first_tid: o.first_tid,
+        symbol: None,
     })
 }
 
@@ -976,7 +1005,12 @@ fn read_waits(
             contended: 0,
             wait_ticks: 0,
             hold_ticks: 0,
+            longest_ticks: 0,
+            longest_pc: 0,
         });
+        if w.longest_ticks > e.longest_ticks || (e.longest_pc == 0 && w.longest_pc != 0) {
+            (e.longest_ticks, e.longest_pc) = (w.longest_ticks, w.longest_pc);
+        }
         e.count = e.count.saturating_add(w.count);
         e.contended = e.contended.saturating_add(w.contended);
         e.wait_ticks = e.wait_ticks.saturating_add(w.wait_ticks);
@@ -1129,6 +1163,7 @@ mod tests {
             argv: [[36; 32]; 32],
             exec_from: [[37; 32]; 32],
             parent_profile: [[38; 32]; 32],
+            load_bias: 32,
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
 
@@ -1190,7 +1225,16 @@ mod tests {
         put_object(&mut b, 7, &o);
         let h = FileHeader::parse(&b, b.len() as u64).unwrap();
         assert_eq!((SyncObject::parse(&b, &h, 7), h.n_objects), (Some(o), 8));
-        let w = WaitEntry { object: 1, kind: 2, count: 3, contended: 4, wait_ticks: 5, hold_ticks: 6 };
+        let w = WaitEntry {
+            object: 1,
+            kind: 2,
+            count: 3,
+            contended: 4,
+            wait_ticks: 5,
+            hold_ticks: 6,
+            longest_ticks: 7,
+            longest_pc: 8,
+        };
         put_wait(&mut b, 1, 200, &w);
         let t = Transition { tsc: 1, state: 2, object: 3 };
         put_transition(&mut b, 1, 300, &t);
@@ -1451,7 +1495,15 @@ mod tests {
             1,
             &SyncObject { address: 0x5040, first_pc: 0, kind: OBJ_CONDVAR, first_tid: 101, ..Default::default() },
         );
-        let mutex = WaitEntry { object: 1, kind: OBJ_MUTEX, count: 10, contended: 3, wait_ticks: 700, hold_ticks: 90 };
+        let mutex = WaitEntry {
+            object: 1,
+            kind: OBJ_MUTEX,
+            count: 10,
+            contended: 3,
+            wait_ticks: 700,
+            hold_ticks: 90,
+            ..Default::default()
+        };
         put_wait(&mut b, 1, 0, &mutex);
         put_wait(&mut b, 1, 5, &WaitEntry { object: 2, kind: OBJ_CONDVAR, count: 2, wait_ticks: 400, ..mutex });
         put_transition(&mut b, 1, 0, &Transition { tsc: T0 + 500, state: STATE_BLOCKED_MUTEX, object: 0 });
@@ -1492,8 +1544,22 @@ mod tests {
         assert_eq!(
             p.objects,
             vec![
-                ObjectProfile { index: 0, address: 0x5000, first_pc: 0x11d0, kind: OBJ_MUTEX, first_tid: 101 },
-                ObjectProfile { index: 1, address: 0x5040, first_pc: 0, kind: OBJ_CONDVAR, first_tid: 101 },
+                ObjectProfile {
+                    index: 0,
+                    address: 0x5000,
+                    first_pc: 0x11d0,
+                    kind: OBJ_MUTEX,
+                    first_tid: 101,
+                    symbol: None
+                },
+                ObjectProfile {
+                    index: 1,
+                    address: 0x5040,
+                    first_pc: 0,
+                    kind: OBJ_CONDVAR,
+                    first_tid: 101,
+                    symbol: None
+                },
             ]
         );
         assert_eq!(p.object(1).map(|o| o.kind_name()), Some("condvar"));
@@ -1501,8 +1567,26 @@ mod tests {
         assert_eq!(
             t.waits,
             vec![
-                WaitProfile { object: 0, kind: OBJ_MUTEX, count: 10, contended: 3, wait_ticks: 700, hold_ticks: 90 },
-                WaitProfile { object: 1, kind: OBJ_CONDVAR, count: 2, contended: 3, wait_ticks: 400, hold_ticks: 90 },
+                WaitProfile {
+                    object: 0,
+                    kind: OBJ_MUTEX,
+                    count: 10,
+                    contended: 3,
+                    wait_ticks: 700,
+                    hold_ticks: 90,
+                    longest_ticks: 0,
+                    longest_pc: 0
+                },
+                WaitProfile {
+                    object: 1,
+                    kind: OBJ_CONDVAR,
+                    count: 2,
+                    contended: 3,
+                    wait_ticks: 400,
+                    hold_ticks: 90,
+                    longest_ticks: 0,
+                    longest_pc: 0
+                },
             ]
         );
         assert_eq!((t.creator_tid, t.state_object, t.wrap_skipped, t.ring_head), (Some(100), Some(1), 1, 3));

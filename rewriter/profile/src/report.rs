@@ -173,6 +173,50 @@ pub fn code_name(p: &Profile, pc: u64) -> String {
     }
 }
 
+/// The threads a thread object (a `pthread_t` that was joined or detached) stands for: those
+/// whose thread pointer is its address (glibc's `pthread_t` is the thread's TCB address).
+/// Usually one; a TCB reused by a later thread after the join gives several.
+pub fn object_threads<'a>(p: &'a Profile, o: &ObjectProfile) -> Vec<&'a ThreadProfile> {
+    if o.kind != stint_layout::OBJ_THREAD || o.address == 0 {
+        return Vec::new();
+    }
+    p.threads.iter().filter(|t| t.owner_tp == o.address).collect()
+}
+
+/// What an object is, beyond its address: its data symbol (`big_lock`, `_PyRuntime+0x1a8`,
+/// after [`Profile::resolve_names`]), or for a thread object the thread(s) it is (`thread
+/// 1235 worker`); `None` for a heap object or an unknown thread.
+pub fn object_name(p: &Profile, o: &ObjectProfile) -> Option<String> {
+    if let Some(s) = &o.symbol {
+        return Some(s.clone());
+    }
+    let threads = object_threads(p, o);
+    if threads.is_empty() {
+        return None;
+    }
+    let one = |t: &ThreadProfile| match &t.name {
+        Some(n) => format!("{} {n}", t.tid),
+        None => t.tid.to_string(),
+    };
+    let list: Vec<String> = threads.iter().map(|t| one(t)).collect();
+    Some(format!("{} {}", if list.len() == 1 { "thread" } else { "threads" }, list.join(", ")))
+}
+
+/// The object `index` for tables: `0x4040a0 (big_lock)`, else its address in hex.
+pub fn object_label(p: &Profile, index: u32) -> Option<String> {
+    let o = p.object(index)?;
+    Some(match object_name(p, o) {
+        Some(n) => format!("{:#x} ({n})", o.address),
+        None => format!("{:#x}", o.address),
+    })
+}
+
+/// The function that made the thread's longest call on the object (`None` if the runtime did
+/// not record it).
+pub fn longest_wait_in(p: &Profile, w: &WaitProfile) -> Option<String> {
+    (w.longest_pc != 0).then(|| code_name(p, w.longest_pc))
+}
+
 /// The function that first used the object (`None` if the runtime did not record a caller).
 pub fn first_used_in(p: &Profile, o: &ObjectProfile) -> Option<String> {
     (o.first_pc != 0).then(|| code_name(p, o.first_pc))
@@ -649,6 +693,9 @@ pub fn to_lock_table(p: &Profile) -> String {
     }
     for (o, mut waits) in objects {
         let _ = write!(out, "\n{} {:#x}", o.kind_name(), o.address);
+        if let Some(name) = object_name(p, o) {
+            let _ = write!(out, " ({name})");
+        }
         if let Some(f) = first_used_in(p, o) {
             let _ = write!(out, "  first used in: {f}");
         }
@@ -662,6 +709,8 @@ pub fn to_lock_table(p: &Profile) -> String {
         }
         waits.sort_by_key(|(_, w)| std::cmp::Reverse(w.wait_ticks));
         let holds = matches!(o.kind, OBJ_MUTEX | OBJ_RWLOCK);
+        // Which function each thread waited in longest, when the runtime recorded it.
+        let callers = waits.iter().any(|(_, w)| w.longest_pc != 0);
         let row = |label: String, count: u64, contended: u64, wait: u64, hold: u64| {
             vec![
                 label,
@@ -672,8 +721,15 @@ pub fn to_lock_table(p: &Profile) -> String {
             ]
         };
         let mut rows = vec![["thread", "calls", "contended", "wait ms", "hold ms"].map(String::from).to_vec()];
+        if callers {
+            rows[0].push("longest wait in".into());
+        }
         for (t, w) in &waits {
-            rows.push(row(thread_label(t), w.count, w.contended, w.wait_ticks, w.hold_ticks));
+            let mut r = row(thread_label(t), w.count, w.contended, w.wait_ticks, w.hold_ticks);
+            if callers {
+                r.push(longest_wait_in(p, w).unwrap_or_else(|| "-".into()));
+            }
+            rows.push(r);
         }
         if waits.len() > 1 {
             let sum = |f: fn(&WaitProfile) -> u64| waits.iter().fold(0u64, |s, (_, w)| s.saturating_add(f(w)));
@@ -684,8 +740,11 @@ pub fn to_lock_table(p: &Profile) -> String {
                 sum(|w| w.wait_ticks),
                 sum(|w| w.hold_ticks),
             ));
+            if callers {
+                rows.last_mut().expect("the total row").push(String::new());
+            }
         }
-        out.push_str(&columns(&rows, &[false, true, true, true, true], "  "));
+        out.push_str(&columns(&rows, &[false, true, true, true, true, false], "  "));
     }
     out.push_str(
         "\ncalls: calls that acquired or waited successfully; contended: of those, the ones that found a mutex \
@@ -1032,6 +1091,7 @@ mod tests {
             contended,
             wait_ticks: wait_ms_x2 * MS / 2,
             hold_ticks: hold_ms_x2 * MS / 2,
+            ..Default::default()
         };
         // main joined both threads
         put_wait(&mut b, 0, 7, &wait(2, OBJ_THREAD, 1, 1, 80, 0));

@@ -23,6 +23,8 @@ fn timed_meta(funcs: &[Func], with_timers: bool) -> String {
         schema: META_SCHEMA.into(),
         program: "app".into(),
         input: None,
+        build_id: None,
+        debuglink: None,
         metrics,
         points: funcs
             .iter()

@@ -49,6 +49,8 @@ pub fn synthetic_meta_points(program: &str, points: &[(&str, &str, &str, u64)]) 
         schema: META_SCHEMA.into(),
         program: program.into(),
         input: Some(format!("/usr/bin/{program}")),
+        build_id: None,
+        debuglink: None,
         metrics: vec![MetricMeta { bit: None, ..MetricMeta::of(calls) }],
         points: points
             .iter()

@@ -92,6 +92,9 @@ pub const FLAG_TID_KEY_VERIFIED: u32 = 1 << 0;
 /// `FileHeader::flags`: this profile belongs to a process created by `fork` of a
 /// rewritten program (`ppid` names the parent).
 pub const FLAG_FORK_CHILD: u32 = 1 << 1;
+/// `FileHeader::flags`: `load_bias` holds the program's load bias (files of earlier writers
+/// leave it zero and this flag clear).
+pub const FLAG_LOAD_BIAS: u32 = 1 << 2;
 
 pod_struct! {
     /// Header at offset 0 of the profile file. All fields little-endian integers.
@@ -175,6 +178,9 @@ pod_struct! {
         /// Path of the profile of the process this one was forked from, when the runtime
         /// knows it (a fork child of a rewritten program); empty otherwise.
         pub parent_profile: TextField,
+        /// Run-time address minus input-ELF address of the program (0 unless PIE), valid with
+        /// `FLAG_LOAD_BIAS`: a reader maps sync-object addresses back to data symbols.
+        pub load_bias: u64,
     }
 }
 
@@ -495,6 +501,13 @@ pod_struct! {
         pub wait_ticks: u64,
         /// TSC ticks the lock was held (`lock_hold`).
         pub hold_ticks: u64,
+        /// The longest single call's ticks blocked, and where it was called from: the
+        /// return address of that call in the input ELF's address space (0: none yet; a free
+        /// mutex's lock, which is not timed, leaves its caller with 0 ticks until a call
+        /// that waits replaces it). The function containing it is the one that waited
+        /// (issue 11: waits by caller, not only by the object's first user).
+        pub longest_ticks: u64,
+        pub longest_pc: u64,
     }
 }
 
@@ -1241,7 +1254,7 @@ mod tests {
         assert_eq!(FRAME_SIZE, 64);
         assert_eq!(HELD_OFFSET, 512 + 512 * 64);
         assert_eq!(WAITS_OFFSET, HELD_OFFSET + 16 * 16);
-        assert_eq!(RING_OFFSET, WAITS_OFFSET + 256 * 40);
+        assert_eq!(RING_OFFSET, WAITS_OFFSET + 256 * 56);
         assert_eq!(COUNTERS_OFFSET, RING_OFFSET + 256 * 16);
         let tree = CCT_INDEX_CAP as u64 * 4 + CCT_CAP as u64 * 32;
         assert_eq!(column_size(0, 1), align_up(COUNTERS_OFFSET as u64 + BASELINE_COUNTERS, PAGE) + tree);

@@ -45,6 +45,13 @@ pub struct Meta {
     /// Path of the input the rewriter read, if it names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,
+    /// The input's GNU build-id (`NT_GNU_BUILD_ID`), lower-case hex: finds its separate debug
+    /// info (`/usr/lib/debug/.build-id/xx/rest.debug`, debuginfod) when the profile is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
+    /// The input's `.gnu_debuglink`: the debug file's name and the CRC-32 of its contents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debuglink: Option<DebugLink>,
     pub metrics: Vec<MetricMeta>,
     /// Indexed by point id.
     pub points: Vec<PointMeta>,
@@ -57,10 +64,21 @@ impl Meta {
             schema: META_SCHEMA.into(),
             program: program.into(),
             input: None,
+            build_id: None,
+            debuglink: None,
             metrics: METRICS.iter().map(MetricMeta::of).collect(),
             points,
         }
     }
+}
+
+/// The `.gnu_debuglink` section of the input: where its stripped debug info lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DebugLink {
+    /// File name of the debug file (no directory).
+    pub file: String,
+    /// CRC-32 (IEEE, as `gnu_debuglink_crc32`) of the debug file's contents.
+    pub crc: u32,
 }
 
 /// A metric as the meta describes it (a row of [`METRICS`]).

@@ -196,7 +196,8 @@ fn rewrite_one(item: &Item, spec: &Spec, in_place: bool) -> Outcome {
         Err(e) => return Outcome::Failed(format!("cannot read: {e}")),
     };
     let program = program_name(&item.path);
-    let opts = stint_rewrite::Options { program: &program, spec, traps: false };
+    let input = crate::input::absolute_input(&item.path);
+    let opts = stint_rewrite::Options { program: &program, input: input.as_deref(), spec, traps: false };
     let (out, report) = match stint_rewrite::rewrite(&data, &opts) {
         Ok(r) => r,
         Err(e) => {

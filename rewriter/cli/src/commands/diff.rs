@@ -40,8 +40,9 @@ pub fn run(a: DiffArgs) -> anyhow::Result<()> {
             .min_abs
             .map_or(0, |n| if metric == Metric::Calls { n.ceil() as u64 } else { (n * 1e6).ceil() as u64 }),
     });
-    let base = load(&a.base)?;
-    let new = load(&a.new)?;
+    let names = a.names.resolver();
+    let base = load(&a.base, &names)?;
+    let new = load(&a.new, &names)?;
     let (bf, nf) = (a.base.display().to_string(), a.new.display().to_string());
     let opts = DiffOptions { metric, by_thread: a.by_thread, gate };
     let d = diff::diff(&Side { doc: &base, file: &bf }, &Side { doc: &new, file: &nf }, &opts).map_err(|(w, e)| {
@@ -64,6 +65,6 @@ pub fn run(a: DiffArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn load(path: &Path) -> anyhow::Result<ProfileJson> {
-    diff::load_input(path).map_err(|e| anyhow!("{}: {e}", path.display()))
+fn load(path: &Path, names: &stint_profile::symbols::Resolver) -> anyhow::Result<ProfileJson> {
+    diff::load_input_named(path, names).map_err(|e| anyhow!("{}: {e}", path.display()))
 }

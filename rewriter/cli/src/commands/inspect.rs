@@ -12,7 +12,7 @@ pub fn run(a: InspectArgs) -> anyhow::Result<()> {
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let opts = stint_rewrite::Options { program: &program, spec: &spec, traps: a.traps };
+    let opts = stint_rewrite::Options { program: &program, input: None, spec: &spec, traps: a.traps };
     let report = stint_rewrite::inspect(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mut out = std::io::stdout().lock();
     if a.json {

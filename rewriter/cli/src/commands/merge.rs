@@ -12,7 +12,7 @@ use stint_profile::merge;
 use crate::args::MergeArgs;
 
 pub fn run(a: MergeArgs) -> anyhow::Result<()> {
-    let merged = merge::merge_paths(&a.files)?;
+    let merged = merge::merge_paths_named(&a.files, &a.names.resolver())?;
     let mut text = merge::to_json_text(&merged)?;
     text.push('\n');
     if a.output.as_os_str() == "-" {

@@ -25,8 +25,9 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         ([one], _) if is_profile_file(one)? => one.clone(),
         (many, _) => return run_merged(&a, many),
     };
-    let p = if a.since_snapshot { profile::load_since_snapshot(&path) } else { profile::load(&path) }
+    let mut p = if a.since_snapshot { profile::load_since_snapshot(&path) } else { profile::load(&path) }
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    p.resolve_names(&a.names.resolver());
     let sort = match a.sort {
         None => None,
         Some(Sort::Calls) => Some(report::SortBy::Calls),
@@ -102,7 +103,7 @@ fn run_merged(a: &ReportArgs, paths: &[PathBuf]) -> anyhow::Result<()> {
     if a.calltree || a.callers.is_some() || a.callees.is_some() {
         bail!("--calltree, --callers, --callees: need one profile file");
     }
-    let merged = merge::merge_paths(paths)?;
+    let merged = merge::merge_paths_named(paths, &a.names.resolver())?;
     let mut out = std::io::stdout().lock();
     let format = if a.json { Format::Json } else { a.format };
     match (format, a.by) {

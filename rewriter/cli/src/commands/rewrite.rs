@@ -8,14 +8,15 @@ use std::time::Instant;
 use anyhow::anyhow;
 
 use crate::args::RewriteArgs;
-use crate::input::{load_spec, program_name, read_input};
+use crate::input::{absolute_input, load_spec, program_name, read_input};
 
 pub fn run(a: RewriteArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let spec = load_spec(&a.spec)?;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
-    let opts = stint_rewrite::Options { program: &program, spec: &spec, traps: a.traps };
+    let input = absolute_input(&a.input);
+    let opts = stint_rewrite::Options { program: &program, input: input.as_deref(), spec: &spec, traps: a.traps };
     let (out, report) = stint_rewrite::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a.input)?.permissions());
     write_atomically(&a.output, &out, (mode & 0o777) | 0o100)?;

@@ -107,7 +107,8 @@ fn cached_rewrite(
         }
         return Ok(entry);
     }
-    let opts = stint_rewrite::Options { program: &program, spec, traps: false };
+    let input = crate::input::absolute_input(prog);
+    let opts = stint_rewrite::Options { program: &program, input: input.as_deref(), spec, traps: false };
     let (out, report) = stint_rewrite::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", prog.display()))?;
     cache::create_private_dir(entry.parent().expect("entry has a parent"))?;
     cache::write_atomically(&entry, &out, 0o700)?;

@@ -92,7 +92,14 @@ pub struct Reading {
 impl Reading {
     /// Read the file (errors name it) and the CPU clocks.
     pub fn take(path: &Path) -> anyhow::Result<Reading> {
-        let profile = profile::load(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let mut profile = profile::load(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        // Names from debug info (issue 11), looked up once per program and kept.
+        thread_local! {
+            static NAMES: stint_profile::symbols::Resolver = stint_profile::symbols::Resolver::new(
+                stint_profile::symbols::SymbolOptions::from_env(None, true),
+            );
+        }
+        NAMES.with(|names| profile.resolve_names(names));
         let cpu_ns = if profile.alive { task_cpu_ns(profile.pid) } else { HashMap::new() };
         Ok(Reading { profile, at: Instant::now(), realtime_ns: realtime_now_ns(), cpu_ns })
     }
@@ -339,6 +346,8 @@ pub struct LockRow {
     pub address: Option<u64>,
     pub kind: &'static str,
     pub first_used_in: Option<String>,
+    /// The object's data symbol or the thread it is ([`report::object_name`]).
+    pub name: Option<String>,
     /// Wait time in ns (`None` without a TSC calibration).
     pub wait_ns: Option<u64>,
     pub wait_delta_ns: Option<u64>,
@@ -390,6 +399,7 @@ pub fn lock_rows(prev: Option<&Reading>, cur: &Reading, view: &View) -> Vec<Lock
                 kind: object
                     .map_or_else(|| stint_layout::object_kind_name(s.kind).unwrap_or("unknown"), |o| o.kind_name()),
                 first_used_in: object.and_then(|o| report::first_used_in(p, o)),
+                name: object.and_then(|o| report::object_name(p, o)),
                 wait_ns: p.ticks_to_ns(s.wait_ticks),
                 wait_delta_ns: wait_delta_ticks.and_then(|t| p.ticks_to_ns(t)),
                 calls: s.count,
@@ -610,14 +620,15 @@ impl Screen {
                     l.contended.to_string(),
                     l.kind.to_string(),
                     l.address.map_or("-".into(), |a| format!("{a:#x}")),
+                    l.name.clone().unwrap_or_else(|| "-".into()),
                     l.first_used_in.clone().unwrap_or_else(|| "-".into()),
                 ]
             })
             .collect();
         let locks = Section {
             title: "LOCK WAITS",
-            head: vec!["WAIT%", "WAIT-MS", "CALLS/S", "CALLS", "CONTENDED", "KIND", "OBJECT", "FIRST-USED-IN"],
-            right: vec![true, true, true, true, true, false, false, false],
+            head: vec!["WAIT%", "WAIT-MS", "CALLS/S", "CALLS", "CONTENDED", "KIND", "OBJECT", "NAME", "FIRST-USED-IN"],
+            right: vec![true, true, true, true, true, false, false, false, false],
             rows,
             empty: "(no waits: lock_wait is off, or no wrapped thread-library call ran)",
         };
@@ -1067,6 +1078,7 @@ mod tests {
             contended: 2,
             wait_ticks,
             hold_ticks: 0,
+            ..Default::default()
         };
         let mut b0 = file(10, 10, None);
         put_wait(&mut b0, 1, 0, &w(1_000_000, 10));

@@ -301,7 +301,14 @@ pub(crate) mod testing {
             t.calltree = tree.clone();
             t.name = (i == 1).then(|| "worker".to_owned());
         }
-        p.objects = vec![ObjectProfile { index: 0, address: 0x5000, first_pc: 0, kind: OBJ_MUTEX, first_tid: 101 }];
+        p.objects = vec![ObjectProfile {
+            index: 0,
+            address: 0x5000,
+            first_pc: 0,
+            kind: OBJ_MUTEX,
+            first_tid: 101,
+            symbol: None,
+        }];
         let s = p.start_tsc;
         p.threads[1].transitions = vec![
             TransitionProfile { tsc: s + 100, state: STATE_RUN, object: None },

@@ -42,14 +42,14 @@ fn run(tag: &str, exe: &[u8]) -> String {
 
 fn check(tag: &str, data: &[u8], traps: bool) {
     let spec = Spec::default_spec();
-    let opts = Options { program: "p", spec: &spec, traps };
+    let opts = Options { program: "p", input: None, spec: &spec, traps };
     let p = crate::plan_program(data, &spec, traps).expect("plan");
     let (out, report) = rewrite(data, &opts).expect("rewrite");
     let layout = report.layout.clone().expect("a layout");
     validate_output(&out, &p.plan, &layout).expect("valid output");
 
     // Every piece of code sits where the layout put it, as the code generation pass made it.
-    let contents = crate::place::SegmentData::new(&p, "p", &spec);
+    let contents = crate::place::SegmentData::new(&p, "p", None, &spec);
     let placed = crate::place::place(&p.elf, &p.plan, &contents).expect("place");
     let code = crate::codegen::generate(&p.plan, &placed.pieces, &placed.targets).expect("codegen");
     let file = |v: u64| (v - placed.seg_vaddr + placed.seg_offset) as usize;
