@@ -14,7 +14,7 @@
 //# cflags: -pthread
 //# variants: pie-O0 nopie-O2
 //# exit: 5
-//# expect: profiles 9
+//# expect: profiles 10
 //# expect: main calls root_fn 3
 //# expect: main calls fork_fn 0
 #include <pthread.h>

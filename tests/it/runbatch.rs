@@ -79,7 +79,7 @@ fn table_calls(table: &str, heading: &str, function: &str) -> Option<u64> {
     rest.lines()
         .skip(1)
         .take_while(|l| !l.starts_with("== "))
-        .find(|l| l.split_whitespace().rev().nth(1) == Some(function))
+        .find(|l| l.split_whitespace().next_back() == Some(function))
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
 }
 

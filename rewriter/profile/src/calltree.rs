@@ -71,13 +71,14 @@ pub fn stack_of(tree: &[CallNode], node: usize) -> Vec<u32> {
     stack
 }
 
-/// The thread's call paths: one per node of its tree, or, when the thread has no tree, one
-/// single-frame path per function from the flat counts and times (self = inclusive there,
-/// since nothing is known about callees).
+/// The thread's call paths: one per node of its tree (plus a single-frame path with the calls
+/// of a function that no node holds), or, when the thread has no tree, one single-frame path
+/// per function from the flat counts and times (self = inclusive there, since nothing is
+/// known about callees).
 pub fn paths(t: &ThreadProfile) -> Vec<PathSample> {
     if !t.calltree.is_empty() {
         let selfs = self_ticks(&t.calltree);
-        return t
+        let mut out: Vec<PathSample> = t
             .calltree
             .iter()
             .enumerate()
@@ -90,6 +91,19 @@ pub fn paths(t: &ThreadProfile) -> Vec<PathSample> {
                 self_wall_ticks: selfs[i].1,
             })
             .collect();
+        // Calls no node holds (functions counted but not timed, thread-library wrappers,
+        // nodes lost to a full tree): single-frame paths, so every view sums to the flat calls.
+        let mut in_tree: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        for n in &t.calltree {
+            *in_tree.entry(n.point).or_default() += n.calls;
+        }
+        for &(p, calls) in &t.counts {
+            let rest = calls.saturating_sub(in_tree.get(&p).copied().unwrap_or(0));
+            if rest > 0 {
+                out.push(PathSample { stack: vec![p], calls: rest, ..Default::default() });
+            }
+        }
+        return out;
     }
     let mut out: Vec<PathSample> =
         t.counts.iter().map(|&(p, calls)| PathSample { stack: vec![p], calls, ..Default::default() }).collect();

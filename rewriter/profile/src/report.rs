@@ -370,11 +370,6 @@ pub fn to_table(p: &Profile) -> String {
     to_table_with(p, &TableOptions::default())
 }
 
-/// Narrowest function column, so short names still line up under the heading.
-const MIN_FUNCTION_WIDTH: usize = 18;
-/// Widest function column; longer names (C++) push their address to the right.
-const MAX_FUNCTION_WIDTH: usize = 48;
-
 /// The profile as a table: a line about the process, then per thread a heading and its
 /// functions, then the totals.
 ///
@@ -382,12 +377,12 @@ const MAX_FUNCTION_WIDTH: usize = 48;
 /// program pigz  pid 1234  threads 2  (skipped reentrant events: 0)
 ///
 /// thread 1234 (main)
-///   calls  function            address
-///       1  main                0x1139
+///   calls  address  function
+///       1  0x1139   main
 ///
 /// thread 1235  first: worker
-///   calls  function            address
-///    1000  mid                 0x11c0
+///   calls  address  function
+///    1000  0x11c0   mid
 ///
 /// total: 2 threads, 1001 calls
 /// ```
@@ -422,14 +417,14 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
     let selfs = timed && threads.iter().any(|t| !t.calltree.is_empty());
     let widest_calls = sections.iter().flat_map(|s| s.shown.iter().map(|f| f.calls).chain([s.hidden.1])).max();
     let calls_w = widest_calls.unwrap_or(0).to_string().len().max("calls".len());
+    let addr_w = sections
+        .iter()
+        .flat_map(|s| &s.shown)
+        .map(|f| f.address.chars().count())
+        .chain(["address".len()])
+        .max()
+        .unwrap_or(0);
     if let Some(width) = opts.width {
-        let addr_w = sections
-            .iter()
-            .flat_map(|s| &s.shown)
-            .map(|f| f.address.chars().count())
-            .chain(["address".len()])
-            .max()
-            .unwrap_or(0);
         // `cpu/call us` is one wider than its column's values.
         let fixed = 2
             + calls_w
@@ -443,8 +438,6 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
             f.name = shorten_middle(&f.name, max);
         }
     }
-    let names_w = sections.iter().flat_map(|s| &s.shown).map(|f| f.name.chars().count()).max().unwrap_or(0);
-    let name_w = names_w.clamp(MIN_FUNCTION_WIDTH, MAX_FUNCTION_WIDTH);
 
     let mut out = String::new();
     let _ = write!(out, "program {}  pid {}", p.program, p.pid);
@@ -512,9 +505,10 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
         } else {
             String::new()
         };
-        let _ = writeln!(out, "  {:>calls_w$}  {head}{:<name_w$}  address", "calls", "function");
+        // The name last: long (C++) names never push the figures out of line.
+        let _ = writeln!(out, "  {:>calls_w$}  {head}{:<addr_w$}  function", "calls", "address");
         for f in &s.shown {
-            let line = format!("  {:>calls_w$}  {}{:<name_w$}  {}", f.calls, times(f), f.name, f.address);
+            let line = format!("  {:>calls_w$}  {}{:<addr_w$}  {}", f.calls, times(f), f.address, f.name);
             let _ = writeln!(out, "{}", line.trim_end());
         }
         if s.hidden.0 > 0 {

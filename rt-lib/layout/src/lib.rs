@@ -94,7 +94,7 @@ pub const FLAG_TID_KEY_VERIFIED: u32 = 1 << 0;
 pub const FLAG_FORK_CHILD: u32 = 1 << 1;
 /// `FileHeader::flags`: `load_bias` holds the program's load bias (files of earlier writers
 /// leave it zero and this flag clear).
-pub const FLAG_LOAD_BIAS: u32 = 1 << 2;
+pub const FLAG_LOAD_BIAS: u32 = 1 << 4;
 
 pod_struct! {
     /// Header at offset 0 of the profile file. All fields little-endian integers.
