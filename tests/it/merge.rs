@@ -222,3 +222,37 @@ fn garbage_file_exits_2_naming_it() {
     std::fs::write(&bad, b"not a profile at all\n").unwrap();
     refused(&bad);
 }
+
+/// The calls of every call path of a document's threads, keyed by the path's function names
+/// from the root (`main;a;b`), summed over threads.
+fn calls_by_path(doc: &serde_json::Value) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for t in doc["threads"].as_array().expect("threads") {
+        let nodes = t["calltree"].as_array().cloned().unwrap_or_default();
+        let mut paths: Vec<String> = Vec::with_capacity(nodes.len());
+        for n in &nodes {
+            let f = n["function"].as_str().expect("function");
+            let path = match n["parent"].as_u64() {
+                Some(p) => format!("{};{f}", paths[p as usize]),
+                None => f.to_owned(),
+            };
+            *out.entry(path.clone()).or_insert(0) += n["calls"].as_u64().expect("calls");
+            paths.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn call_paths_sum_path_by_path() {
+    let (dir, files) = calltree_runs();
+    let merged = merge_ok(&strs(files), &dir.join("paths.json"));
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for f in files {
+        for (path, calls) in calls_by_path(&report_json(f)) {
+            *want.entry(path).or_insert(0) += calls;
+        }
+    }
+    assert!(want.keys().any(|p| p.contains(";")), "the runs have call paths: {want:?}");
+    assert_eq!(calls_by_path(&merged), want);
+}

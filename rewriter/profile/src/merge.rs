@@ -38,7 +38,9 @@ use serde::{Deserialize, Serialize};
 use stint_layout::FILE_MAGIC;
 use thiserror::Error;
 
-use crate::json::{profile_json, FunctionJson, ObjectJson, ProfileJson, StateTimes, ThreadJson, WaitJson, SCHEMA};
+use crate::json::{
+    profile_json, CallNodeJson, FunctionJson, ObjectJson, ProfileJson, StateTimes, ThreadJson, WaitJson, SCHEMA,
+};
 use crate::profile::{parse, ProfileError};
 use crate::symbols::Resolver;
 
@@ -317,7 +319,9 @@ fn merge_program(group: &[&Input]) -> MergedJson {
                     }
                     roles.push(r);
                     exit_agrees.push(true);
-                    threads.push(ThreadJson { transitions: Vec::new(), calltree: Vec::new(), calltree_lost: 0, ..t });
+                    // Call paths are kept (and summed per path below); state transitions are
+                    // one run's timeline and mean nothing summed.
+                    threads.push(ThreadJson { transitions: Vec::new(), ..t });
                 }
             }
         }
@@ -363,6 +367,39 @@ fn merge_program(group: &[&Input]) -> MergedJson {
 }
 
 /// Add thread `t` (of another run, same role) into `m`.
+/// Add the call paths of `src` to `dst`, path by path: a node is the same node when its
+/// parent is and its function has the same name (addresses differ between builds, names do
+/// not). Both trees list parents before children; so does the result.
+fn merge_calltree(dst: &mut Vec<CallNodeJson>, src: &[CallNodeJson]) {
+    let mut index: BTreeMap<(Option<u32>, String), u32> =
+        dst.iter().enumerate().map(|(i, n)| ((n.parent, n.function.clone()), i as u32)).collect();
+    // Where each node of `src` went in `dst`.
+    let mut to_dst: Vec<u32> = Vec::with_capacity(src.len());
+    for n in src {
+        // A parent that does not come before its child (a corrupt document) makes a root.
+        let parent = n.parent.and_then(|p| to_dst.get(p as usize).copied());
+        let key = (parent, n.function.clone());
+        let i = match index.get(&key) {
+            Some(&i) => {
+                let d = &mut dst[i as usize];
+                d.calls = add(d.calls, n.calls);
+                d.cpu_ns = add_opt(d.cpu_ns, n.cpu_ns);
+                d.wall_ns = add_opt(d.wall_ns, n.wall_ns);
+                d.self_cpu_ns = add_opt(d.self_cpu_ns, n.self_cpu_ns);
+                d.self_wall_ns = add_opt(d.self_wall_ns, n.self_wall_ns);
+                i
+            }
+            None => {
+                dst.push(CallNodeJson { parent, ..n.clone() });
+                let i = (dst.len() - 1) as u32;
+                index.insert(key, i);
+                i
+            }
+        };
+        to_dst.push(i);
+    }
+}
+
 fn add_thread(m: &mut ThreadJson, t: &ThreadJson) {
     if m.clock_source.is_none() {
         m.clock_source = t.clock_source.clone();
@@ -383,6 +420,8 @@ fn add_thread(m: &mut ThreadJson, t: &ThreadJson) {
             None => m.functions.push(f.clone()),
         }
     }
+    merge_calltree(&mut m.calltree, &t.calltree);
+    m.calltree_lost = add(m.calltree_lost, t.calltree_lost);
     m.running |= t.running;
     m.start_ns = m.start_ns.min(t.start_ns);
     m.end_ns = match (m.end_ns, t.end_ns) {
@@ -528,6 +567,43 @@ pub fn to_table(m: &MergedJson, top: Option<usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(parent: Option<u32>, function: &str, calls: u64, cpu: u64) -> CallNodeJson {
+        CallNodeJson {
+            parent,
+            function: function.into(),
+            calls,
+            cpu_ns: Some(cpu),
+            wall_ns: Some(cpu),
+            self_cpu_ns: Some(cpu / 2),
+            self_wall_ns: Some(cpu / 2),
+        }
+    }
+
+    #[test]
+    fn call_paths_are_summed_path_by_path() {
+        // Run 1: main → a → b; run 2: main → c → b, main → a (b reached through c only).
+        let mut m = vec![node(None, "main", 1, 100), node(Some(0), "a", 3, 40), node(Some(1), "b", 3, 30)];
+        let t = vec![
+            node(None, "main", 1, 90),
+            node(Some(0), "c", 5, 50),
+            node(Some(1), "b", 5, 45),
+            node(Some(0), "a", 2, 20),
+        ];
+        merge_calltree(&mut m, &t);
+        let got: Vec<(Option<u32>, &str, u64, Option<u64>)> =
+            m.iter().map(|n| (n.parent, n.function.as_str(), n.calls, n.cpu_ns)).collect();
+        assert_eq!(
+            got,
+            [
+                (None, "main", 2, Some(190)),
+                (Some(0), "a", 5, Some(60)),
+                (Some(1), "b", 3, Some(30)),
+                (Some(0), "c", 5, Some(50)),
+                (Some(3), "b", 5, Some(45)),
+            ]
+        );
+    }
     use crate::synthetic::{synthetic_meta, write_synthetic};
 
     fn run(pid: u32, threads: &[(u32, Vec<(u32, u64)>)]) -> Input {
