@@ -192,23 +192,8 @@ impl SymbolTable {
     }
 }
 
-/// Demangles a symbol name as the rewriter does (D14): Rust without the hash, C++ without
-/// parameters, GCC clone suffixes (`.cold`, `.part.0`) kept; anything else as it is.
-pub fn demangle(raw: &str) -> String {
-    if let Ok(d) = rustc_demangle::try_demangle(raw) {
-        return format!("{d:#}");
-    }
-    if raw.starts_with("_Z") {
-        let (mangled, suffix) = raw.find('.').map_or((raw, ""), |p| raw.split_at(p));
-        if let Ok(sym) = cpp_demangle::Symbol::new(mangled) {
-            let opts = cpp_demangle::DemangleOptions::new().no_params().no_return_type();
-            if let Ok(s) = sym.demangle(&opts) {
-                return format!("{s}{suffix}");
-            }
-        }
-    }
-    raw.to_string()
-}
+/// Names from debug info are demangled by the rule the rewriter writes the meta with (D14).
+pub use stint_layout::meta::demangle;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -149,3 +149,24 @@ fn is_zero_u8(x: &u8) -> bool {
 fn is_zero_u64(x: &u64) -> bool {
     *x == 0
 }
+
+/// How a symbol name becomes the `function` of a [`PointMeta`] (D14), for the rewriter that
+/// writes the meta and for readers that name functions later from debug info: Rust without
+/// the hash, C++ without parameters or return type, GCC's clone suffixes (`.cold`, `.part.0`,
+/// `.isra.0`, `.constprop.0`) kept visible so a cold part does not read like its parent;
+/// anything else as it is.
+pub fn demangle(raw: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(raw) {
+        return alloc::format!("{d:#}");
+    }
+    if raw.starts_with("_Z") {
+        let (mangled, suffix) = raw.find('.').map_or((raw, ""), |p| raw.split_at(p));
+        if let Ok(sym) = cpp_demangle::Symbol::new(mangled) {
+            let opts = cpp_demangle::DemangleOptions::new().no_params().no_return_type();
+            if let Ok(s) = sym.demangle(&opts) {
+                return alloc::format!("{s}{suffix}");
+            }
+        }
+    }
+    String::from(raw)
+}

@@ -117,21 +117,4 @@ pub(crate) fn merge(syms: &[SymFunc], fdes: &[Fde], code: &CodeMap) -> Vec<Cand>
     out
 }
 
-/// Demangle a symbol name for reports: Rust without the hash, C++ without parameters.
-pub(crate) fn demangle(raw: &str) -> String {
-    if let Ok(d) = rustc_demangle::try_demangle(raw) {
-        return format!("{d:#}");
-    }
-    if raw.starts_with("_Z") {
-        // GCC's clone suffixes (`.cold`, `.part.0`, `.isra.0`, `.constprop.0`) stay visible:
-        // a cold part must not read like its parent.
-        let (mangled, suffix) = raw.find('.').map_or((raw, ""), |p| raw.split_at(p));
-        if let Ok(sym) = cpp_demangle::Symbol::new(mangled) {
-            let opts = cpp_demangle::DemangleOptions::new().no_params().no_return_type();
-            if let Ok(s) = sym.demangle(&opts) {
-                return format!("{s}{suffix}");
-            }
-        }
-    }
-    raw.to_string()
-}
+pub(crate) use stint_layout::meta::demangle;
