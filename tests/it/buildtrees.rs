@@ -127,18 +127,6 @@ fn merged_program<'a>(merged: &'a serde_json::Value, program: &str) -> &'a serde
     }
 }
 
-/// Calls of `function` summed over every thread of a merged program.
-fn calls_of(doc: &serde_json::Value, function: &str) -> u64 {
-    doc["threads"]
-        .as_array()
-        .expect("threads")
-        .iter()
-        .flat_map(|t| t["functions"].as_array().cloned().unwrap_or_default())
-        .filter(|f| f["name"] == function)
-        .map(|f| f["calls"].as_u64().unwrap_or(0))
-        .sum()
-}
-
 #[test]
 fn ctest_passes_on_the_rewritten_tree() {
     let t = ctree();

@@ -35,8 +35,8 @@ struct Case {
 }
 
 /// `n` bytes of deterministic text: numbered lines of words drawn by a fixed LCG (sortable,
-/// compressible, greppable).
-fn text(n: usize) -> Vec<u8> {
+/// compressible, greppable); the input of every text workload of the real-program tests.
+pub(crate) fn text(n: usize) -> Vec<u8> {
     const WORDS: [&str; 16] = [
         "thread",
         "column",

@@ -83,54 +83,12 @@ pub(crate) fn compare(
     (want, got, report)
 }
 
-/// About 20 MB of deterministic text: lines of words drawn by a fixed LCG.
+/// About 20 MB of deterministic text (`corpus::text`), written once per test process.
 pub(crate) fn big_text() -> &'static Path {
     static FILE: OnceLock<PathBuf> = OnceLock::new();
     FILE.get_or_init(|| {
-        const WORDS: [&str; 24] = [
-            "thread",
-            "column",
-            "counter",
-            "trampoline",
-            "profile",
-            "mutex",
-            "condvar",
-            "join",
-            "stack",
-            "entry",
-            "window",
-            "segment",
-            "paradyn",
-            "preamble",
-            "sicmd",
-            "timer",
-            "virtual",
-            "lock",
-            "yes",
-            "no",
-            "self",
-            "table",
-            "rewrite",
-            "elf",
-        ];
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut s = String::with_capacity(21 << 20);
-        let mut line = 0u64;
-        while s.len() < 20 << 20 {
-            line += 1;
-            s += &format!("{line:08} ");
-            for _ in 0..12 {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                s += WORDS[(x >> 33) as usize % WORDS.len()];
-                s.push(match (x >> 20) % 7 {
-                    0 => ',',
-                    _ => ' ',
-                });
-            }
-            s.push('\n');
-        }
         let path = fresh_dir("pigz-input").join("big.txt");
-        std::fs::write(&path, s).expect("write big.txt");
+        std::fs::write(&path, crate::corpus::text(20 << 20)).expect("write big.txt");
         path
     })
 }

@@ -30,17 +30,6 @@ fn single_profile(dir: &Path) -> serde_json::Value {
     report_json(&dir.join(&files[0]))
 }
 
-fn calls(report: &serde_json::Value, function: &str) -> u64 {
-    report["threads"]
-        .as_array()
-        .expect("threads")
-        .iter()
-        .flat_map(|t| t["functions"].as_array().cloned().unwrap_or_default())
-        .filter(|f| f["name"] == function)
-        .map(|f| f["calls"].as_u64().unwrap_or(0))
-        .sum()
-}
-
 #[test]
 fn small_address_space_limit_still_measures() {
     let _share = cpu_share();
@@ -54,7 +43,7 @@ fn small_address_space_limit_still_measures() {
     let got = under_as_limit(&exe, 300_000, Some(&profiles));
     assert!(want.same_behaviour(&got), "{}", describe_difference("original", &want, "rewritten", &got));
     let r = single_profile(&profiles);
-    assert_eq!((calls(&r, "rec"), calls(&r, "is_even")), (400, 150), "{r}");
+    assert_eq!((calls_of(&r, "rec"), calls_of(&r, "is_even")), (400, 150), "{r}");
 }
 
 #[test]
@@ -98,7 +87,7 @@ fn sigkill_leaves_a_readable_profile() {
     let profile = dir.join(format!("top_spin.{}.stint", child.id()));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if profile.exists() && calls(&report_json(&profile), "work") > 1000 {
+        if profile.exists() && calls_of(&report_json(&profile), "work") > 1000 {
             break;
         }
         assert!(Instant::now() < deadline, "top_spin made no calls of work");
@@ -110,7 +99,7 @@ fn sigkill_leaves_a_readable_profile() {
     let a = report_json(&profile);
     let b = report_json(&profile);
     assert_eq!(a, b, "a dead process's profile reads the same twice");
-    assert!(calls(&a, "work") > 1000, "{a}");
+    assert!(calls_of(&a, "work") > 1000, "{a}");
     assert_eq!(a["threads"].as_array().map(Vec::len), Some(3), "{a}");
     assert!(a["threads"].as_array().unwrap().iter().all(|t| t["running"] == false), "{a}");
 }

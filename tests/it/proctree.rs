@@ -97,16 +97,6 @@ fn run_both(dir: &Path, variant: Variant, env: &[(&str, &str)]) -> Outcome {
     rw
 }
 
-/// Calls of function `name` over every thread of a report.
-fn calls_of(report: &Value, name: &str) -> u64 {
-    threads(report)
-        .iter()
-        .flat_map(|t| t["functions"].as_array().cloned().unwrap_or_default())
-        .filter(|f| f["name"] == name)
-        .map(|f| f["calls"].as_u64().unwrap_or(0))
-        .sum()
-}
-
 /// `stint report --tree DIR --format json`.
 fn tree_json(dir: &Path) -> Value {
     let o = stint(&["report", "--tree", path_str(dir), "--format", "json"]);

@@ -410,6 +410,19 @@ pub fn report_json(profile: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("stint report {} --format json: not JSON ({e}): {o:?}", profile.display()))
 }
 
+/// Calls of `function` in a `stint-profile/1` document (a report or a merged program),
+/// summed over its threads.
+pub fn calls_of(doc: &serde_json::Value, function: &str) -> u64 {
+    doc["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["functions"].as_array().into_iter().flatten())
+        .filter(|f| f["name"] == function)
+        .map(|f| f["calls"].as_u64().unwrap_or(0))
+        .sum()
+}
+
 /// The `STINT_PROFILE` value that puts a program's profiles into `dir`.
 pub fn profile_template(dir: &Path, program: &str) -> String {
     format!("{}/{program}.%p.stint", path_str(dir))
