@@ -347,6 +347,25 @@ fn thread_check(b: &mut Block, tid_offset: u32, key: u32, miss: u64) -> Result<(
     Ok(())
 }
 
+/// The head every exit trampoline shares: the displaced instructions before the exit one;
+/// with the function's timers off, the exit instruction itself (the frame was never opened);
+/// else `push rax` and the thread check, which jumps to `skip` (with rax pushed) for a
+/// thread that is not the column's owner.
+fn exit_head(b: &mut Block, before: &[Instruction], last: &Instruction, env: &TrampolineEnv, skip: u64) -> Result<()> {
+    let on = b.label();
+    for ins in before {
+        b.add(*ins);
+    }
+    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), TIMER_BITS as u32))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
+    b.add(*last);
+    b.bind(on);
+    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    // `exit_key`, not `owner_key`: a thread `stint ctl` sent to a safe point still closes
+    // its frames (the timer routine takes it to rt-lib).
+    thread_check(b, env.tid_offset, COL_EXIT_KEY_OFFSET, skip)
+}
+
 /// Encode the trampoline of an exit site at `at`:
 /// ```text
 ///        <window instructions before the exit, relocated>   ; rsp is back at its entry value
@@ -367,18 +386,8 @@ pub fn exit_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u
         .split_last()
         .ok_or_else(|| Error::Internal(format!("exit 0x{:x} has no instructions", exit.site)))?;
     let mut b = Block::new();
-    let (on, skip) = (b.label(), b.label());
-    for ins in before {
-        b.add(*ins);
-    }
-    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), TIMER_BITS as u32))?;
-    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
-    b.add(*last);
-    b.bind(on);
-    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
-    // `exit_key`, not `owner_key`: a thread `stint ctl` sent to a safe point still closes
-    // its frames (the timer routine takes it to rt-lib).
-    thread_check(&mut b, env.tid_offset, COL_EXIT_KEY_OFFSET, skip)?;
+    let skip = b.label();
+    exit_head(&mut b, before, last, &env, skip)?;
     b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, exit.point))?;
     b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
     b.bind(skip);
@@ -506,16 +515,8 @@ pub fn tail_call_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<
         c => return Err(Error::Internal(format!("tail call {c:?} at 0x{:x} cannot become a call", exit.site))),
     }
     let mut b = Block::new();
-    let (on, skip) = (b.label(), b.label());
-    for ins in before {
-        b.add(*ins);
-    }
-    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), TIMER_BITS as u32))?;
-    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
-    b.add(*last);
-    b.bind(on);
-    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
-    thread_check(&mut b, env.tid_offset, COL_EXIT_KEY_OFFSET, skip)?;
+    let skip = b.label();
+    exit_head(&mut b, before, last, &env, skip)?;
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     b.op(Instruction::with2(Code::Lea_r64_m, Register::RSP, mem(Register::RSP, -8)))?;
     b.add(call);
