@@ -244,7 +244,7 @@ pub fn timeline(profiles: &[Profile], progress: &ProgressBar) -> Vec<ProcessTrac
 
 /// When the thread's last state interval ends, ns since its process's start: its recorded
 /// end, else its last wrapper event.
-fn thread_end(p: &Profile, t: &ThreadProfile) -> Option<u64> {
+pub(crate) fn thread_end(p: &Profile, t: &ThreadProfile) -> Option<u64> {
     match t.end_monotonic_ns {
         Some(e) => Some(e.saturating_sub(p.start_monotonic_ns)),
         None => (t.last_tsc != 0).then(|| p.tsc_to_ns_since_start(t.last_tsc)).flatten(),

@@ -213,6 +213,16 @@ pub fn build(profiles: &[Profile], progress: &ProgressBar) -> PprofProfile {
         }
     }
     let start = profiles.iter().map(|p| p.start_realtime_ns).min().unwrap_or(0);
+    // The profiles cover up to the last end any of them saw: a recorded process end, else its
+    // threads' last recorded end or wrapper event.
+    let end = profiles
+        .iter()
+        .map(|p| {
+            let last_thread = p.threads.iter().filter_map(|t| super::thread_end(p, t)).max().unwrap_or(0);
+            p.process.end_realtime_ns.max(p.start_realtime_ns.saturating_add(last_thread))
+        })
+        .max()
+        .unwrap_or(start);
     let comment = vec![st.get("stint export: exact calls and times per call path; values are exclusive")];
     let default_sample_type = if profiles.iter().any(|p| p.tsc_hz != 0) { st.get("cpu") } else { st.get("calls") };
     PprofProfile {
@@ -223,7 +233,7 @@ pub fn build(profiles: &[Profile], progress: &ProgressBar) -> PprofProfile {
         function: functions,
         string_table: st.table,
         time_nanos: start.min(i64::MAX as u64) as i64,
-        duration_nanos: 0,
+        duration_nanos: end.saturating_sub(start).min(i64::MAX as u64) as i64,
         comment,
         default_sample_type,
     }
@@ -290,6 +300,18 @@ mod tests {
         // One location per function, at its address.
         let addrs: Vec<u64> = m.location.iter().map(|l| l.address).collect();
         assert_eq!(addrs, [0x1000, 0x1100, 0x1200, 0x1300]);
+    }
+
+    #[test]
+    fn duration_runs_to_the_last_thread_end() {
+        let mut p = tree_profile();
+        p.threads[0].end_monotonic_ns = Some(p.start_monotonic_ns + 7_000);
+        p.threads[1].end_monotonic_ns = Some(p.start_monotonic_ns + 9_000);
+        let m = build(std::slice::from_ref(&p), &ProgressBar::hidden());
+        assert_eq!((m.time_nanos as u64, m.duration_nanos), (p.start_realtime_ns, 9_000));
+        // A recorded process end later than every thread end wins.
+        p.process.end_realtime_ns = p.start_realtime_ns + 12_000;
+        assert_eq!(build(std::slice::from_ref(&p), &ProgressBar::hidden()).duration_nanos, 12_000);
     }
 
     #[test]
