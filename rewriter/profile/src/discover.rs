@@ -93,6 +93,13 @@ impl From<&Entry> for EntryJson {
 /// The live profiles, sorted by pid then path, and the mapped profiles that could not be
 /// read.
 pub fn scan(all: bool) -> (Vec<Entry>, Vec<DiscoverError>) {
+    let (found, warnings) = scan_profiles(all);
+    (found.into_iter().map(|(e, _)| e).collect(), warnings)
+}
+
+/// [`scan`], with each profile as it was read (for callers that use its contents, so a
+/// profile is read once per scan).
+pub fn scan_profiles(all: bool) -> (Vec<(Entry, Profile)>, Vec<DiscoverError>) {
     let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
     let mut found: BTreeSet<(u32, PathBuf)> = BTreeSet::new();
     // path -> is a profile (the same libraries are mapped by every process).
@@ -121,7 +128,10 @@ pub fn scan(all: bool) -> (Vec<Entry>, Vec<DiscoverError>) {
     let mut warnings = Vec::new();
     for (pid, path) in found {
         match profile::load(&path) {
-            Ok(p) if owns(pid, &p) => entries.push(entry(pid, path, &p, profile::realtime_now_ns())),
+            Ok(p) if owns(pid, &p) => {
+                let e = entry(pid, path, &p, profile::realtime_now_ns());
+                entries.push((e, p));
+            }
             Ok(_) => {} // the parent's file, still mapped in a fork child
             Err(error) => warnings.push(DiscoverError { path, error }),
         }

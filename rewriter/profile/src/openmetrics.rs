@@ -433,25 +433,27 @@ impl Source {
         Source::Glob { dir, pattern }
     }
 
-    /// The candidate files, sorted, and the errors of listing them: (path, line).
-    fn files(&self) -> (Vec<PathBuf>, Vec<(PathBuf, String)>) {
+    /// The candidate files, sorted, each with its profile when listing them already read it,
+    /// and the errors of listing them: (path, line).
+    fn files(&self) -> (Vec<(PathBuf, Option<Profile>)>, Vec<(PathBuf, String)>) {
         match self {
             Source::Live => {
-                let (entries, errors) = crate::discover::scan(false);
-                let files = entries.into_iter().map(|e| e.path).collect();
+                let (found, errors) = crate::discover::scan_profiles(false);
+                let files = found.into_iter().map(|(e, p)| (e.path, Some(p))).collect();
                 (files, errors.iter().map(|e| (e.path.clone(), format!("{e}; skipped"))).collect())
             }
             Source::Glob { dir, pattern } => match std::fs::read_dir(dir) {
                 Ok(rd) => {
-                    let mut v: Vec<PathBuf> = rd
+                    let mut v: Vec<(PathBuf, Option<Profile>)> = rd
                         .flatten()
                         .filter(|e| {
                             stint_layout::glob::glob_match(pattern.as_bytes(), e.file_name().as_encoded_bytes())
                         })
                         .map(|e| e.path())
                         .filter(|p| p.is_file())
+                        .map(|p| (p, None))
                         .collect();
-                    v.sort();
+                    v.sort_by(|a, b| a.0.cmp(&b.0));
                     (v, Vec::new())
                 }
                 Err(e) => (Vec::new(), vec![(dir.clone(), format!("{}: cannot list: {e}", dir.display()))]),
@@ -499,8 +501,8 @@ impl Scraper {
         let (mut files, listing_errors) = self.source.files();
         if self.source == Source::Live {
             for f in &self.last_live {
-                if !files.contains(f) && f.is_file() {
-                    files.push(f.clone());
+                if !files.iter().any(|(p, _)| p == f) && f.is_file() {
+                    files.push((f.clone(), None));
                 }
             }
         }
@@ -508,8 +510,8 @@ impl Scraper {
         let mut profiles = Vec::new();
         let mut live = Vec::new();
         let mut seen_ended = HashSet::new();
-        for path in files {
-            match profile::load(&path) {
+        for (path, read) in files {
+            match read.map_or_else(|| profile::load(&path), Ok) {
                 Ok(p) => {
                     if p.alive {
                         live.push(path);
@@ -551,8 +553,8 @@ impl Scraper {
     /// The profile of process `pid` as it is now, if the source has it (ended or not).
     pub fn find(&self, pid: u32) -> Option<Profile> {
         let (mut files, _) = self.source.files();
-        files.extend(self.last_live.iter().cloned());
-        files.into_iter().filter_map(|f| profile::load(&f).ok()).find(|p| p.pid == pid)
+        files.extend(self.last_live.iter().map(|f| (f.clone(), None)));
+        files.into_iter().filter_map(|(f, read)| read.or_else(|| profile::load(&f).ok())).find(|p| p.pid == pid)
     }
 
     /// The files of the live profiles of the last scrape.
