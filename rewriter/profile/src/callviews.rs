@@ -16,7 +16,9 @@ use std::fmt::Write as _;
 
 use crate::calltree::{self_ticks, CallNode};
 use crate::profile::{Profile, ThreadProfile};
-use crate::report::{columns, point_name, select_threads, thread_heading, SortBy};
+use crate::report::{
+    column_widths, columns, point_name, select_threads, shorten_middle, thread_heading, SortBy, MIN_SHORT_NAME,
+};
 
 /// Self CPU and wall ticks per function name of thread `t` (summed over the function's
 /// nodes); `None` when the thread has no tree.
@@ -43,6 +45,25 @@ pub struct TreeOptions {
     pub depth: Option<usize>,
     /// The order of siblings (most first): inclusive CPU (default), wall, or calls.
     pub sort: SortBy,
+    /// Shorten names in the middle so rows fit this many columns (`--width`); never below
+    /// [`MIN_SHORT_NAME`] characters.
+    pub width: Option<usize>,
+}
+
+/// Shorten the last column of `rows` (a name, after its indentation) so each row fits
+/// `width` characters as [`columns`] lays it out with a two-space indent.
+fn fit_names(rows: &mut [Vec<String>], width: Option<usize>) {
+    let Some(width) = width else { return };
+    let Some(last) = rows.first().map(|r| r.len() - 1) else { return };
+    let widths = column_widths(rows);
+    let fixed = 2 + widths[..last].iter().map(|w| w + 2).sum::<usize>();
+    for row in rows.iter_mut().skip(1) {
+        let name = &row[last];
+        let body = name.trim_start_matches(' ');
+        let indent = name.len() - body.len();
+        let max = width.saturating_sub(fixed + indent).max(MIN_SHORT_NAME);
+        row[last] = format!("{}{}", &name[..indent], shorten_middle(body, max));
+    }
 }
 
 /// Milliseconds with three decimals, `-` if unknown.
@@ -146,6 +167,7 @@ pub fn to_calltree_table(p: &Profile, opts: &TreeOptions) -> String {
             }
             stack.extend(kids[i].iter().rev().map(|&k| (k, depth + 1)));
         }
+        fit_names(&mut rows, opts.width);
         out.push_str(&columns(&rows, &[true, true, true, true, true, true, false], "  "));
         if folded > 0 {
             let _ = writeln!(out, "  ({folded} deeper nodes folded into their callers: --depth)");
@@ -286,6 +308,7 @@ pub fn to_relatives_table(p: &Profile, function: &str, callers: bool, opts: &Tre
         if table.len() == 1 {
             let _ = writeln!(out, "  (no {what})");
         } else {
+            fit_names(&mut table, opts.width);
             out.push_str(&columns(&table, &[true, true, true, false], "  "));
         }
     }
@@ -406,5 +429,24 @@ mod tests {
         let folded = to_calltree_table(&p, &TreeOptions { depth: Some(2), ..Default::default() });
         assert!(folded.contains("(2 deeper nodes folded"), "{folded}");
         assert!(!folded.lines().any(|l| l.ends_with("    b")), "{folded}");
+    }
+
+    #[test]
+    fn width_shortens_long_names_keeping_their_indentation() {
+        let long = format!("ns::{}::leaf", "x".repeat(80));
+        let meta = synthetic_meta("cp", &[("main", "0x10"), (long.as_str(), "0x20")]);
+        let n = |parent: Option<u32>, point| SyntheticNode { parent, point, calls: 1, cpu: 10, wall: 10 };
+        let p =
+            parse(&write_synthetic_with_trees(&meta, &[(7, vec![(0, 1), (1, 1)], vec![n(None, 0), n(Some(0), 1)], 0)]))
+                .unwrap();
+        let wide = to_calltree_table(&p, &TreeOptions::default());
+        assert!(wide.contains(&long), "{wide}");
+        let text = to_calltree_table(&p, &TreeOptions { width: Some(80), ..Default::default() });
+        let row = text.lines().find(|l| l.ends_with("::leaf")).unwrap();
+        assert_eq!(row.chars().count(), 80, "{text}");
+        assert!(row.contains("  ns::x") && row.contains('…'), "indented, cut in the middle: {row}");
+        let callees = to_relatives_table(&p, "main", false, &TreeOptions { width: Some(60), ..Default::default() });
+        let row = callees.lines().find(|l| l.ends_with("::leaf")).unwrap();
+        assert_eq!(row.chars().count(), 60, "{callees}");
     }
 }

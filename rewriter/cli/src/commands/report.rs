@@ -56,7 +56,8 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
     let opts = report::TableOptions { top: a.top, sort, thread: a.thread.clone(), width };
     let mut out = stdout.lock();
     let format = if a.json { Format::Json } else { a.format };
-    let tree_opts = callviews::TreeOptions { thread: a.thread.clone(), depth: a.depth, sort: sort.unwrap_or_default() };
+    let tree_opts =
+        callviews::TreeOptions { thread: a.thread.clone(), depth: a.depth, sort: sort.unwrap_or_default(), width };
     let call_view = a.calltree || a.callers.is_some() || a.callees.is_some();
     if call_view && format != Format::Table {
         bail!("--calltree, --callers, --callees: tables only (the JSON has threads[].calltree)");
