@@ -509,6 +509,8 @@ pub fn fork_child(rt: &Rt, su: &mut Startup, extra_flags: u32) {
     // created before its first instrumented event inherited its creator's GS base, which
     // may point into this mapping; its next trampoline then faults.
     let _ = unsafe { sys::munmap(st.base(), st.reserve()) };
+    // Safety: this is the child's only thread, and it registers nothing before this returns.
+    unsafe { st.forget_lost() };
     sys::close(st.fd());
     st.set_base(0);
     st.set_mapped(0);

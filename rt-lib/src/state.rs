@@ -288,7 +288,14 @@ pub struct RtState {
     /// Bytes of address space reserved at `base` (the file grows up to it): 64 GiB, or less
     /// where `RLIMIT_AS` does not allow that much.
     reserve: AtomicUsize,
+    /// A bitmap of the tids that could not get a column (0: none lost yet), mapped at the
+    /// first loss: each lost thread is counted once, and its later events skip registration.
+    lost: AtomicUsize,
 }
+
+/// Bits of the lost-thread bitmap: the kernel's largest `pid_max` (PID_MAX_LIMIT on 64-bit);
+/// only the pages of tids actually lost become resident.
+const LOST_TIDS: usize = 1 << 22;
 
 const _: () = assert!(size_of::<RtState>() as u64 <= RT_STATE_SIZE);
 
@@ -386,6 +393,49 @@ impl RtState {
 
     pub fn set_reserve(&self, len: usize) {
         self.reserve.store(len, Ordering::Relaxed);
+    }
+
+    /// The word of the lost-thread bitmap holding `tid`'s bit, and the bit.
+    fn lost_word(&self, tid: u32) -> Option<(&AtomicU64, u64)> {
+        let map = self.lost.load(Ordering::Acquire);
+        let i = tid as usize % LOST_TIDS;
+        // Safety: a mapping of LOST_TIDS bits, 8-byte aligned, kept until `forget_lost`,
+        // which only the one thread of a fork child calls.
+        (map != 0).then(|| (unsafe { AtomicU64::from_ptr((map as *mut u64).add(i / 64)) }, 1u64 << (i % 64)))
+    }
+
+    /// Thread `tid` could not get a column earlier (it stays unmeasured: columns are never
+    /// freed, so nothing changes for it).
+    pub fn is_lost(&self, tid: u32) -> bool {
+        self.lost_word(tid).is_some_and(|(w, bit)| w.load(Ordering::Relaxed) & bit != 0)
+    }
+
+    /// Mark thread `tid` lost; true if it was not marked before (count it). Without memory
+    /// for the bitmap, every call says true: events are counted, as before the bitmap.
+    pub fn mark_lost(&self, _held: &RegGuard, tid: u32) -> bool {
+        if self.lost.load(Ordering::Acquire) == 0 {
+            let rw = sys::PROT_READ | sys::PROT_WRITE;
+            let flags = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE;
+            // Safety: without MAP_FIXED the kernel picks free addresses.
+            match unsafe { sys::mmap(0, LOST_TIDS / 8, rw, flags, -1, 0) } {
+                Ok(addr) => self.lost.store(addr, Ordering::Release),
+                Err(_) => return true,
+            }
+        }
+        self.lost_word(tid).is_none_or(|(w, bit)| w.fetch_or(bit, Ordering::Relaxed) & bit == 0)
+    }
+
+    /// Forget every lost thread (a fork child: its threads are new ones).
+    ///
+    /// # Safety
+    /// Only the single thread of a fork child, before it registers anything.
+    pub unsafe fn forget_lost(&self) {
+        let map = self.lost.swap(0, Ordering::AcqRel);
+        if map != 0 {
+            // Safety: the bitmap is no longer reachable through `lost`, and no other thread
+            // exists to hold a reference into it.
+            let _ = unsafe { sys::munmap(map, LOST_TIDS / 8) };
+        }
     }
 }
 

@@ -123,6 +123,15 @@ fn refresh_if_owner(rt: &Rt, tp: u64, tid: u32, pid: u32) -> bool {
     true
 }
 
+/// Thread `tid` gets no column (the table is full and cannot grow, or the file system is):
+/// count it once in the header's `lost_threads`, and let its later events skip registration.
+fn lose(rt: &Rt, held: &RegGuard, hdr: *mut stint_layout::FileHeader, tid: u32) {
+    if rt.st.mark_lost(held, tid) {
+        // Safety: aligned u64 in the mapping (its blocks were allocated at creation).
+        unsafe { AtomicU64::from_ptr(&raw mut (*hdr).lost_threads) }.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The slow path of a point (see the module documentation): register the calling thread,
 /// or notice a fork. True if the event should be counted in the column GS now points at.
 pub fn slow(rt: &Rt, point: u32) -> bool {
@@ -150,6 +159,10 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     if refresh_if_owner(rt, tp, tid, pid) {
         return true;
     }
+    // Lost once, lost for good: no lock, no growth attempt per event.
+    if st.is_lost(tid) {
+        return false;
+    }
     let Some(hdr) = rt.file_header() else { return false };
     let Some(mut guard) = rt.lock_registration(tid) else {
         // Safety: aligned u64 in the mapping.
@@ -164,8 +177,7 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     let (idx, cap) = unsafe { ((*hdr).n_columns, (*hdr).capacity_columns) };
     // Safety: we hold the registration lock.
     if idx >= cap && !unsafe { profile_file::grow(rt, hdr) } {
-        // Safety: aligned u64 in the mapping.
-        unsafe { AtomicU64::from_ptr(&raw mut (*hdr).lost_threads) }.fetch_add(1, Ordering::Relaxed);
+        lose(rt, &guard, hdr, tid);
         return false;
     }
     // Safety: as above (grow may have changed nothing we read here but the capacity).
@@ -181,8 +193,7 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
         cct_index_offset(geo.n_points, geo.n_slots)
     };
     if sys::allocate(st.fd(), columns_offset + idx as u64 * column_size, eager.min(column_size)).is_err() {
-        // Safety: aligned u64 in the mapping (its blocks were allocated at creation).
-        unsafe { AtomicU64::from_ptr(&raw mut (*hdr).lost_threads) }.fetch_add(1, Ordering::Relaxed);
+        lose(rt, &guard, hdr, tid);
         return false;
     }
     let col_addr = st.base() + (columns_offset + idx as u64 * column_size) as usize;

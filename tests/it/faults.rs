@@ -4,7 +4,7 @@
 //! | test | what it checks |
 //! | --- | --- |
 //! | `small_address_space_limit_still_measures` | under `ulimit -v` the profile's reservation shrinks: same output, exact calls |
-//! | `threads_past_the_reservation_are_counted_lost` | churn's 2,000 threads under `ulimit -v`: same output, some threads measured, the rest counted as lost |
+//! | `threads_past_the_reservation_are_counted_lost` | churn's 2,000 threads under `ulimit -v`: same output, some threads measured, each of the rest counted lost once |
 //! | `sigkill_leaves_a_readable_profile` | a program killed mid-run: its profile reads, twice the same, with the calls made |
 //! | `profile_directory_that_cannot_exist_runs_unmeasured` | `STINT_DIR` under a file: one `stint:` line, otherwise the original's behaviour |
 
@@ -62,6 +62,8 @@ fn threads_past_the_reservation_are_counted_lost() {
     let threads = r["threads"].as_array().expect("threads").len();
     let lost = r["lost_threads"].as_u64().expect("lost_threads");
     assert!(threads > 1 && threads < 2001 && lost > 0, "{threads} threads measured, lost {lost}");
+    // Each thread is measured or counted lost, once (not once per event it made).
+    assert_eq!(threads as u64 + lost, 2001, "{threads} threads measured, lost {lost}");
     // Every measured worker counted exactly.
     for t in r["threads"].as_array().unwrap().iter().filter(|t| t["main"] == false) {
         let f = t["functions"].as_array().unwrap().iter().find(|f| f["name"] == "f");
