@@ -146,6 +146,11 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
         }
     }
     let tp = sys::thread_pointer();
+    if tp == 0 {
+        // A static program before its libc set up TLS: the FS base is start-up's dummy page
+        // (`start::install_dummy_tls`). No thread yet: measure nothing.
+        return false;
+    }
     let tid = sys::gettid();
     if refresh_if_owner(rt, tp, tid, pid) {
         return true;

@@ -87,7 +87,7 @@ impl<'a> SegmentData<'a> {
             gates,
             info,
             names,
-            tid_offset: if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 },
+            tid_offset: p.elf.libc.tid_offset(),
             flags: if spec.call_paths { 0 } else { stint_layout::CFG_NO_CALL_PATHS },
         }
     }

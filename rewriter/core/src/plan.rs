@@ -477,7 +477,7 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
             plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NotSelected });
             continue;
         }
-        if has_unwind && !f.has_unwind {
+        if has_unwind && !f.has_unwind && !static_libc_without_cfi(elf, &f.name) {
             plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NoUnwindInfo });
             continue;
         }
@@ -1127,3 +1127,39 @@ fn check_relocatable(i: &Instruction) -> Result<(), SkipReason> {
 
 #[cfg(test)]
 mod tests;
+
+/// Hand-written assembly of musl (`src/*/x86_64/*.s`, `crt1`): never instrumented, whose
+/// code has a PC range or a stack shape others depend on (the cancellation window
+/// `__cp_begin..__cp_end`, the signal return, a child thread's first instructions, TLS set-up).
+const MUSL_ASM: &[&str] = &[
+    "_start",
+    "_start_c",
+    "__clone",
+    "__syscall_cp_asm",
+    "__cp_begin",
+    "__cp_end",
+    "__cp_cancel",
+    "__restore_rt",
+    "__restore",
+    "__set_thread_area",
+    "__unmapself",
+    "__tls_get_addr",
+    "setjmp",
+    "_setjmp",
+    "__setjmp",
+    "sigsetjmp",
+    "__sigsetjmp",
+    "longjmp",
+    "_longjmp",
+    "__longjmp",
+    "__sigsetjmp_tail",
+    "dlsym",
+    "__dlsym",
+];
+
+/// A static musl program's libc part is compiled without CFI (Debian's musl has no
+/// `.eh_frame` for its C code), so "no FDE" does not mean hand-written there: its C
+/// functions are instrumented like the program's own, its assembly ([`MUSL_ASM`]) is not.
+fn static_libc_without_cfi(elf: &InputElf, name: &str) -> bool {
+    elf.kind.is_static() && elf.libc == crate::input::Libc::Musl && !MUSL_ASM.contains(&name)
+}

@@ -777,6 +777,9 @@ pub const POINT_INFO_WRAP: u8 = 0x80;
 /// Offset of `tid` in glibc's `struct pthread` on x86-64 (glibc 2.26 and later); the
 /// runtime verifies it against gettid() in the main thread before trusting it.
 pub const GLIBC_TID_OFFSET: u32 = 0x2d0;
+/// fs-relative offset of musl's `struct pthread::tid` on x86-64 (`self, dtv, prev, next,
+/// sysinfo, canary`, then `tid`): musl has no spare TCB words, the tid follows the canary.
+pub const MUSL_TID_OFFSET: u32 = 0x30;
 
 /// What a profile file's layout depends on: the program's points and metrics (from the
 /// `RtConfig` the rewriter emitted) and the size of the sync-object table.
