@@ -274,8 +274,10 @@ pub unsafe fn end_slot(slot: usize, tp: u64) {
     }
 }
 
-/// Registration of thread `tp`: the creator and start routine its slot holds, if any.
-fn take_pending_start(rt: &Rt, tp: u64, col: &mut ColumnHeader) {
+/// Registration of thread `tp` (or the start shim of a thread that registered before it
+/// reached the shim: in a static program the libc's own thread start-up is instrumented):
+/// the creator and start routine its slot holds, if any, into `col`, the thread's own.
+pub fn take_pending_start(rt: &Rt, tp: u64, col: &mut ColumnHeader) {
     if tp == 0 {
         return;
     }

@@ -306,7 +306,10 @@ pod_struct! {
         pub wrap_skipped: u64,
         /// Open `lock_hold` intervals on `held` (at most `HELD_CAP` kept).
         pub n_held: u32,
-        pub _pad2: u32,
+        /// 1 while a wrapped call of a static program runs on this thread: its libc's
+        /// wrapped functions call one another (musl's `pthread_cond_wait` locks the mutex
+        /// with `pthread_mutex_lock`), and only the outermost call is the program's.
+        pub in_wrap: u32,
         // ---- the virtual timer's bound on TSC extrapolation ----
         /// TSC at the last re-synchronisation of the CPU clock.
         pub sync_tsc: u64,
