@@ -515,6 +515,12 @@ extern "C" fn thread_start(slot: usize) -> usize {
 
 /// The thread ends (returned from its start routine or called pthread_exit).
 fn thread_end(ev: &mut Ev, kind: u32, value: u64) {
+    if ev.col.h.thread_state == STATE_EXITED {
+        // Recorded already: musl's thread start-up calls `pthread_exit` with what the start
+        // routine (our shim, which recorded the return) returned; a static program's
+        // wrapper sees that call.
+        return;
+    }
     if !ev.begin() {
         return;
     }
