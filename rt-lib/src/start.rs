@@ -125,7 +125,7 @@ fn install_dummy_tls() -> bool {
     };
     // Safety: FS base is 0 (no TLS yet); the page is never unmapped, and 4096 bytes hold
     // every tid offset the rewriter uses (`tid_offset` < 0x1000).
-    unsafe { sys::set_fs_base(page as usize) }.is_ok()
+    unsafe { sys::set_fs_base(page) }.is_ok()
 }
 
 /// What start-up reads from the initial stack.

@@ -409,3 +409,74 @@ fn machine_name(m: u16) -> &'static str {
         _ => "not x86-64",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PT_NOTE segment over `notes` at file offset 0.
+    fn note_segment(notes: &[u8], align: u64) -> Segment {
+        Segment {
+            index: 0,
+            p_type: elf::PT_NOTE,
+            flags: elf::PF_R,
+            offset: 0,
+            vaddr: 0,
+            filesz: notes.len() as u64,
+            memsz: notes.len() as u64,
+            align,
+        }
+    }
+
+    /// One note: namesz, descsz, type, name (NUL-terminated, padded to 4), desc.
+    fn note(name: &[u8], ty: u32, desc: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend(((name.len() + 1) as u32).to_le_bytes());
+        v.extend((desc.len() as u32).to_le_bytes());
+        v.extend(ty.to_le_bytes());
+        v.extend(name);
+        v.push(0);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v.extend(desc);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+
+    #[test]
+    fn gnu_abi_tag_tells_glibc_from_musl() {
+        let mut notes = note(b"GNU", elf::NT_GNU_BUILD_ID, &[1; 20]);
+        notes.extend(note(b"GNU", elf::NT_GNU_ABI_TAG, &[0, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]));
+        let seg = note_segment(&notes, 4);
+        assert!(has_gnu_abi_tag(&notes, &[seg]), "the second note is the ABI tag");
+        let build_id_only = note(b"GNU", elf::NT_GNU_BUILD_ID, &[1; 20]);
+        assert!(!has_gnu_abi_tag(&build_id_only, &[note_segment(&build_id_only, 4)]), "a build id is no ABI tag");
+        let go = note(b"Go", 4, b"buildid");
+        assert_eq!(
+            note_owners(&go, &note_segment(&go, 4)).map(|(o, _)| o.to_vec()).collect::<Vec<_>>(),
+            [b"Go".to_vec()]
+        );
+    }
+
+    #[test]
+    fn malformed_notes_end_the_walk_without_panicking() {
+        let mut notes = note(b"GNU", elf::NT_GNU_ABI_TAG, &[0; 16]);
+        notes[0..4].copy_from_slice(&u32::MAX.to_le_bytes()); // namesz runs past the segment
+        assert_eq!(note_owners(&notes, &note_segment(&notes, 4)).count(), 0);
+        let short = [1u8, 0, 0];
+        assert_eq!(note_owners(&short, &note_segment(&short, 8)).count(), 0);
+    }
+
+    #[test]
+    fn tid_offsets_per_libc() {
+        assert_eq!(Libc::Glibc.tid_offset(), 0x2d0);
+        assert_eq!(Libc::Musl.tid_offset(), 0x30);
+        assert_eq!(Libc::Other.tid_offset(), 0);
+        assert!(ElfKind::StaticPie.is_position_independent() && ElfKind::StaticPie.is_static());
+        assert!(!ElfKind::Static.is_position_independent() && ElfKind::Static.is_static());
+        assert!(ElfKind::Pie.is_position_independent() && !ElfKind::Pie.is_static());
+    }
+}
