@@ -29,6 +29,9 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
     if cfg.magic != CONFIG_MAGIC {
         return;
     }
+    if !install_dummy_tls() {
+        return; // gates stay off: the program runs unmeasured
+    }
     // The int3 bytes of the trap tactic are in the code whether or not we measure: their
     // handler goes in first, before anything can fail.
     // Safety: `trap_handler_rel` names the rewriter's stub for this block.
@@ -97,6 +100,32 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
     let nodes = if cfg.flags & CFG_NO_CALL_PATHS != 0 { 0 } else { calltree_nodes(env.calltree_nodes) };
     st.set_cct_mask(if nodes == 0 { 0 } else { 2 * nodes - 1 });
     profile_file::create(rt, su, 0, &[]);
+}
+
+/// A static program (glibc `-static`, `-static-pie`, musl) reaches its entry point with FS
+/// base 0: its libc sets up TLS later (glibc's `__libc_setup_tls`, after
+/// `_dl_relocate_static_pie`, tunables and the IFUNC resolvers; musl's `__init_tls`), and
+/// every trampoline of a function that runs before that reads `fs:[0]` and `fs:[tid_offset]`
+/// (the thread key, D8), which would fault. So, as E9Patch does, we give the thread a
+/// zero-filled read-only page as its FS base until the libc replaces it with the real
+/// thread control block: the thread pointer read there is 0, which no thread has, so
+/// [`crate::threads::slow`] measures nothing ("no thread yet") and the trampolines run the
+/// program's own instructions. The first event after the libc's `arch_prctl(ARCH_SET_FS)`
+/// finds a real thread pointer and registers the main thread as in a dynamic program.
+/// A dynamic program's FS base is set by ld.so before our entry stub runs: nothing changes
+/// for it, and its trampolines are the same instructions.
+/// False if the thread has no TLS and no dummy could be installed (then nothing may measure).
+fn install_dummy_tls() -> bool {
+    if sys::fs_base() != 0 {
+        return true;
+    }
+    // Safety: without MAP_FIXED the call only adds memory.
+    let Ok(page) = (unsafe { sys::mmap(0, 4096, sys::PROT_READ, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS, -1, 0) }) else {
+        return false;
+    };
+    // Safety: FS base is 0 (no TLS yet); the page is never unmapped, and 4096 bytes hold
+    // every tid offset the rewriter uses (`tid_offset` < 0x1000).
+    unsafe { sys::set_fs_base(page) }.is_ok()
 }
 
 /// What start-up reads from the initial stack.

@@ -143,6 +143,8 @@ pub const MAP_ANONYMOUS: usize = 0x20;
 pub const MAP_NORESERVE: usize = 0x4000;
 
 const ARCH_SET_GS: usize = 0x1001;
+const ARCH_SET_FS: usize = 0x1002;
+const ARCH_GET_FS: usize = 0x1003;
 
 pub const CLOCK_REALTIME: usize = 0;
 pub const CLOCK_MONOTONIC: usize = 1;
@@ -291,6 +293,25 @@ pub fn thread_name(out: &mut [u8; 16]) {
 /// long as the thread may run instrumented code.
 pub unsafe fn set_gs_base(base: usize) -> SysResult {
     syscall!(SYS_ARCH_PRCTL, ARCH_SET_GS, base)
+}
+
+/// This thread's FS base (0: none yet, as in a static program before its libc set up TLS).
+pub fn fs_base() -> u64 {
+    let mut base = 0u64;
+    match syscall!(SYS_ARCH_PRCTL, ARCH_GET_FS, &mut base as *mut u64) {
+        Ok(_) => base,
+        Err(_) => 0,
+    }
+}
+
+/// Point this thread's FS base at `base`.
+///
+/// # Safety
+/// Only where the thread has no TLS yet (FS base 0): every `fs:` access of the program and
+/// of the trampolines then reads `base`, which must stay mapped and readable until the
+/// program's libc replaces it.
+pub unsafe fn set_fs_base(base: usize) -> SysResult {
+    syscall!(SYS_ARCH_PRCTL, ARCH_SET_FS, base)
 }
 
 /// clock_gettime in nanoseconds (0 on failure).

@@ -26,7 +26,9 @@ use crate::profile_file;
 use crate::state::{RegGuard, Rt};
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use stint_layout::{cct_index_offset, cct_nodes_offset, ColumnHeader, COLUMN_LIVE, FLAG_FORK_CHILD, STATE_RUN};
+use stint_layout::{
+    cct_index_offset, cct_nodes_offset, ColumnHeader, COLUMN_LIVE, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, STATE_RUN,
+};
 
 /// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
 fn key(rt: &Rt, tp: u64) -> u32 {
@@ -155,6 +157,11 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
         }
     }
     let tp = sys::thread_pointer();
+    if tp == 0 {
+        // A static program before its libc set up TLS: the FS base is start-up's dummy page
+        // (`start::install_dummy_tls`). No thread yet: measure nothing.
+        return false;
+    }
     let tid = sys::gettid();
     if refresh_if_owner(rt, tp, tid, pid) {
         return true;
@@ -221,6 +228,12 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     take_pending_name(&mut guard, tp, &mut h.name);
     take_pending_start(rt, tp, h);
     control::on_register(rt, h);
+    if tid == pid && rt.cfg.tid_offset != 0 && h.owner_key == tid {
+        // The main thread's tid word is where the rewriter said: start-up checks it, but a
+        // static program had no TLS then (its dummy page holds 0), so check it here too.
+        // Safety: an aligned u32 of the mapped header.
+        unsafe { AtomicU32::from_ptr(&raw mut (*hdr).flags) }.fetch_or(FLAG_TID_KEY_VERIFIED, Ordering::Relaxed);
+    }
     // Safety: aligned u32 fields; release publishes the column's contents.
     unsafe {
         AtomicU32::from_ptr(&raw mut h.state).store(COLUMN_LIVE, Ordering::Release);
@@ -280,8 +293,10 @@ pub unsafe fn end_slot(slot: usize, tp: u64) {
     }
 }
 
-/// Registration of thread `tp`: the creator and start routine its slot holds, if any.
-fn take_pending_start(rt: &Rt, tp: u64, col: &mut ColumnHeader) {
+/// Registration of thread `tp` (or the start shim of a thread that registered before it
+/// reached the shim: in a static program the libc's own thread start-up is instrumented):
+/// the creator and start routine its slot holds, if any, into `col`, the thread's own.
+pub fn take_pending_start(rt: &Rt, tp: u64, col: &mut ColumnHeader) {
     if tp == 0 {
         return;
     }

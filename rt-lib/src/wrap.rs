@@ -157,6 +157,15 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
     let Some(mut col) = threads::own_column(&rt, s.point) else {
         return call();
     };
+    // A static program's wrapped functions are ordinary functions of its libc, which call
+    // one another: record the outermost call only, as a PLT wrapper sees it.
+    let nested_guard = s.indirect == 0;
+    if nested_guard {
+        if col.h.in_wrap != 0 {
+            return call();
+        }
+        col.h.in_wrap = 1;
+    }
     control::safe_point(&rt, &mut col);
     let gate = gate & col.h.thread_mask as u8;
     if gate & bit(METRIC_CALLS) != 0 {
@@ -164,8 +173,30 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
             *c = c.wrapping_add(1);
         }
     }
+    let r = recorded(&rt, &mut col, s, a, ra, gate, resolving, real);
+    if nested_guard {
+        col.h.in_wrap = 0;
+    }
+    r
+}
+
+/// The wrapped call `s` on this thread's column, recorded.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn recorded<'a>(
+    rt: &Rt<'a>,
+    col: &mut Column<'a>,
+    s: &WrapSite,
+    a: [usize; 4],
+    ra: usize,
+    gate: u8,
+    resolving: bool,
+    real: Real,
+) -> usize {
+    // Safety: calling the real function with the caller's arguments.
+    let call = || unsafe { real(a[0], a[1], a[2], a[3]) };
     let tid = col.h.tid;
-    let mut ev = Ev { rt: &rt, col: &mut col, gate, ra, tid, resolving };
+    let mut ev = Ev { rt, col, gate, ra, tid, resolving };
     let ev = &mut ev;
     let ok0 = |r: usize| r as i32 == 0;
     match s.func {
@@ -220,10 +251,18 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
     }
 }
 
+/// The lock word of the mutex at `addr`: glibc's `__lock` is the first int of
+/// `pthread_mutex_t`; musl's `_m_lock` is the second (after `_m_type`), told by the musl
+/// tid offset the rewriter chose for the program.
+fn lock_word(ev: &Ev, addr: usize) -> *const u32 {
+    let off = if ev.rt.cfg.tid_offset == MUSL_TID_OFFSET { 4 } else { 0 };
+    addr.wrapping_add(off) as *const u32
+}
+
 /// How a call tells it found the object busy.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Busy {
-    /// glibc's mutex lock word (the first int of `pthread_mutex_t`) was non-zero.
+    /// The mutex's lock word ([`lock_word`]) was non-zero.
     LockWord,
     /// The call blocked longer than `CONTENDED_NS`.
     Slow,
@@ -247,7 +286,7 @@ fn blocking(
     let obj = object(ev, kind, addr);
     let found_locked =
         // Safety: `addr` is the program's pthread_mutex_t (the call reads it too).
-        busy == Busy::LockWord && addr != 0 && unsafe { core::ptr::read_volatile(addr as *const u32) } != 0;
+        busy == Busy::LockWord && addr != 0 && unsafe { core::ptr::read_volatile(lock_word(ev, addr)) } != 0;
     if busy == Busy::LockWord && !found_locked && ev.gate & TRACE == 0 {
         // A free mutex: the lock takes it at once, so no clock reads for a wait of ~0 (the
         // TSC costs ~20 ns in a VM). A thread that takes the mutex between our look and
@@ -452,6 +491,14 @@ extern "C" fn thread_start(slot: usize) -> usize {
     let tp = sys::thread_pointer();
     // Safety: `create` claimed and filled the slot and passed it to pthread_create.
     let (start, arg, config) = unsafe { threads::start_from_slot(slot, tp) };
+    {
+        // Safety: `create` stored the config block of the program whose wrapper ran.
+        let rt = unsafe { Rt::enter(config as *const RtConfig) };
+        if let Some(col) = threads::registered_column(&rt) {
+            // Registered already (a static program's libc runs instrumented code first).
+            threads::take_pending_start(&rt, tp, col.h);
+        }
+    }
     // Safety: the program's start routine, as given to pthread_create.
     let routine = unsafe { core::mem::transmute::<u64, extern "C" fn(usize) -> usize>(start) };
     let ret = routine(arg as usize);
@@ -468,6 +515,12 @@ extern "C" fn thread_start(slot: usize) -> usize {
 
 /// The thread ends (returned from its start routine or called pthread_exit).
 fn thread_end(ev: &mut Ev, kind: u32, value: u64) {
+    if ev.col.h.thread_state == STATE_EXITED {
+        // Recorded already: musl's thread start-up calls `pthread_exit` with what the start
+        // routine (our shim, which recorded the return) returned; a static program's
+        // wrapper sees that call.
+        return;
+    }
     if !ev.begin() {
         return;
     }

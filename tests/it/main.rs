@@ -28,6 +28,7 @@
 //! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
 //! | `suite` | a test suite in CI: `batch`, runs, `merge`, `diff` against a checked-in baseline |
+//! | `statics` | static executables (glibc `-static`, `-static-pie`, musl): exact per-thread counts, lock waits, forks; busybox; Go refused |
 //! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
 //! | `timers` | exits, the shadow stack and the CPU/wall timers against the programs' own clocks |
 //! | `tools` | the tools the tests need |
@@ -57,6 +58,7 @@ mod report_opts;
 mod runbatch;
 mod security;
 mod snapshots;
+mod statics;
 mod suite;
 mod timers;
 mod tools;

@@ -498,7 +498,7 @@ pub struct RunArgs {
     stint batch --restore target/debug/deps           # put the .orig files back\n  \
     stint batch ./a ./b -o out --jobs 2 --spec s.yaml\n\n\
     Directories are searched recursively for executable files. Symbolic links, scripts,\n\
-    non-ELF files, shared libraries, static executables and files already rewritten are\n\
+    non-ELF files, shared libraries, Go programs and files already rewritten are\n\
     skipped, each with its reason. The summary (stdout) lists every file: rewritten with its\n\
     entry coverage, skipped, or failed. Exit status 1 if any rewrite failed, 2 on bad input.")]
 pub struct BatchArgs {

@@ -128,7 +128,7 @@ pub(crate) use symbols::demangle;
 pub use unwind::LsdaCallSite;
 
 use crate::error::{Error, Result};
-use crate::input::{ElfKind, InputElf};
+use crate::input::InputElf;
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -431,7 +431,7 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
     let plt_by_addr: HashMap<u64, &str> = plt_stubs.iter().map(|s| (s.address, s.name.as_str())).collect();
 
     // 3. Decode every function once; direct targets, references, edges.
-    let exec_kind = elf.kind == ElfKind::Exec;
+    let exec_kind = !elf.kind.is_position_independent();
     let mut code = code::decode_all(elf, &codemap, &cands, exec_kind);
 
     // 4. Landing pads (the unwinder jumps there).

@@ -139,8 +139,12 @@ pub enum PieceKind {
     TrapStub,
     /// The entry trampoline of `plan.points[i]` ([`trampoline`]).
     Trampoline(usize),
-    /// The wrapper thunk of `plan.points[i]` ([`wrap_thunk`]), its `WrapSite` at `site`.
-    WrapThunk { point: usize, site: u64 },
+    /// The wrapper thunk of `plan.points[i]` ([`wrap_thunk`]), its `WrapSite` at `site`;
+    /// `real` is its [`PieceKind::WrapReal`] in a static program, 0 for a PLT wrapper.
+    WrapThunk { point: usize, site: u64, real: u64 },
+    /// The real function of a static program's wrapped function `plan.points[i]`: the entry
+    /// window's instructions, relocated, and a jump back ([`wrap_real`]).
+    WrapReal(usize),
     /// The trampoline of `plan.exits[i]` ([`exit_trampoline`]).
     ExitTrampoline(usize),
     /// The trampoline of `plan.import_sites[i]` ([`import_trampoline`]).
@@ -219,11 +223,13 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
             let p = point(i)?;
             trampoline(p, t.trampoline_env(p.id), at)
         }
-        PieceKind::WrapThunk { point: i, site } => {
+        PieceKind::WrapThunk { point: i, site, real } => {
             let p = point(i)?;
             let w = p.wrap.as_ref().ok_or_else(|| Error::Internal(format!("codegen: point {} is no wrapper", p.id)))?;
-            wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), w.got_slot)
+            let real = if real != 0 { Real::Code(real) } else { Real::Got(w.got_slot) };
+            wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), real)
         }
+        PieceKind::WrapReal(i) => wrap_real(point(i)?, at),
         PieceKind::ExitTrampoline(i) => {
             let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
             match plan.tail_imports.iter().find(|ti| ti.site == x.site && ti.called) {
@@ -258,7 +264,7 @@ pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piec
             }
             let initial = match p.kind {
                 PieceKind::EntryStub => Initial::Entry,
-                PieceKind::Trampoline(i) => Initial::At(plan.points[i].address),
+                PieceKind::Trampoline(i) | PieceKind::WrapReal(i) => Initial::At(plan.points[i].address),
                 PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
                 // The caller's frame at the call: while the import runs, the return address
                 // lies in the trampoline and the unwinder reads the caller's CFI from there.
@@ -651,10 +657,11 @@ pub fn trap_stub(at: u64, config: u64, rt_trap: u64) -> Result<Vec<u8>> {
 ///        lea   r9, [rip+site]             ; arg 6: the WrapSite descriptor
 ///        jmp   stint_rt_wrap              ; a Rust function with the import's own arguments
 /// .off   jmp   [rip+got_slot]             ; what the PLT stub did
+///                                         ; (static: jmp <the WrapReal piece>)
 /// ```
 /// The wrapped functions take at most four arguments (rdi, rsi, rdx, rcx), so r8 and r9
 /// are free; the thunk makes no frame, so the Rust function returns straight to the caller.
-pub fn wrap_thunk(at: u64, gate: u64, bits: u8, site: u64, rt_wrap: u64, got_slot: u64) -> Result<Vec<u8>> {
+pub fn wrap_thunk(at: u64, gate: u64, bits: u8, site: u64, rt_wrap: u64, real: Real) -> Result<Vec<u8>> {
     let mut b = Block::new();
     let off = b.label();
     b.op(Instruction::with2(Code::Test_rm8_imm8, rip(gate), bits as u32))?;
@@ -663,7 +670,32 @@ pub fn wrap_thunk(at: u64, gate: u64, bits: u8, site: u64, rt_wrap: u64, got_slo
     b.op(Instruction::with2(Code::Lea_r64_m, Register::R9, rip(site)))?;
     b.add(Instruction::with_branch(Code::Jmp_rel32_64, rt_wrap).map_err(internal)?);
     b.bind(off);
-    b.op(Instruction::with1(Code::Jmp_rm64, rip(got_slot)))?;
+    match real {
+        Real::Got(slot) => b.op(Instruction::with1(Code::Jmp_rm64, rip(slot)))?,
+        Real::Code(code) => b.add(Instruction::with_branch(Code::Jmp_rel32_64, code).map_err(internal)?),
+    }
+    b.encode(at)
+}
+
+/// How a wrapper thunk reaches the real function.
+#[derive(Clone, Copy, Debug)]
+pub enum Real {
+    /// Through the import's GOT slot (what its PLT stub did).
+    Got(u64),
+    /// A static program's [`wrap_real`] piece.
+    Code(u64),
+}
+
+/// The real function of a wrapped function in a static program (D4: an ordinary function
+/// there, whose entry window now jumps to the wrapper thunk):
+/// ```text
+///        <entry window instructions, relocated>
+///        jmp   <end of window>                 ; the rest of the function, unchanged
+/// ```
+/// The thunk jumps here when the wrapper's gates are off; `stint_rt_wrap` calls it.
+pub fn wrap_real(point: &Point, at: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    displaced_code(&mut b, &point.displaced, point.emulate_call)?;
     b.encode(at)
 }
 

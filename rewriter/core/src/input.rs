@@ -18,6 +18,48 @@ pub enum ElfKind {
     Exec,
     /// ET_DYN with an interpreter: position-independent executable.
     Pie,
+    /// ET_EXEC without an interpreter: a static executable, loaded at its link addresses
+    /// (glibc `-static`, musl, Debian's busybox). Its libc sets up TLS itself, after the
+    /// entry stub ran.
+    Static,
+    /// ET_DYN without an interpreter, marked DF_1_PIE: glibc `-static-pie`. It relocates
+    /// itself (`_dl_relocate_static_pie`) after the entry stub ran.
+    StaticPie,
+}
+
+impl ElfKind {
+    /// Loaded at a base chosen by the kernel (addresses in the file are offsets).
+    pub fn is_position_independent(self) -> bool {
+        matches!(self, ElfKind::Pie | ElfKind::StaticPie)
+    }
+    /// Linked without an interpreter: the libc inside sets up TLS after our entry stub.
+    pub fn is_static(self) -> bool {
+        matches!(self, ElfKind::Static | ElfKind::StaticPie)
+    }
+}
+
+/// The C library the program runs on, which fixes where its thread control block keeps the
+/// kernel thread id (the second word of the runtime's thread key, D8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Libc {
+    /// glibc: `struct pthread`'s `tid` at `fs:[GLIBC_TID_OFFSET]` (dynamic and static alike).
+    Glibc,
+    /// musl: `struct pthread` is `self, dtv, prev, next, sysinfo, canary, tid, …` on x86-64,
+    /// so the tid sits right after the stack canary, at `fs:[MUSL_TID_OFFSET]`.
+    Musl,
+    /// Something else: the key is the thread pointer alone.
+    Other,
+}
+
+impl Libc {
+    /// fs-relative offset of the libc's tid word, 0 when unknown.
+    pub fn tid_offset(self) -> u32 {
+        match self {
+            Libc::Glibc => stint_layout::GLIBC_TID_OFFSET,
+            Libc::Musl => stint_layout::MUSL_TID_OFFSET,
+            Libc::Other => 0,
+        }
+    }
 }
 
 /// One program header, as in the file.
@@ -71,6 +113,8 @@ impl Section {
 pub struct InputElf<'a> {
     pub data: &'a [u8],
     pub kind: ElfKind,
+    /// Which C library's thread control block the program has.
+    pub libc: Libc,
     pub entry: u64,
     pub interp: Option<String>,
     pub phoff: u64,
@@ -163,17 +207,14 @@ impl<'a> InputElf<'a> {
                 ))
             }
             (elf::ET_DYN, true) => ElfKind::Pie,
-            (elf::ET_EXEC, false) => {
-                return Err(Error::UnsupportedKind(
-                    "static executable: not supported yet (only dynamically linked executables)".into(),
-                ))
-            }
+            (elf::ET_EXEC, false) => ElfKind::Static,
             (elf::ET_DYN, false) if has_dynamic && !dynamic.pie => {
                 return Err(Error::UnsupportedKind("shared library: stint rewrites executables, not libraries".into()))
             }
+            (elf::ET_DYN, false) if has_dynamic => ElfKind::StaticPie,
             (elf::ET_DYN, false) => {
                 return Err(Error::UnsupportedKind(
-                    "static-pie executable: not supported yet (only dynamically linked executables)".into(),
+                    "position-independent file with neither an interpreter nor a dynamic section: not an executable stint can load".into(),
                 ))
             }
             (elf::ET_REL, _) => {
@@ -212,11 +253,35 @@ impl<'a> InputElf<'a> {
             }
             Err(e) => return Err(Error::Malformed(format!("section headers: {e}"))),
         }
-        let me = InputElf { data, kind, entry: hdr.e_entry(en), interp, phoff, phnum, segments, sections };
+        let libc = match interp.as_deref() {
+            Some(i) if i.contains("ld-linux-x86-64.so") => Libc::Glibc,
+            Some(i) if i.contains("ld-musl") => Libc::Musl,
+            Some(_) => Libc::Other,
+            // glibc's crt1 carries the GNU ABI tag note into every program; musl's does not.
+            None if has_gnu_abi_tag(data, &segments) => Libc::Glibc,
+            None => Libc::Musl,
+        };
+        let me = InputElf { data, kind, libc, entry: hdr.e_entry(en), interp, phoff, phnum, segments, sections };
         if me.find_segment_magic() {
             return Err(Error::AlreadyRewritten);
         }
+        if kind.is_static() && me.is_go() {
+            return Err(Error::UnsupportedKind(
+                "Go program: Go's runtime switches goroutine stacks and schedules its own threads, so per-thread entry/exit instrumentation cannot follow it".into(),
+            ));
+        }
         Ok(me)
+    }
+
+    /// A Go program: Go's linker writes `.go.buildinfo` and the `.note.go.buildid` note (both
+    /// kept when stripped); `runtime.morestack` names it when the sections are gone.
+    fn is_go(&self) -> bool {
+        self.sections.iter().any(|s| s.name == ".go.buildinfo" || s.name == ".note.go.buildid")
+            || self
+                .segments
+                .iter()
+                .any(|s| s.p_type == elf::PT_NOTE && note_owners(self.data, s).any(|(o, _)| o == b"Go"))
+            || self.data.windows(GO_MORESTACK.len()).any(|w| w == GO_MORESTACK)
     }
 
     /// True if some loadable segment starts with stint's segment marker.
@@ -265,9 +330,9 @@ impl<'a> InputElf<'a> {
         &self.data[s.offset as usize..(s.offset + s.size) as usize]
     }
 
-    /// Whether the program's libc is glibc (the interpreter is glibc's ld.so).
+    /// Whether the program's libc is glibc (glibc's ld.so, or linked statically with it).
     pub fn is_glibc(&self) -> bool {
-        self.interp.as_deref().is_some_and(|i| i.contains("ld-linux-x86-64.so"))
+        self.libc == Libc::Glibc
     }
 }
 
@@ -307,6 +372,32 @@ impl DynamicInfo {
     }
 }
 
+/// The name of Go's stack-growth routine as its symbol string tables hold it.
+const GO_MORESTACK: &[u8] = b"\0runtime.morestack\0";
+
+/// The (owner, type) of every note in a PT_NOTE segment (stops at the first malformed one).
+fn note_owners<'d>(data: &'d [u8], seg: &Segment) -> impl Iterator<Item = (&'d [u8], u32)> + 'd {
+    let b = data.get(seg.offset as usize..seg.offset.saturating_add(seg.filesz) as usize).unwrap_or(&[]);
+    let align = if seg.align == 8 { 8 } else { 4 };
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        let word = |o: usize| b.get(o..o + 4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+        let (namesz, descsz, ty) = (word(at)? as usize, word(at + 4)? as usize, word(at + 8)?);
+        let name = b.get(at + 12..(at + 12).checked_add(namesz)?)?;
+        let up = |n: usize| n.checked_add(align - 1).map(|n| n & !(align - 1));
+        at = up(up(at + 12 + namesz)?.checked_add(descsz)?)?;
+        Some((name.split(|&c| c == 0).next().unwrap_or(name), ty))
+    })
+}
+
+/// A static program linked with glibc: its crt1 brings the NT_GNU_ABI_TAG note.
+fn has_gnu_abi_tag(data: &[u8], segments: &[Segment]) -> bool {
+    segments
+        .iter()
+        .filter(|s| s.p_type == elf::PT_NOTE)
+        .any(|s| note_owners(data, s).any(|(o, t)| o == b"GNU" && t == elf::NT_GNU_ABI_TAG))
+}
+
 fn machine_name(m: u16) -> &'static str {
     match m {
         elf::EM_386 => "i386",
@@ -316,5 +407,76 @@ fn machine_name(m: u16) -> &'static str {
         elf::EM_PPC64 => "ppc64",
         elf::EM_S390 => "s390",
         _ => "not x86-64",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PT_NOTE segment over `notes` at file offset 0.
+    fn note_segment(notes: &[u8], align: u64) -> Segment {
+        Segment {
+            index: 0,
+            p_type: elf::PT_NOTE,
+            flags: elf::PF_R,
+            offset: 0,
+            vaddr: 0,
+            filesz: notes.len() as u64,
+            memsz: notes.len() as u64,
+            align,
+        }
+    }
+
+    /// One note: namesz, descsz, type, name (NUL-terminated, padded to 4), desc.
+    fn note(name: &[u8], ty: u32, desc: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend(((name.len() + 1) as u32).to_le_bytes());
+        v.extend((desc.len() as u32).to_le_bytes());
+        v.extend(ty.to_le_bytes());
+        v.extend(name);
+        v.push(0);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v.extend(desc);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+
+    #[test]
+    fn gnu_abi_tag_tells_glibc_from_musl() {
+        let mut notes = note(b"GNU", elf::NT_GNU_BUILD_ID, &[1; 20]);
+        notes.extend(note(b"GNU", elf::NT_GNU_ABI_TAG, &[0, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]));
+        let seg = note_segment(&notes, 4);
+        assert!(has_gnu_abi_tag(&notes, &[seg]), "the second note is the ABI tag");
+        let build_id_only = note(b"GNU", elf::NT_GNU_BUILD_ID, &[1; 20]);
+        assert!(!has_gnu_abi_tag(&build_id_only, &[note_segment(&build_id_only, 4)]), "a build id is no ABI tag");
+        let go = note(b"Go", 4, b"buildid");
+        assert_eq!(
+            note_owners(&go, &note_segment(&go, 4)).map(|(o, _)| o.to_vec()).collect::<Vec<_>>(),
+            [b"Go".to_vec()]
+        );
+    }
+
+    #[test]
+    fn malformed_notes_end_the_walk_without_panicking() {
+        let mut notes = note(b"GNU", elf::NT_GNU_ABI_TAG, &[0; 16]);
+        notes[0..4].copy_from_slice(&u32::MAX.to_le_bytes()); // namesz runs past the segment
+        assert_eq!(note_owners(&notes, &note_segment(&notes, 4)).count(), 0);
+        let short = [1u8, 0, 0];
+        assert_eq!(note_owners(&short, &note_segment(&short, 8)).count(), 0);
+    }
+
+    #[test]
+    fn tid_offsets_per_libc() {
+        assert_eq!(Libc::Glibc.tid_offset(), 0x2d0);
+        assert_eq!(Libc::Musl.tid_offset(), 0x30);
+        assert_eq!(Libc::Other.tid_offset(), 0);
+        assert!(ElfKind::StaticPie.is_position_independent() && ElfKind::StaticPie.is_static());
+        assert!(!ElfKind::Static.is_position_independent() && ElfKind::Static.is_static());
+        assert!(ElfKind::Pie.is_position_independent() && !ElfKind::Pie.is_static());
     }
 }

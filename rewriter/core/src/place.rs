@@ -87,7 +87,7 @@ impl<'a> SegmentData<'a> {
             gates,
             info,
             names,
-            tid_offset: if p.elf.is_glibc() { stint_layout::GLIBC_TID_OFFSET } else { 0 },
+            tid_offset: p.elf.libc.tid_offset(),
             flags: if spec.call_paths { 0 } else { stint_layout::CFG_NO_CALL_PATHS },
         }
     }
@@ -298,21 +298,27 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         }
         let kind = match &p.wrap {
             Some(w) => {
+                // A static program's function: its relocated entry window is the real one.
+                let real = if w.got_slot == 0 { c.code(plan, PieceKind::WrapReal(i), &t, &mut pieces)? } else { 0 };
                 // The WrapSite descriptor, then the thunk the PLT stub's jmp now leads to.
                 c.align(8);
                 let site_at = c.take(std::mem::size_of::<WrapSite>() as u64);
+                let (real_rel, indirect, lazy) = match real {
+                    0 => (w.got_slot as i64 - site_at as i64, 1, lazy_rel(elf, w.got_slot, site_at)),
+                    r => (r as i64 - site_at as i64, 0, 0),
+                };
                 wrap_sites.push((
                     site_at,
                     WrapSite {
                         config_rel: config as i64 - site_at as i64,
-                        real_rel: w.got_slot as i64 - site_at as i64,
-                        indirect: 1,
+                        real_rel,
+                        indirect,
                         func: w.func,
                         point: p.id,
-                        lazy_rel: lazy_rel(elf, w.got_slot, site_at),
+                        lazy_rel: lazy,
                     },
                 ));
-                PieceKind::WrapThunk { point: i, site: site_at }
+                PieceKind::WrapThunk { point: i, site: site_at, real }
             }
             None => PieceKind::Trampoline(i),
         };

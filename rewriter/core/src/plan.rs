@@ -351,10 +351,12 @@ pub struct Wrap {
     pub func: u32,
     /// The imported symbol.
     pub name: String,
-    /// Address of the PLT stub (its `endbr64` if it has one): what callers call.
+    /// Address of the PLT stub (its `endbr64` if it has one): what callers call. In a static
+    /// program: the function's own address.
     pub stub: u64,
     /// The GOT slot the stub jumps through; the wrapper calls the real function through it,
-    /// so lazy binding keeps working.
+    /// so lazy binding keeps working. 0 in a static program: the point's displaced entry
+    /// window (`PieceKind::WrapReal`) runs the real function.
     pub got_slot: u64,
 }
 
@@ -467,17 +469,23 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
     // Compilers emit an FDE for every function on x86-64; in a program that has them, code
     // without one is hand-written or generated.
     let has_unwind = analysis.functions.iter().any(|f| f.has_unwind);
+    let static_wraps = static_wrapped_functions(elf);
     for (i, f) in analysis.functions.iter().enumerate() {
         if f.is_cold_part() {
             continue; // never a call: counted under its parent's entry
         }
         let start = if f.has_endbr { f.address + 4 } else { f.address };
+        if let Some(&func) = static_wraps.get(&f.address) {
+            if plan_static_wrap(elf, analysis, spec, &mut plan, (i, f), start, func, opts) {
+                continue;
+            }
+        }
         let bits = spec.bits_for(&f.name);
         if bits == 0 {
             plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NotSelected });
             continue;
         }
-        if has_unwind && !f.has_unwind {
+        if has_unwind && !f.has_unwind && !static_libc_without_cfi(elf, &f.name) {
             plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NoUnwindInfo });
             continue;
         }
@@ -1127,3 +1135,108 @@ fn check_relocatable(i: &Instruction) -> Result<(), SkipReason> {
 
 #[cfg(test)]
 mod tests;
+
+/// Hand-written assembly of musl (`src/*/x86_64/*.s`, `crt1`): never instrumented, whose
+/// code has a PC range or a stack shape others depend on (the cancellation window
+/// `__cp_begin..__cp_end`, the signal return, a child thread's first instructions, TLS set-up).
+const MUSL_ASM: &[&str] = &[
+    "_start",
+    "_start_c",
+    "__clone",
+    "__syscall_cp_asm",
+    "__cp_begin",
+    "__cp_end",
+    "__cp_cancel",
+    "__restore_rt",
+    "__restore",
+    "__set_thread_area",
+    "__unmapself",
+    "__tls_get_addr",
+    "setjmp",
+    "_setjmp",
+    "__setjmp",
+    "sigsetjmp",
+    "__sigsetjmp",
+    "longjmp",
+    "_longjmp",
+    "__longjmp",
+    "__sigsetjmp_tail",
+    "dlsym",
+    "__dlsym",
+];
+
+/// A static musl program's libc part is compiled without CFI (Debian's musl has no
+/// `.eh_frame` for its C code), so "no FDE" does not mean hand-written there: its C
+/// functions are instrumented like the program's own, its assembly ([`MUSL_ASM`]) is not.
+fn static_libc_without_cfi(elf: &InputElf, name: &str) -> bool {
+    elf.kind.is_static() && elf.libc == crate::input::Libc::Musl && !MUSL_ASM.contains(&name)
+}
+
+/// The thread-library functions of a static program (D4: ordinary functions there), by
+/// address: every `.symtab` function symbol whose name, or the name without its leading
+/// underscores, is a wrapped function's (`pthread_mutex_lock` and glibc's
+/// `___pthread_mutex_lock`, musl's `__pthread_mutex_lock` alias one another). Empty for a
+/// dynamic program (its wrappers are at the PLT) and for a stripped one.
+fn static_wrapped_functions(elf: &InputElf) -> HashMap<u64, u32> {
+    use object::read::elf::{ElfFile64, Sym as _};
+    let mut out = HashMap::new();
+    if !elf.kind.is_static() {
+        return out;
+    }
+    let Ok(file) = ElfFile64::<object::Endianness>::parse(elf.data) else { return out };
+    let (en, table) = (file.endian(), file.elf_symbol_table());
+    for sym in table.iter() {
+        if sym.st_type() != object::elf::STT_FUNC || sym.st_shndx(en) == object::elf::SHN_UNDEF {
+            continue;
+        }
+        let Ok(name) = table.symbol_name(en, sym).map(String::from_utf8_lossy) else { continue };
+        let exact = stint_layout::wrap_id(&name);
+        if let Some(id) = exact.or_else(|| stint_layout::wrap_id(name.trim_start_matches('_'))) {
+            let slot = out.entry(sym.st_value(en)).or_insert(id);
+            if exact.is_some() {
+                *slot = id; // the public name wins over an internal one at the same address
+            }
+        }
+    }
+    out
+}
+
+/// Plan function `f` of a static program, the thread-library function `func`, as a wrapper
+/// point (D4): its entry window jumps to the wrapper thunk, and the window's instructions,
+/// relocated and followed by a jump back (`PieceKind::WrapReal`), are the "real function"
+/// the runtime calls. False if the spec does not wrap it or no window fits (then it gets an
+/// ordinary entry point, or is skipped as usual).
+#[allow(clippy::too_many_arguments)]
+fn plan_static_wrap(
+    elf: &InputElf,
+    an: &Analysis,
+    spec: &Spec,
+    plan: &mut Plan,
+    (i, f): (usize, &Function),
+    start: u64,
+    func: u32,
+    opts: PlanOptions,
+) -> bool {
+    let Some(name) = stint_layout::WrappedFn::from_u32(func).map(|w| w.name()) else { return false };
+    let bits = spec.wrap_bits_for(name);
+    if bits == 0 {
+        return false;
+    }
+    let Ok((window_len, displaced, emulate_call, tactic)) = entry_window(elf, an, f, start, opts) else {
+        return false;
+    };
+    let id = plan.points.len() as u32;
+    plan.points.push(Point {
+        id,
+        function: i,
+        address: start,
+        window_len,
+        displaced,
+        emulate_call,
+        tactic,
+        bits,
+        wrap: Some(Wrap { func, name: name.to_string(), stub: f.address, got_slot: 0 }),
+        import: None,
+    });
+    true
+}

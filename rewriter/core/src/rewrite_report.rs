@@ -169,7 +169,10 @@ impl RewriteReport {
                     function: pt.name(&p.analysis).to_string(),
                     address: hex(pt.function_address(&p.analysis)),
                     site: hex(pt.address),
-                    tactic: if pt.wrap.is_some() { "plt" } else { pt.tactic.name() },
+                    tactic: match &pt.wrap {
+                        Some(w) if w.got_slot != 0 => "plt",
+                        _ => pt.tactic.name(), // a static program's wrapper: its entry window
+                    },
                     window: Some(pt.window_len),
                     patch: None,
                     reason: None,

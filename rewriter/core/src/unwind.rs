@@ -78,7 +78,7 @@
 
 use crate::analysis::unwind::{Bytes, EhFrameIn, ReadFde};
 use crate::error::{Error, Result};
-use crate::input::{ElfKind, InputElf, Segment};
+use crate::input::{InputElf, Segment};
 use gimli::write::{
     Address, CallFrameInstruction as Cfi, CieId, CommonInformationEntry, EndianVec, Expression, FrameDescriptionEntry,
     FrameTable,
@@ -175,7 +175,7 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
             index.push((f.initial_address(), f.initial_address().saturating_add(f.len()), f.offset()));
         }
     });
-    Converter::new(&input, at, elf.kind == ElfKind::Pie).convert(input_fdes, &mut table)?;
+    Converter::new(&input, at, elf.kind.is_position_independent()).convert(input_fdes, &mut table)?;
     let rt = EhFrameIn::new(rt_eh.0, rt_eh.1, "rt-lib .eh_frame");
     Converter::new(&rt, at, true).convert(rt.fdes(), &mut table)?;
 

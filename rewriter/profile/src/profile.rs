@@ -1204,7 +1204,7 @@ mod tests {
             ring_head: 39,
             wrap_skipped: 40,
             n_held: 41,
-            _pad2: 0,
+            in_wrap: 0,
             sync_tsc: 42,
             sync_ticks: 43,
             thread_mask: 44,

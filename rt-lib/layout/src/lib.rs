@@ -306,7 +306,10 @@ pod_struct! {
         pub wrap_skipped: u64,
         /// Open `lock_hold` intervals on `held` (at most `HELD_CAP` kept).
         pub n_held: u32,
-        pub _pad2: u32,
+        /// 1 while a wrapped call of a static program runs on this thread: its libc's
+        /// wrapped functions call one another (musl's `pthread_cond_wait` locks the mutex
+        /// with `pthread_mutex_lock`), and only the outermost call is the program's.
+        pub in_wrap: u32,
         // ---- the virtual timer's bound on TSC extrapolation ----
         /// TSC at the last re-synchronisation of the CPU clock.
         pub sync_tsc: u64,
@@ -777,6 +780,9 @@ pub const POINT_INFO_WRAP: u8 = 0x80;
 /// Offset of `tid` in glibc's `struct pthread` on x86-64 (glibc 2.26 and later); the
 /// runtime verifies it against gettid() in the main thread before trusting it.
 pub const GLIBC_TID_OFFSET: u32 = 0x2d0;
+/// fs-relative offset of musl's `struct pthread::tid` on x86-64 (`self, dtv, prev, next,
+/// sysinfo, canary`, then `tid`): musl has no spare TCB words, the tid follows the canary.
+pub const MUSL_TID_OFFSET: u32 = 0x30;
 
 /// What a profile file's layout depends on: the program's points and metrics (from the
 /// `RtConfig` the rewriter emitted) and the size of the sync-object table.

@@ -3,7 +3,7 @@
 
 use super::{CodeMap, PltStub, PLT_SECTIONS};
 use crate::error::{Error, Result};
-use crate::input::{ElfKind, InputElf};
+use crate::input::InputElf;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 use object::elf;
 use object::read::elf::{ElfFile64, Sym as _};
@@ -92,7 +92,7 @@ pub(crate) fn collect(elf: &InputElf, file: &ElfFile64<Endianness>, code: &CodeM
             }
         }
     }
-    if elf.kind == ElfKind::Exec {
+    if !elf.kind.is_position_independent() {
         let data_types =
             [elf::SHT_PROGBITS, elf::SHT_INIT_ARRAY, elf::SHT_FINI_ARRAY, elf::SHT_PREINIT_ARRAY, elf::SHT_DYNAMIC];
         for sec in elf.sections.iter().filter(|s| {
