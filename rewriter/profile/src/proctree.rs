@@ -435,6 +435,70 @@ mod tests {
     }
 
     #[test]
+    fn ends_show_their_status_or_signal() {
+        let ended = |end: &str, status: u32| ProcessInfo { end: end.into(), end_status: status, ..Default::default() };
+        let items = vec![
+            (PathBuf::from("p.10.stint"), prof(10, 1, 1, ended("exit", 3))),
+            (PathBuf::from("p.11.stint"), prof(11, 10, 2, ended("signal", 9))),
+            (PathBuf::from("p.12.stint"), prof(12, 10, 3, ended("signal", 64))),
+            (PathBuf::from("p.13.stint"), prof(13, 10, 4, ended("running", 0))),
+        ];
+        let t = Tree::build(items);
+        let j = to_json(&t);
+        let ends: Vec<(Option<&str>, Option<u32>, Option<u32>)> =
+            j.processes.iter().map(|p| (p.ended.as_deref(), p.exit_status, p.signal)).collect();
+        assert_eq!(
+            ends,
+            [
+                (Some("exit"), Some(3), None),
+                (Some("signal"), None, Some(9)),
+                (Some("signal"), None, Some(64)),
+                (Some("gone"), None, None)
+            ]
+        );
+        let text = to_table(&t);
+        let tails: Vec<&str> = text.lines().skip(1).take(4).map(|l| l.split("  ended ").nth(1).unwrap_or("")).collect();
+        assert_eq!(
+            tails,
+            ["exit 3", "signal 9 (SIGKILL)", "signal 64", "unrecorded (killed, or returned from main unseen)"],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn record_end_writes_the_newest_image_of_the_pid() {
+        let dir = std::env::temp_dir().join(format!("stint-record-end-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let meta = crate::synthetic::synthetic_meta("p", &[("main", "0x1000")]);
+        let write = |name: &str, pid: u32, start: u64, end_how: u32| {
+            let mut b = crate::synthetic::write_synthetic(&meta, &[]);
+            crate::synthetic::patch_header(&mut b, |h| {
+                h.pid = pid;
+                h.start_monotonic_ns = start;
+                h.end_how = end_how;
+            });
+            std::fs::write(dir.join(name), b).unwrap();
+        };
+        write("p.7.stint", 7, 1, stint_layout::ProcessEnd::Exec as u32); // replaced by exec
+        write("q.7.stint", 7, 2, 0); // the image that ran last
+        write("q.7.1.stint", 7, 0, 0); // an older one of a recycled pid
+        write("p.8.stint", 8, 3, 0);
+        let got = record_end(&dir, 7, End::Signal(11)).unwrap();
+        assert_eq!(got, Some(dir.join("q.7.stint")));
+        let read = |name: &str| {
+            let b = std::fs::read(dir.join(name)).unwrap();
+            crate::profile::parse_with(&b, &crate::profile::Observer::ENDED).unwrap()
+        };
+        let p = read("q.7.stint");
+        assert_eq!((p.process.end.as_str(), p.process.end_status), ("signal", 11));
+        assert_ne!(p.process.end_realtime_ns, 0);
+        assert_eq!(read("q.7.1.stint").process.end, "running");
+        assert_eq!(read("p.7.stint").process.end, "exec");
+        assert_eq!(record_end(&dir, 9, End::Exit(0)).unwrap(), None, "no profile of pid 9");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_pid_parent_that_started_later_is_not_the_parent() {
         let items = vec![
             (PathBuf::from("p.10.stint"), prof(10, 1, 100, ProcessInfo::default())),

@@ -1168,6 +1168,8 @@ mod tests {
             exec_from: [[37; 32]; 32],
             parent_profile: [[38; 32]; 32],
             load_bias: 32,
+            end_status: 39,
+            _pad_end: 0,
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
 
