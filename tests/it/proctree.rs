@@ -22,7 +22,7 @@
 //! | `stint_run_records_the_root` | `stint run` records how the program it started ended (return 4 from main) in the root's profile |
 //! | `children_off_measures_only_the_root` | a control file with `children: off`: only the root process measures (its first image and the one it execs in place); the output is the original's |
 //! | `children_inherit_the_control_file` | without `children:` every image of the tree applies the parent's control file (`on: [calls]`, one function): exact counts in every image |
-//! | `git_alias_runs_git_again` | `/usr/bin/git` rewritten, `git -c alias.x='!"$G" status --short' x` (git forks a shell that runs git again): same output, three profiles in one tree, the inner git a child of the forked image |
+//! | `git_alias_runs_git_again` | `/usr/bin/git` rewritten, `git -c alias.x='!"$G" status --short; "$G" checkout nosuch' x` (git forks a shell that runs git twice, the second fails): the same stdout, stderr (git's error line) and exit status 1 as git's, four profiles in one tree, the inner gits children of the forked image, each image's exit status recorded |
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -491,24 +491,37 @@ fn git_alias_runs_git_again() {
     assert_eq!(init.status, 0, "{init:?}");
     std::fs::write(repo.join("file.txt"), "x\n").unwrap();
     let profiles = private_dir(&dir, "profiles");
+    // The alias runs git twice; the second fails, so stderr has git's own error line and the
+    // exit status is 1: both must be the original's, byte for byte.
     let go = |g: &Path| {
         Run::new(g, &repo)
-            .args(["-c", "alias.x=!\"$G\" status --short", "x"])
+            .args(["-c", "alias.x=!\"$G\" status --short; \"$G\" checkout nosuch", "x"])
             .env("G", path_str(g))
             .env("STINT_DIR", path_str(&profiles))
             .run()
     };
     let orig = go(git);
-    assert_eq!((orig.status, orig.stdout_str().as_str()), (0, "?? file.txt\n"), "{orig:?}");
+    assert_eq!(
+        (orig.status, orig.stdout_str().as_str(), String::from_utf8_lossy(&orig.stderr).as_ref()),
+        (1, "?? file.txt\n", "error: pathspec 'nosuch' did not match any file(s) known to git\n"),
+        "{orig:?}"
+    );
     let rw = go(&rewritten);
     assert!(rw.same_behaviour(&orig), "{}", describe_difference("git", &orig, "rewritten git", &rw));
     let tree = tree_json(&profiles);
     let procs = tree["processes"].as_array().unwrap();
     let shape: Vec<(&str, u64)> =
         procs.iter().map(|p| (p["link"].as_str().unwrap(), p["depth"].as_u64().unwrap())).collect();
-    // git; its fork child (which runs the shell); the git the shell starts.
-    assert_eq!(shape, [("root", 0), ("fork", 1), ("child", 2)], "{tree:#}");
+    // git; its fork child (which runs the shell); the two gits the shell starts.
+    assert_eq!(shape, [("root", 0), ("fork", 1), ("child", 2), ("child", 2)], "{tree:#}");
     assert_eq!(procs[0]["pid"], rw.pid);
     assert_eq!(procs[2]["argv"], serde_json::json!([path_str(&rewritten), "status", "--short"]), "{tree:#}");
+    // git ends by calling exit (recorded by each image); the shell's end is recorded in the
+    // fork image's profile by the git that reaped it.
+    let ends: Vec<(&str, u64)> = procs
+        .iter()
+        .map(|p| (p["ended"].as_str().unwrap_or("running"), p["exit_status"].as_u64().unwrap_or(99)))
+        .collect();
+    assert_eq!(ends, [("exit", 1), ("exit", 1), ("exit", 0), ("exit", 1)], "{tree:#}");
     assert_eq!(dir_entries(&repo), [".git", "file.txt"], "nothing new in the work tree");
 }
