@@ -191,6 +191,11 @@ mod tests {
         assert_eq!(s.wrap_bits_for("pthread_mutex_lock"), 0);
         assert_eq!(s.wrap_bits_for("pthread_create"), calls | stint_layout::GATE_HOOK);
         assert_eq!(s.wrap_bits_for("pthread_setname_np"), 0, "without sync metrics setname is not wrapped");
+        // The process functions (D22) are wrapped by any spec, with the hook bit alone.
+        for f in ["exit", "_exit", "_Exit", "wait", "waitpid", "wait4", "waitid"] {
+            assert_eq!(s.wrap_bits_for(f), stint_layout::GATE_HOOK, "{f}");
+        }
+        assert_eq!(s.wrap_bits_for("execve"), 0);
     }
 
     #[test]
