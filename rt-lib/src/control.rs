@@ -200,6 +200,32 @@ pub fn apply_file(rt: &Rt, su: &mut Startup, path: &[u8], gates: &mut [u8], cont
     let _ = unsafe { sys::munmap(buf, CONTROL_MAX + 1) };
 }
 
+/// Whether the control file (`STINT_CONTROL`, if any) says `children: off` (D22). A file
+/// that cannot be read or parsed says nothing here ([`apply_file`] reports it). Uses the
+/// start-up scratch path, like [`apply_file`].
+pub fn children_off(su: &mut Startup) -> bool {
+    if su.control_len == 0 {
+        return false;
+    }
+    let mut path = [0u8; crate::state::CONTROL_PATH_MAX];
+    let n = copy_into(&mut path, &[su.control_path.get(..su.control_len as usize).unwrap_or(&[])]);
+    // Safety: not MAP_FIXED: fresh memory the kernel chooses.
+    let Ok(buf) = (unsafe {
+        sys::mmap(0, CONTROL_MAX + 1, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS, -1, 0)
+    }) else {
+        return false;
+    };
+    // Safety: CONTROL_MAX + 1 fresh bytes, unmapped below after the last use of `text`.
+    let text = unsafe { core::slice::from_raw_parts_mut(buf as *mut u8, CONTROL_MAX + 1) };
+    let off = match read_file(su, path.get(..n).unwrap_or(&[]), text) {
+        Ok(len) => control_file::parse(text.get(..len).unwrap_or(&[])).is_ok_and(|cf| cf.children == Some(false)),
+        Err(_) => false,
+    };
+    // Safety: our own buffer; `text` is dead.
+    let _ = unsafe { sys::munmap(buf, CONTROL_MAX + 1) };
+    off
+}
+
 fn read_file(su: &mut Startup, path: &[u8], out: &mut [u8]) -> Result<usize, sys::Errno> {
     let n = copy_into(&mut su.path, &[path, b"\0"]);
     if n != path.len() + 1 {

@@ -12,31 +12,56 @@
 //!   or, if `STINT_LOG` names a file, appended to that file (created 0600, never through a
 //!   symbolic link; stderr if it cannot be opened, so the loss is never silent).
 //!
-//! Layering: uses `sys`; used by `profile_file` and `start`.
+//! - **Ends** (D22): how an image ended is recorded in its header ([`record_end`]): by the
+//!   image itself when it calls `exit`/`_exit`/`_Exit`, and by a rewritten parent that reaps
+//!   it with `wait*` ([`record_child_end`]: the child's profile is found in the parent's
+//!   profile directory by pid and parent pid), which is how a return from `main` and a death
+//!   by a signal get recorded. No signal handler is ever installed for this.
+//! - **Profiles of this process** in a directory ([`scan_profiles`]): an image that `exec`
+//!   replaced may have had another program name, so its profile is looked for by header (pid
+//!   and kernel start time), not by name.
+//!
+//! Layering: uses `sys` and `text`; used by `profile_file`, `wrap` and `start`.
 #![allow(unsafe_code)]
 
 use crate::sys;
-use stint_layout::TextField;
+use crate::text::copy_into;
+use core::mem::{offset_of, size_of};
+use stint_layout::{FileHeader, Pod, ProcessEnd, TextField, FILE_MAGIC, FILE_VERSION};
 
 /// The process's start time in clock ticks since boot, from `/proc/self/stat`; 0 if it
 /// cannot be read (no /proc).
 pub fn start_ticks() -> u64 {
-    let Ok(fd) = sys::open(b"/proc/self/stat\0", sys::O_RDONLY | sys::O_CLOEXEC, 0) else {
-        return 0;
-    };
+    stat_of(b"/proc/self/stat\0").map_or(0, |(_, t)| t)
+}
+
+/// (parent pid, start ticks) of the process whose `stat` file is `path` (NUL-terminated).
+fn stat_of(path: &[u8]) -> Option<(u32, u64)> {
+    let fd = sys::open(path, sys::O_RDONLY | sys::O_CLOEXEC, 0).ok()?;
     let mut buf = [0u8; 1024];
     let n = sys::read(fd as i32, &mut buf).unwrap_or(0);
     sys::close(fd as i32);
-    parse_start_ticks(buf.get(..n).unwrap_or(&[]))
+    let stat = buf.get(..n).unwrap_or(&[]);
+    let ppid = stat_field(stat, 4).min(u32::MAX as u64) as u32;
+    Some((ppid, parse_start_ticks(stat)))
 }
 
-/// Field 22 (`starttime`) of a `/proc/<pid>/stat` line. The command name (field 2) is in
-/// parentheses and may hold spaces and parentheses, so fields are counted after the last `)`.
+/// Field 22 (`starttime`) of a `/proc/<pid>/stat` line.
 fn parse_start_ticks(stat: &[u8]) -> u64 {
+    stat_field(stat, 22)
+}
+
+/// Numeric field `k` (1-based, `k` ≥ 3) of a `/proc/<pid>/stat` line; 0 if absent or not a
+/// number. The command name (field 2) is in parentheses and may hold spaces and
+/// parentheses, so fields are counted after the last `)`.
+fn stat_field(stat: &[u8], k: usize) -> u64 {
     let Some(close) = stat.iter().rposition(|&c| c == b')') else { return 0 };
     let rest = stat.get(close + 1..).unwrap_or(&[]);
-    // After ")": field 3 (state) is the first; starttime is field 22, the 20th.
-    let Some(field) = rest.split(|&c| c == b' ').filter(|f| !f.is_empty()).nth(19) else { return 0 };
+    // After ")": field 3 (state) is the first.
+    let Some(field) = rest.split(|&c| c == b' ' || c == b'\n').filter(|f| !f.is_empty()).nth(k.saturating_sub(3))
+    else {
+        return 0;
+    };
     let mut v: u64 = 0;
     for &c in field {
         if !c.is_ascii_digit() {
@@ -45,6 +70,48 @@ fn parse_start_ticks(stat: &[u8]) -> u64 {
         v = v.saturating_mul(10).saturating_add((c - b'0') as u64);
     }
     v
+}
+
+/// Whether an ancestor of this process (its parent, the parent's parent, … up to 64 levels)
+/// measures into a profile in the directory of `own_path` (a profile there of that pid and
+/// kernel start time that records no end): with `children: off` in the control file such a
+/// process is a child and does not measure (D22).
+pub fn ancestor_measures(own_path: &[u8]) -> bool {
+    let mut dir = [0u8; crate::state::PATH_MAX];
+    let n = dir_of(&mut dir, own_path);
+    let Some(dir_nul) = dir.get(..n) else { return false };
+    let Ok(dfd) = sys::open(dir_nul, sys::O_RDONLY | sys::O_DIRECTORY | sys::O_CLOEXEC, 0) else { return false };
+    let mut found = [(0u32, 0u64); 64];
+    let mut k = 0usize;
+    scan_profiles(dfd as i32, None, |_, _, h| {
+        if h.end_how == ProcessEnd::Running as u32 && h.proc_start_ticks != 0 {
+            if let Some(slot) = found.get_mut(k) {
+                *slot = (h.pid, h.proc_start_ticks);
+                k += 1;
+            }
+        }
+        false
+    });
+    sys::close(dfd as i32);
+    let found = found.get(..k).unwrap_or(&[]);
+    let mut pid = sys::getppid();
+    for _ in 0..64 {
+        if pid <= 1 || found.is_empty() {
+            return false;
+        }
+        let mut path = [0u8; 32];
+        let mut w = crate::text::Writer::new(&mut path);
+        w.put(b"/proc/");
+        w.num(pid as u64);
+        w.put(b"/stat\0");
+        let len = w.len();
+        let Some((ppid, ticks)) = path.get(..len).and_then(stat_of) else { return false };
+        if found.contains(&(pid, ticks)) {
+            return true;
+        }
+        pid = ppid;
+    }
+    false
 }
 
 /// Copy the arguments of the initial stack `sp` into `out` (each NUL-terminated, cut at an
@@ -109,15 +176,190 @@ pub fn diagnostic(log: &[u8], line: &[u8]) {
     sys::write_all(2, line);
 }
 
+/// Record how the image of `hdr` ended: the status (or signal), the time, then `end_how`
+/// (last, so a reader that sees the end sees its status).
+///
+/// # Safety
+/// `hdr` is the mapped header of a profile of this process (or of a child's, mapped by the
+/// caller), writable.
+pub unsafe fn record_end(hdr: *mut FileHeader, how: ProcessEnd, status: u32) {
+    let now = sys::clock_ns(sys::CLOCK_REALTIME);
+    // Safety: per the contract; plain stores of aligned fields, `end_how` last.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*hdr).end_status, status);
+        core::ptr::write_volatile(&raw mut (*hdr).end_realtime_ns, now);
+        core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+        core::ptr::write_volatile(&raw mut (*hdr).end_how, how as u32);
+    }
+}
+
+/// The same as [`record_end`] into the profile file open as `fd` (read-write).
+fn record_end_fd(fd: i32, how: ProcessEnd, status: u32) {
+    let now = sys::clock_ns(sys::CLOCK_REALTIME);
+    let _ = sys::pwrite(fd, &status.to_le_bytes(), offset_of!(FileHeader, end_status) as u64);
+    let _ = sys::pwrite(fd, &now.to_le_bytes(), offset_of!(FileHeader, end_realtime_ns) as u64);
+    let _ = sys::pwrite(fd, &(how as u32).to_le_bytes(), offset_of!(FileHeader, end_how) as u64);
+}
+
+/// How a child ended, from the status word `wait`/`waitpid`/`wait4` stored: (exit, status)
+/// or (signal, number); `None` for a stopped or continued child.
+pub fn wait_status(status: i32) -> Option<(ProcessEnd, u32)> {
+    let sig = (status & 0x7f) as u32;
+    match sig {
+        0 => Some((ProcessEnd::Exit, ((status >> 8) & 0xff) as u32)),
+        0x7f => None,                  // stopped
+        _ if status == 0xffff => None, // continued
+        s => Some((ProcessEnd::Signal, s)),
+    }
+}
+
+/// `CLD_EXITED`, `CLD_KILLED`, `CLD_DUMPED` (`siginfo_t::si_code` for `SIGCHLD`).
+const CLD_EXITED: i32 = 1;
+const CLD_KILLED: i32 = 2;
+const CLD_DUMPED: i32 = 3;
+
+/// How a child ended, from the `siginfo_t` `waitid` filled: (pid, how, status or signal);
+/// `None` when no child was reported (`WNOHANG`) or it only stopped or continued.
+pub fn waitid_status(info: &[u8; 128]) -> Option<(u32, ProcessEnd, u32)> {
+    let word = |off: usize| {
+        let b = info.get(off..off + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).unwrap_or([0; 4]);
+        i32::from_ne_bytes(b)
+    };
+    // si_signo at 0, si_code at 8, then (SIGCHLD) si_pid at 16, si_uid, si_status at 24.
+    let (code, pid, status) = (word(8), word(16), word(24));
+    if pid <= 0 {
+        return None;
+    }
+    match code {
+        CLD_EXITED => Some((pid as u32, ProcessEnd::Exit, (status & 0xff) as u32)),
+        CLD_KILLED | CLD_DUMPED => Some((pid as u32, ProcessEnd::Signal, status as u32)),
+        _ => None,
+    }
+}
+
+/// Call `f(name_nul, fd, header)` for every profile file (a name ending in `.stint`, and
+/// holding `needle` if given, whose header is complete and of this layout) in the directory
+/// open as `dfd`; each file is
+/// opened read-write, never through a symbolic link, and closed after `f` unless `f` returns
+/// true (then `f` keeps the descriptor).
+pub fn scan_profiles(dfd: i32, needle: Option<&[u8]>, mut f: impl FnMut(&[u8], i32, &FileHeader) -> bool) {
+    let mut buf = [0u8; 2048];
+    let mut hbuf = [0u8; size_of::<FileHeader>()];
+    loop {
+        let n = match sys::getdents64(dfd, &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let mut off = 0usize;
+        while let Some(rec) = buf.get(off..n) {
+            // linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
+            let reclen = rec.get(16..18).map_or(0, |b| u16::from_ne_bytes([b[0], b[1]]) as usize);
+            if reclen == 0 {
+                break;
+            }
+            let name_nul = rec.get(19..reclen.min(rec.len())).unwrap_or(&[]);
+            let len = name_nul.iter().position(|&c| c == 0).unwrap_or(name_nul.len());
+            off += reclen;
+            let (Some(name), Some(name_nul)) = (name_nul.get(..len), name_nul.get(..len + 1)) else { continue };
+            let holds = |n: &[u8]| name.windows(n.len().max(1)).any(|w| w == n);
+            if !name.ends_with(b".stint") || needle.is_some_and(|n| !holds(n)) {
+                continue;
+            }
+            let flags = sys::O_RDWR | sys::O_NOFOLLOW | sys::O_CLOEXEC;
+            let Ok(fd) = sys::openat(dfd, name_nul, flags, 0) else { continue };
+            let fd = fd as i32;
+            let got = sys::pread(fd, &mut hbuf, 0).unwrap_or(0);
+            let h = hbuf.get(..got).and_then(|b| FileHeader::read_from(b, 0));
+            let keep = match h {
+                Some(h) if h.magic == FILE_MAGIC && h.version == FILE_VERSION => f(name_nul, fd, &h),
+                _ => false,
+            };
+            if !keep {
+                sys::close(fd);
+            }
+        }
+    }
+}
+
+/// The directory part of `path` (NUL-terminated, into `out`): `.` for a bare name.
+pub fn dir_of(out: &mut [u8], path: &[u8]) -> usize {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(0) => copy_into(out, &[b"/", b"\0"]),
+        Some(i) => copy_into(out, &[path.get(..i).unwrap_or(b"."), b"\0"]),
+        None => copy_into(out, &[b".\0"]),
+    }
+}
+
+/// A rewritten parent reaped child `child` (`how`, `status`): record it in the child's
+/// profile, found in the directory of the parent's own profile `own_path` (children write
+/// theirs next to it, whatever their program name) as the newest profile of pid `child`
+/// whose parent is this process (`me`) and that `exec` did not end. The parent's view wins
+/// over what the child recorded: it is what the kernel reported. Raw system calls only
+/// (errno is the program's).
+pub fn record_child_end(own_path: &[u8], me: u32, child: u32, how: ProcessEnd, status: u32) {
+    let mut dir = [0u8; crate::state::PATH_MAX];
+    let n = dir_of(&mut dir, own_path);
+    let Some(dir_nul) = dir.get(..n) else { return };
+    let Ok(dfd) = sys::open(dir_nul, sys::O_RDONLY | sys::O_DIRECTORY | sys::O_CLOEXEC, 0) else { return };
+    let dfd = dfd as i32;
+    let mut best: Option<(i32, u64)> = None;
+    scan_profiles(dfd, None, |_, fd, h| {
+        let fits = h.pid == child && h.ppid == me && h.end_how != ProcessEnd::Exec as u32;
+        if !fits || best.is_some_and(|(_, t)| t >= h.start_monotonic_ns) {
+            return false;
+        }
+        if let Some((old, _)) = best.replace((fd, h.start_monotonic_ns)) {
+            sys::close(old);
+        }
+        true
+    });
+    if let Some((fd, _)) = best {
+        record_end_fd(fd, how, status);
+        sys::close(fd);
+    }
+    sys::close(dfd);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use stint_layout::text_field;
 
     #[test]
+    fn wait_status_words_decode_to_exit_or_signal() {
+        assert_eq!(wait_status(3 << 8), Some((ProcessEnd::Exit, 3)));
+        assert_eq!(wait_status(0), Some((ProcessEnd::Exit, 0)));
+        assert_eq!(wait_status(9), Some((ProcessEnd::Signal, 9)));
+        assert_eq!(wait_status(11 | 0x80), Some((ProcessEnd::Signal, 11)), "core dumped");
+        assert_eq!(wait_status((19 << 8) | 0x7f), None, "stopped");
+        assert_eq!(wait_status(0xffff), None, "continued");
+        let mut info = [0u8; 128];
+        assert_eq!(waitid_status(&info), None, "WNOHANG, nothing reported");
+        info[8..12].copy_from_slice(&CLD_KILLED.to_ne_bytes());
+        info[16..20].copy_from_slice(&4242i32.to_ne_bytes());
+        info[24..28].copy_from_slice(&9i32.to_ne_bytes());
+        assert_eq!(waitid_status(&info), Some((4242, ProcessEnd::Signal, 9)));
+        info[8..12].copy_from_slice(&CLD_EXITED.to_ne_bytes());
+        info[24..28].copy_from_slice(&300i32.to_ne_bytes());
+        assert_eq!(waitid_status(&info), Some((4242, ProcessEnd::Exit, 44)));
+    }
+
+    #[test]
+    fn dir_of_a_path() {
+        let mut out = [0u8; 64];
+        let n = dir_of(&mut out, b"/a/b/p.1.stint");
+        assert_eq!(&out[..n], b"/a/b\0");
+        let n = dir_of(&mut out, b"/p.stint");
+        assert_eq!(&out[..n], b"/\0");
+        let n = dir_of(&mut out, b"p.stint");
+        assert_eq!(&out[..n], b".\0");
+    }
+
+    #[test]
     fn start_ticks_is_field_22_even_with_odd_command_names() {
         let line = b"4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200\n";
         assert_eq!(parse_start_ticks(line), 987654);
+        assert_eq!(stat_field(line, 4), 1, "the parent pid");
         assert_eq!(parse_start_ticks(b"4242 (x) S 1"), 0, "too few fields");
         assert_eq!(parse_start_ticks(b""), 0);
         assert_ne!(start_ticks(), 0, "this process has a start time");

@@ -31,8 +31,8 @@ use crate::text::copy_into;
 use core::mem::{offset_of, size_of};
 use stint_layout::{
     set_text_field, Control, FileHeader, FileLayout, FileShape, ProcessEnd, RtConfig, CONTROL_OFFSET, FILE_MAGIC,
-    FILE_VERSION, FLAG_ARGV_TRUNCATED, FLAG_LOAD_BIAS, FLAG_PATH_TRUNCATED, FLAG_TID_KEY_VERIFIED, OBJ_BUCKETS,
-    OBJ_CAP,
+    FILE_VERSION, FLAG_ARGV_TRUNCATED, FLAG_FORK_CHILD, FLAG_LOAD_BIAS, FLAG_PATH_TRUNCATED, FLAG_TID_KEY_VERIFIED,
+    OBJ_BUCKETS, OBJ_CAP,
 };
 
 /// Address space reserved for the profile mapping; the file grows inside it. Under an
@@ -142,8 +142,7 @@ struct Predecessor {
 /// Whether the existing file `name_nul` (relative to `dfd`) is a profile of an earlier image
 /// of this process; if so and it is newer than `best`, remember it.
 fn consider_predecessor(dfd: i32, name_nul: &[u8], path: &[u8], me: (u32, u64), best: &mut Option<Predecessor>) {
-    let (pid, start_ticks) = me;
-    if start_ticks == 0 {
+    if me.1 == 0 {
         return; // no process identity: never guess
     }
     let Ok(fd) = sys::openat(dfd, name_nul, sys::O_RDONLY | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0) else {
@@ -155,7 +154,15 @@ fn consider_predecessor(dfd: i32, name_nul: &[u8], path: &[u8], me: (u32, u64), 
     let Some(h) = buf.get(..n).and_then(|b| <FileHeader as stint_layout::Pod>::read_from(b, 0)) else {
         return;
     };
-    let same_process = h.magic == FILE_MAGIC
+    consider_header(&h, path, me, best);
+}
+
+/// Whether header `h` (of the file at `path`) is the profile of an earlier image of this
+/// process (`me`: pid and start ticks) newer than `best`; if so remember it.
+fn consider_header(h: &FileHeader, path: &[u8], me: (u32, u64), best: &mut Option<Predecessor>) {
+    let (pid, start_ticks) = me;
+    let same_process = start_ticks != 0
+        && h.magic == FILE_MAGIC
         && h.version == FILE_VERSION
         && h.pid == pid
         && h.proc_start_ticks == start_ticks
@@ -289,6 +296,27 @@ fn create_file(rt: &Rt, su: &mut Startup, log: &[u8], plen: usize) -> Result<(i3
             warn(rt, log, b"every profile name is taken (1000 tried)", base, None);
         }
     }
+    if result.is_ok() && pred.is_none() && su.private_dir != 0 {
+        // The image `exec` replaced may have had another program name (its profile another
+        // base name) in the same private directory, where names hold the pid
+        // (`<program>.<pid>[.<k>].stint`): look for it by header among those.
+        let dir = base.get(..dir_len).unwrap_or(&[]);
+        let mut needle = [0u8; 12];
+        let mut w = crate::text::Writer::new(&mut needle);
+        w.put(b".");
+        w.num(me.0 as u64);
+        w.put(b".");
+        let nl = w.len();
+        process::scan_profiles(dfd, needle.get(..nl), |name_nul, _, h| {
+            let name = name_nul.split_last().map_or(&[][..], |(_, n)| n);
+            let mut path = [0u8; PATH_MAX];
+            let n = copy_into(&mut path, &[dir, name]);
+            if let Some(path) = path.get(..n).filter(|_| n + 1 < PATH_MAX) {
+                consider_header(h, path, me, &mut pred);
+            }
+            false
+        });
+    }
     if let (Ok(_), Some(p)) = (&result, &pred) {
         if let Some(name_nul) = p.path.get(dir_len..p.len + 1) {
             mark_ended_by_exec(dfd, name_nul);
@@ -315,10 +343,18 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]
         return false; // STINT_PROFILE= (empty): measurement off by request
     }
     let log = su.log_path;
+    // `children: off` (D22): a fork child, or an image whose ancestor measures, does not.
+    // Read before the path is expanded: reading the control file uses the same scratch.
+    let children_off = control::children_off(su);
     let Some(plen) = expand_path(su, pid) else {
         warn(rt, &log, b"profile path too long", su.template.get(..su.template_len as usize).unwrap_or(&[]), None);
         return false;
     };
+    if children_off
+        && (extra_flags & FLAG_FORK_CHILD != 0 || process::ancestor_measures(su.path.get(..plen).unwrap_or(&[])))
+    {
+        return false;
+    }
     let Ok((fd, pred)) = create_file(rt, su, &log, plen) else {
         return false;
     };
@@ -449,6 +485,8 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]
     }
     // Safety: publishing the header: readers check the magic last.
     unsafe { core::ptr::write_volatile(&raw mut hdr.magic, FILE_MAGIC) };
+    // The control file used `su.path` as scratch: put this profile's path back.
+    su.path = path_copy;
     su.path_len = plen as u32;
     true
 }

@@ -121,6 +121,7 @@ const SYS_PRLIMIT64: usize = 302;
 const SYS_FALLOCATE: usize = 285;
 const RLIMIT_AS: usize = 9;
 const SYS_UNLINKAT: usize = 263;
+const SYS_GETDENTS64: usize = 217;
 
 pub const AT_FDCWD: isize = -100;
 pub const O_RDONLY: usize = 0;
@@ -193,6 +194,12 @@ pub fn unlink(path: &[u8]) {
 pub fn openat(dir: i32, name: &[u8], flags: usize, mode: usize) -> SysResult {
     debug_assert!(name.last() == Some(&0));
     syscall!(SYS_OPENAT, dir as isize, name.as_ptr(), flags, mode)
+}
+
+/// getdents64(2): directory entries of `fd` into `buf` (`linux_dirent64` records); 0 at
+/// the end.
+pub fn getdents64(fd: i32, buf: &mut [u8]) -> SysResult {
+    syscall!(SYS_GETDENTS64, fd as isize, buf.as_mut_ptr(), buf.len())
 }
 
 /// mkdir(path, mode); `path` must be NUL-terminated.

@@ -34,7 +34,10 @@
 //! Never touched: errno (raw system calls only, and none between the real call's return
 //! and ours), the program's locks, its memory other than the objects' first word (read).
 //!
-//! Layering: uses `sys`, `state`, `column`, `control` and `threads`.
+//! The process functions (`exit`, `wait*`, D22) come through the same thunks and are handed
+//! to [`process_fn`] at once: they record how processes end and measure nothing.
+//!
+//! Layering: uses `sys`, `state`, `column`, `control`, `process` and `threads`.
 #![allow(unsafe_code)]
 
 use crate::column::Column;
@@ -148,6 +151,9 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
     let resolving = s.lazy_rel != 0 && real_addr == base.wrapping_offset(s.lazy_rel as isize) as usize;
     // Safety: the address of the real function.
     let real: Real = unsafe { core::mem::transmute::<usize, Real>(real_addr) };
+    if let Some(f) = ProcessFn::from_u32(s.func) {
+        return process_fn(&rt, f, a, real);
+    }
     // Safety: calling the real function with the caller's arguments.
     let call = || unsafe { real(a[0], a[1], a[2], a[3]) };
     if s.point >= rt.cfg.n_points {
@@ -257,6 +263,72 @@ fn recorded<'a>(
 fn lock_word(ev: &Ev, addr: usize) -> *const u32 {
     let off = if ev.rt.cfg.tid_offset == MUSL_TID_OFFSET { 4 } else { 0 };
     addr.wrapping_add(off) as *const u32
+}
+
+/// The process functions (D22): `exit`, `_exit`, `_Exit` record this image's end with its
+/// status before the real call; `wait`, `waitpid`, `wait4` and `waitid` record how the child
+/// they reaped ended, in the child's profile, after it. Nothing is recorded unless this
+/// process measures into a profile of its own: a `vfork` child (which shares its parent's
+/// memory) or a fork child before its first event must never write into the parent's. A
+/// status or siginfo pointer the caller left null is replaced by one of ours (the kernel
+/// then reports into it; the caller sees what it would have).
+fn process_fn(rt: &Rt, f: ProcessFn, a: [usize; 4], real: Real) -> usize {
+    let st = rt.st;
+    let ours = st.active() && st.pid() == sys::getpid();
+    let mut args = a;
+    match f {
+        ProcessFn::Exit | ProcessFn::UnderscoreExit | ProcessFn::CapitalExit => {
+            if let Some(hdr) = rt.file_header().filter(|_| ours) {
+                // Safety: this process's own mapped header.
+                unsafe { crate::process::record_end(hdr, ProcessEnd::Exit, a[0] as u32 & 0xff) };
+            }
+        }
+        ProcessFn::Wait | ProcessFn::Waitpid | ProcessFn::Wait4 => {
+            let at = if f == ProcessFn::Wait { 0 } else { 1 };
+            let mut local: i32 = 0;
+            if let Some(p) = args.get_mut(at).filter(|p| **p == 0) {
+                *p = (&raw mut local) as usize;
+            }
+            // Safety: the real function with the caller's arguments (a valid status pointer).
+            let r = unsafe { real(args[0], args[1], args[2], args[3]) };
+            let pid = r as i32;
+            if ours && pid > 0 {
+                // Safety: the status word the kernel just filled (the caller's or `local`).
+                let status = unsafe { core::ptr::read_volatile(args[at] as *const i32) };
+                if let Some((how, v)) = crate::process::wait_status(status) {
+                    child_ended(rt, pid as u32, how, v);
+                }
+            }
+            return r;
+        }
+        ProcessFn::Waitid => {
+            let mut local = [0u8; 128];
+            if args[2] == 0 {
+                args[2] = local.as_mut_ptr() as usize;
+            }
+            // Safety: as above (a valid siginfo pointer).
+            let r = unsafe { real(args[0], args[1], args[2], args[3]) };
+            if ours && r as i32 == 0 {
+                // Safety: the siginfo_t (128 bytes) the kernel just filled.
+                let info = unsafe { core::ptr::read_volatile(args[2] as *const [u8; 128]) };
+                if let Some((pid, how, v)) = crate::process::waitid_status(&info) {
+                    child_ended(rt, pid, how, v);
+                }
+            }
+            return r;
+        }
+    }
+    // Safety: the real function with the caller's arguments.
+    unsafe { real(args[0], args[1], args[2], args[3]) }
+}
+
+/// Record a reaped child's end in its profile, next to this process's own.
+fn child_ended(rt: &Rt, child: u32, how: ProcessEnd, v: u32) {
+    // Safety: read only. After start-up, the profile path of a process that measures is
+    // written again only by a fork child's hand-off, in the child's own memory.
+    let su = unsafe { rt.st.startup() };
+    let Some(own) = su.path.get(..su.path_len as usize).filter(|p| !p.is_empty()) else { return };
+    crate::process::record_child_end(own, sys::getpid(), child, how, v);
 }
 
 /// How a call tells it found the object busy.

@@ -442,6 +442,7 @@ behaviour_tests! {
     churn: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     cet: [pie_o2: "pie-O2", nopie_o2: "nopie-O2"];
     proctree: [pie_o0: "pie-O0", nopie_o2: "nopie-O2"];
+    proctree_end: [pie_o0: "pie-O0"];
     forker: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     bench_calls: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     bench_locks: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];

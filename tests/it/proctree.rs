@@ -17,7 +17,12 @@
 //! | `control_file_reaches_every_image` | a `STINT_CONTROL` file selecting four functions holds in forked, spawned and exec'd images: only those are counted, exactly |
 //! | `stint_log_takes_the_lost_measurement_line` | a refused profile directory: with `STINT_LOG` the one `stint:` line goes into that file and stderr is the original's |
 //! | `report_tree_snapshot` | `stint report --tree` of a run, pids replaced by their order of appearance, times by `[t]` (insta) |
-//! | `git_alias_runs_git_again` | `/usr/bin/git` rewritten, `git -c alias.x='!"$G" status --short' x` (git forks a shell that runs git again): same output, three profiles in one tree, the inner git a child of the forked image |
+//! | `ends_are_recorded` | `testbins/proctree_end.c` (`STINT_DIR`): children that end by `exit(3)` from a thread (reaped by a raw system call: the child's own record), `return 5` from main, `_exit(7)`, SIGKILL and SIGSEGV (reaped by `waitpid`, `wait4`, `waitid`, `wait`: the parent's record) show exactly that in `--tree` JSON (`ended`, `exit_status`, `signal`) and in `stint report`'s header; the same output as the original |
+//! | `exec_into_another_program_names_the_profile_it_replaced` | the same run's last child execs the rewritten `proctree` (another program name, another profile name): its profile's `exec_from` names the `proctree_end` profile it replaced, and the tree links them |
+//! | `stint_run_records_the_root` | `stint run` records how the program it started ended (return 4 from main) in the root's profile |
+//! | `children_off_measures_only_the_root` | a control file with `children: off`: only the root process measures (its first image and the one it execs in place); the output is the original's |
+//! | `children_inherit_the_control_file` | without `children:` every image of the tree applies the parent's control file (`on: [calls]`, one function): exact counts in every image |
+//! | `git_alias_runs_git_again` | `/usr/bin/git` rewritten, `git -c alias.x='!"$G" status --short; "$G" checkout nosuch' x` (git forks a shell that runs git twice, the second fails): the same stdout, stderr (git's error line) and exit status 1 as git's, four profiles in one tree, the inner gits children of the forked image, each image's exit status recorded |
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -155,9 +160,16 @@ fn check_tree(profiles: &Path, rw: &Outcome) {
             _ => assert_eq!(r["parent_pid"], parent["pid"], "{file}: a spawned child's parent pid"),
         }
     }
-    // Every image but the last ended; the root and the fork child that exec'd by exec.
-    let ended: Vec<&str> = procs.iter().map(|p| p["ended"].as_str().unwrap_or("running")).collect();
-    assert_eq!(ended, ["exec", "gone", "exec", "gone", "gone", "gone", "gone", "gone", "gone", "gone"], "{tree:#}");
+    // Every image ended: the root and the fork child that exec'd by exec; every other child
+    // by exit 0, recorded by itself (`_exit`) or by the rewritten parent that reaped it (a
+    // return from main); the last image, whose parent is this test, is gone unrecorded.
+    let ended: Vec<(&str, Value)> =
+        procs.iter().map(|p| (p["ended"].as_str().unwrap_or("running"), p["exit_status"].clone())).collect();
+    let exit0 = ("exit", Value::from(0));
+    let (exec, gone) = (("exec", Value::Null), ("gone", Value::Null));
+    let want = [exec.clone(), exit0.clone(), exec, exit0.clone(), exit0.clone(), exit0.clone(), exit0.clone()];
+    let want: Vec<(&str, Value)> = want.into_iter().chain([exit0.clone(), exit0, gone]).collect();
+    assert_eq!(ended, want, "{tree:#}");
 }
 
 #[test]
@@ -247,6 +259,180 @@ fn stint_log_takes_the_lost_measurement_line() {
     assert_eq!(dir_entries(&open), Vec::<String>::new(), "no profile in a refused directory");
 }
 
+/// The original and the rewritten proctree_end (pie-O0).
+fn end_programs() -> (PathBuf, PathBuf) {
+    let bin = build(&program("proctree_end"), Variant::PieO0);
+    let out = run_root().join("proctree").join("rewritten").join("end").join("proctree_end");
+    static REWRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = REWRITE.lock().unwrap_or_else(|e| e.into_inner());
+    if !out.exists() {
+        rewrite(&bin, &out);
+    }
+    (bin, out)
+}
+
+/// proctree_end run (original, then rewritten) with `STINT_DIR` = `profiles`, its last
+/// child exec'ing proctree (original or rewritten to match); returns the rewritten run.
+fn run_ends(dir: &Path, profiles: &Path) -> Outcome {
+    let (bin, out) = end_programs();
+    let (other_bin, other_out) = programs(Variant::PieO0);
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let go =
+        |p: &Path, other: &Path| Run::new(p, &cwd).args([path_str(other)]).env("STINT_DIR", path_str(profiles)).run();
+    let orig = go(&bin, &other_bin);
+    assert_eq!(orig.status, 4, "the original: {orig:?}");
+    assert_eq!(
+        orig.stdout_str(),
+        "a: exit 3\nb: exit 5\nc: exit 7\nd: signal 9\ne: signal 11\nexec-image: 247\nf: exit 0\n",
+        "{orig:?}"
+    );
+    let rw = go(&out, &other_out);
+    assert!(rw.same_behaviour(&orig), "{}", describe_difference("original", &orig, "rewritten", &rw));
+    assert_eq!(dir_entries(&cwd), Vec::<String>::new(), "the cwd must stay empty");
+    rw
+}
+
+/// The image of `procs` (tree JSON) whose profile counts calls of `marked`.
+fn image_calling<'a>(procs: &'a [Value], profiles: &Path, marked: &str) -> &'a Value {
+    let found: Vec<&Value> = procs
+        .iter()
+        .filter(|p| {
+            calls_of(&report_json(&profiles.join(Path::new(p["file"].as_str().unwrap()).file_name().unwrap())), marked)
+                > 0
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one image calls {marked}: {procs:#?}");
+    found[0]
+}
+
+#[test]
+fn ends_are_recorded() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-ends");
+    let profiles = private_dir(&dir, "profiles");
+    run_ends(&dir, &profiles);
+    let tree = tree_json(&profiles);
+    let procs = tree["processes"].as_array().expect("processes");
+    assert_eq!(procs.len(), 8, "root, a–e, f and its exec'd image: {tree:#}");
+    let end = |p: &Value| (p["ended"].clone(), p["exit_status"].clone(), p["signal"].clone());
+    let exit = |s: u64| (Value::from("exit"), Value::from(s), Value::Null);
+    let signal = |n: u64| (Value::from("signal"), Value::Null, Value::from(n));
+    let want = [
+        // The test reaps the root: nothing records its return from main.
+        ("root_fn", (Value::from("gone"), Value::Null, Value::Null)),
+        ("a_fn", exit(3)),
+        ("b_fn", exit(5)),
+        ("c_fn", exit(7)),
+        ("d_fn", signal(9)),
+        ("e_fn", signal(11)),
+        ("f_fn", (Value::from("exec"), Value::Null, Value::Null)),
+        ("exec_fn", exit(0)),
+    ];
+    for (marked, want) in want {
+        let p = image_calling(procs, &profiles, marked);
+        assert_eq!(end(p), want, "{marked}: {p:#}");
+    }
+    // The report header and its JSON say the same.
+    let killed = image_calling(procs, &profiles, "d_fn");
+    let o = stint(&["report", killed["file"].as_str().unwrap()]);
+    assert_eq!(o.status, 0, "{o:?}");
+    assert!(o.stdout_str().contains("ended signal 9 (SIGKILL)"), "{}", o.stdout_str());
+    let r = report_json(Path::new(image_calling(procs, &profiles, "c_fn")["file"].as_str().unwrap()));
+    assert_eq!((r["ended"]["how"].as_str(), r["ended"]["exit_status"].as_u64()), (Some("exit"), Some(7)), "{r:#}");
+    let root = image_calling(procs, &profiles, "root_fn");
+    let o = stint(&["report", root["file"].as_str().unwrap()]);
+    assert!(o.stdout_str().contains("ended unrecorded (killed, or returned from main unseen)"), "{}", o.stdout_str());
+}
+
+#[test]
+fn exec_into_another_program_names_the_profile_it_replaced() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-other-exec");
+    let profiles = private_dir(&dir, "profiles");
+    run_ends(&dir, &profiles);
+    let tree = tree_json(&profiles);
+    let procs = tree["processes"].as_array().expect("processes");
+    let before = image_calling(procs, &profiles, "f_fn");
+    let after = image_calling(procs, &profiles, "exec_fn");
+    assert_eq!((before["program"].as_str(), after["program"].as_str()), (Some("proctree_end"), Some("proctree")));
+    assert_eq!(after["pid"], before["pid"], "an exec keeps the pid");
+    let r = report_json(Path::new(after["file"].as_str().unwrap()));
+    assert_eq!(r["exec_from"].as_str(), before["file"].as_str(), "{r:#}");
+    assert_eq!(after["link"], "exec");
+    assert_eq!(procs[after["parent"].as_u64().unwrap() as usize]["file"], before["file"], "{tree:#}");
+}
+
+#[test]
+fn stint_run_records_the_root() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-run-end");
+    let (bin, _) = end_programs();
+    let json = dir.join("run.json");
+    let o = Run::new(stint_bin(), &dir)
+        .env("XDG_CACHE_HOME", path_str(&dir.join("cache")))
+        .args(["run", "--format", "json", "-o", path_str(&json), "--", path_str(&bin)])
+        .run();
+    assert_eq!(o.status, 4, "stint run exits as the program did: {o:?}");
+    let docs: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let docs = docs.as_array().expect("one document per image");
+    assert_eq!(docs.len(), 6, "{docs:#?}");
+    let root = &docs[0];
+    assert_eq!(calls_of(root, "root_fn"), 1, "{root:#}");
+    assert_eq!((root["ended"]["how"].as_str(), root["ended"]["exit_status"].as_u64()), (Some("exit"), Some(4)));
+    assert_eq!(root["ended"]["signal"], Value::Null);
+}
+
+#[test]
+fn children_off_measures_only_the_root() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-children-off");
+    let profiles = private_dir(&dir, "profiles");
+    let control = dir.join("control.yaml");
+    std::fs::write(&control, "children: off\n").unwrap();
+    run_both(
+        &dir,
+        Variant::PieO0,
+        &[("STINT_PROFILE", &profile_template(&profiles, "proctree")), ("STINT_CONTROL", path_str(&control))],
+    );
+    let files = dir_entries(&profiles);
+    assert_eq!(files.len(), 2, "the root's two images only: {files:?}");
+    let reports: Vec<Value> = files.iter().map(|f| report_json(&profiles.join(f))).collect();
+    for (name, n) in MARKED {
+        let want = if ["root_fn", "reexec_fn"].contains(&name) { n } else { 0 };
+        let got: u64 = reports.iter().map(|r| calls_of(r, name)).sum();
+        assert_eq!(got, want, "{name}: only the root process measures");
+    }
+    let tree = tree_json(&profiles);
+    let links: Vec<&str> = tree["processes"].as_array().unwrap().iter().map(|p| p["link"].as_str().unwrap()).collect();
+    assert_eq!(links, ["root", "exec"], "{tree:#}");
+}
+
+#[test]
+fn children_inherit_the_control_file() {
+    let _share = cpu_share();
+    let dir = fresh_dir("proctree-children-inherit");
+    let profiles = private_dir(&dir, "profiles");
+    let control = dir.join("control.yaml");
+    std::fs::write(&control, "on: [calls]\nfunctions: [spawn_fn, thread_fork_fn]\nchildren: on\n").unwrap();
+    run_both(
+        &dir,
+        Variant::PieO0,
+        &[("STINT_PROFILE", &profile_template(&profiles, "proctree")), ("STINT_CONTROL", path_str(&control))],
+    );
+    let files = dir_entries(&profiles);
+    // Every image an exec starts (the root, exec-image, spawned, vforked, reexec) and the one
+    // fork child that calls a selected function (a fork child's profile starts at its first
+    // measured event).
+    assert_eq!(files.len(), 6, "{files:?}");
+    let reports: Vec<Value> = files.iter().map(|f| report_json(&profiles.join(f))).collect();
+    for (name, n) in MARKED {
+        let want = if ["spawn_fn", "thread_fork_fn"].contains(&name) { n } else { 0 };
+        let got: u64 = reports.iter().map(|r| calls_of(r, name)).sum();
+        assert_eq!(got, want, "{name}: the spawned child and the fork child apply the root's control file");
+    }
+}
+
 /// Replace each whole-word number of `pids` by `[pN]` in order of first appearance, and
 /// times (`0.123`) by `[t]`.
 fn redact_tree(text: &str, tmp: &str) -> String {
@@ -305,24 +491,37 @@ fn git_alias_runs_git_again() {
     assert_eq!(init.status, 0, "{init:?}");
     std::fs::write(repo.join("file.txt"), "x\n").unwrap();
     let profiles = private_dir(&dir, "profiles");
+    // The alias runs git twice; the second fails, so stderr has git's own error line and the
+    // exit status is 1: both must be the original's, byte for byte.
     let go = |g: &Path| {
         Run::new(g, &repo)
-            .args(["-c", "alias.x=!\"$G\" status --short", "x"])
+            .args(["-c", "alias.x=!\"$G\" status --short; \"$G\" checkout nosuch", "x"])
             .env("G", path_str(g))
             .env("STINT_DIR", path_str(&profiles))
             .run()
     };
     let orig = go(git);
-    assert_eq!((orig.status, orig.stdout_str().as_str()), (0, "?? file.txt\n"), "{orig:?}");
+    assert_eq!(
+        (orig.status, orig.stdout_str().as_str(), String::from_utf8_lossy(&orig.stderr).as_ref()),
+        (1, "?? file.txt\n", "error: pathspec 'nosuch' did not match any file(s) known to git\n"),
+        "{orig:?}"
+    );
     let rw = go(&rewritten);
     assert!(rw.same_behaviour(&orig), "{}", describe_difference("git", &orig, "rewritten git", &rw));
     let tree = tree_json(&profiles);
     let procs = tree["processes"].as_array().unwrap();
     let shape: Vec<(&str, u64)> =
         procs.iter().map(|p| (p["link"].as_str().unwrap(), p["depth"].as_u64().unwrap())).collect();
-    // git; its fork child (which runs the shell); the git the shell starts.
-    assert_eq!(shape, [("root", 0), ("fork", 1), ("child", 2)], "{tree:#}");
+    // git; its fork child (which runs the shell); the two gits the shell starts.
+    assert_eq!(shape, [("root", 0), ("fork", 1), ("child", 2), ("child", 2)], "{tree:#}");
     assert_eq!(procs[0]["pid"], rw.pid);
     assert_eq!(procs[2]["argv"], serde_json::json!([path_str(&rewritten), "status", "--short"]), "{tree:#}");
+    // git ends by calling exit (recorded by each image); the shell's end is recorded in the
+    // fork image's profile by the git that reaped it.
+    let ends: Vec<(&str, u64)> = procs
+        .iter()
+        .map(|p| (p["ended"].as_str().unwrap_or("running"), p["exit_status"].as_u64().unwrap_or(99)))
+        .collect();
+    assert_eq!(ends, [("exit", 1), ("exit", 1), ("exit", 0), ("exit", 1)], "{tree:#}");
     assert_eq!(dir_entries(&repo), [".git", "file.txt"], "nothing new in the work tree");
 }

@@ -523,7 +523,8 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
     plan
 }
 
-/// A wrapper point for every PLT stub of a thread-library function the spec selects (D4).
+/// A wrapper point for every PLT stub of a thread-library function the spec selects (D4), and of
+/// every process function (`exit`, `wait*`: D22, always).
 /// The stub's `jmp [rip+slot]` (6 bytes, 7 with a `bnd` prefix, after `endbr64` in
 /// `.plt.sec`) becomes `jmp wrapper_thunk` + nops; the code after it (`push n; jmp .plt`,
 /// reached through the GOT until lazy binding resolves the slot) is untouched.
@@ -727,7 +728,8 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
             let Some((address, symbol)) = import_callee(an, &by_stub, x) else { continue };
             let name = crate::analysis::demangle(symbol);
             let skip = |reason| SkippedImportSite { function: fi, site: x.ip(), name: name.clone(), address, reason };
-            let wrapped = |w: &Wrap| w.name == symbol;
+            // A process function's wrapper (D22) measures nothing: its calls stay an import.
+            let wrapped = |w: &Wrap| w.name == symbol && stint_layout::ProcessFn::from_u32(w.func).is_none();
             let reason = if plan.points.iter().any(|p| p.wrap.as_ref().is_some_and(wrapped)) {
                 Some(SkipReason::Wrapped)
             } else if crate::analysis::is_noreturn_import(symbol) {

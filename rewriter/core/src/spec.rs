@@ -127,7 +127,12 @@ impl Spec {
 
     /// `metric_bit`s a wrapper of thread-library function `name` measures: `calls` if it
     /// selects the name, and the `sync_calls` metrics that select it. 0: not wrapped.
+    /// The process functions (`exit`, `wait*`: D22) are wrapped whatever the spec says, with
+    /// the hook bit alone: their wrappers record how processes end and measure nothing.
     pub fn wrap_bits_for(&self, name: &str) -> u8 {
+        if stint_layout::ProcessFn::from_name(name).is_some() {
+            return stint_layout::GATE_HOOK;
+        }
         let b = self.selecting(name) & (SYNC_BITS | stint_layout::metric_bit(stint_layout::METRIC_CALLS));
         if b & SYNC_BITS == 0 && stint_layout::wrap_id(name) != Some(stint_layout::WRAP_PTHREAD_CREATE) {
             // Calls alone are counted by an entry point where there is one (static programs);
@@ -186,6 +191,11 @@ mod tests {
         assert_eq!(s.wrap_bits_for("pthread_mutex_lock"), 0);
         assert_eq!(s.wrap_bits_for("pthread_create"), calls | stint_layout::GATE_HOOK);
         assert_eq!(s.wrap_bits_for("pthread_setname_np"), 0, "without sync metrics setname is not wrapped");
+        // The process functions (D22) are wrapped by any spec, with the hook bit alone.
+        for f in ["exit", "_exit", "_Exit", "wait", "waitpid", "wait4", "waitid"] {
+            assert_eq!(s.wrap_bits_for(f), stint_layout::GATE_HOOK, "{f}");
+        }
+        assert_eq!(s.wrap_bits_for("execve"), 0);
     }
 
     #[test]

@@ -101,14 +101,74 @@ pub struct ProcessJson {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndedJson {
     /// `exec` (replaced by another image), `exit`, `signal`, or `gone` (the process is gone
-    /// and recorded no end: it exited or was killed).
+    /// and nothing recorded its end: killed, or returned from `main` with no recording
+    /// parent, D22).
     pub how: String,
-    /// The exit status, when `how` is `exit`.
-    pub status: Option<i32>,
-    /// The signal, when `how` is `signal`.
+    /// The exit status as the parent saw it (0–255), when `how` is `exit`.
+    #[serde(default)]
+    pub exit_status: Option<u32>,
+    /// The signal number, when `how` is `signal`.
+    #[serde(default)]
     pub signal: Option<u32>,
     /// CLOCK_REALTIME of the end, ns since the epoch, when recorded.
     pub at: Option<u64>,
+}
+
+impl EndedJson {
+    /// How a report says it: `exit 3`, `signal 9 (SIGKILL)`, `exec`, or for a process that is
+    /// gone with no end recorded `unrecorded (killed, or returned from main unseen)`: the
+    /// image records `exit`/`_exit`/`_Exit` calls itself, but a return from `main` and a
+    /// signal are seen only by a parent that records them (a rewritten program's `wait*`,
+    /// `stint run`).
+    pub fn label(&self) -> String {
+        match (self.how.as_str(), self.exit_status, self.signal) {
+            ("exit", Some(s), _) => format!("exit {s}"),
+            ("signal", _, Some(n)) => match signal_name(n) {
+                Some(name) => format!("signal {n} ({name})"),
+                None => format!("signal {n}"),
+            },
+            ("gone", _, _) => "unrecorded (killed, or returned from main unseen)".to_owned(),
+            (how, _, _) => how.to_owned(),
+        }
+    }
+}
+
+/// The name of Linux signal `n` (x86-64 numbering), if it is a standard one.
+pub fn signal_name(n: u32) -> Option<&'static str> {
+    const NAMES: [&str; 31] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    NAMES.get((n as usize).checked_sub(1)?).copied()
 }
 
 /// The process keys of profile `p`.
@@ -119,8 +179,8 @@ pub fn process_json(p: &Profile) -> ProcessJson {
         "running" => Some(EndedJson { how: "gone".into(), ..EndedJson::default() }),
         how => Some(EndedJson {
             how: how.to_owned(),
-            status: None,
-            signal: None,
+            exit_status: (how == "exit").then_some(pr.end_status),
+            signal: (how == "signal").then_some(pr.end_status),
             at: (pr.end_realtime_ns != 0).then_some(pr.end_realtime_ns),
         }),
     };

@@ -202,6 +202,52 @@ impl Tree {
     }
 }
 
+/// How a process ended, as its parent saw it (D22).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// Exit status (0–255).
+    Exit(u32),
+    /// Killed by this signal.
+    Signal(u32),
+}
+
+/// Record how process `pid` ended in its profile among the files of `dir` (the newest one of
+/// that pid whose image `exec` did not replace), as a rewritten parent's `wait` does: what
+/// `stint run` does for the program it started. Returns the profile written, if any.
+pub fn record_end(dir: &Path, pid: u32, end: End) -> std::io::Result<Option<PathBuf>> {
+    use std::os::unix::fs::FileExt;
+    use stint_layout::{FileHeader, Pod, ProcessEnd, FILE_MAGIC, FILE_VERSION};
+    let mut best: Option<(u64, PathBuf)> = None;
+    for e in std::fs::read_dir(dir)? {
+        let path = e?.path();
+        if path.extension().is_none_or(|x| x != "stint") {
+            continue;
+        }
+        let mut head = vec![0u8; std::mem::size_of::<FileHeader>()];
+        let Ok(f) = std::fs::File::open(&path) else { continue };
+        if f.read_exact_at(&mut head, 0).is_err() {
+            continue;
+        }
+        let Some(h) = FileHeader::read_from(&head, 0) else { continue };
+        let fits =
+            h.magic == FILE_MAGIC && h.version == FILE_VERSION && h.pid == pid && h.end_how != ProcessEnd::Exec as u32;
+        if fits && best.as_ref().is_none_or(|(t, _)| h.start_monotonic_ns > *t) {
+            best = Some((h.start_monotonic_ns, path));
+        }
+    }
+    let Some((_, path)) = best else { return Ok(None) };
+    let (how, status) = match end {
+        End::Exit(s) => (ProcessEnd::Exit, s),
+        End::Signal(n) => (ProcessEnd::Signal, n),
+    };
+    let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    f.write_all_at(&status.to_le_bytes(), std::mem::offset_of!(FileHeader, end_status) as u64)?;
+    f.write_all_at(&now.to_le_bytes(), std::mem::offset_of!(FileHeader, end_realtime_ns) as u64)?;
+    f.write_all_at(&(how as u32).to_le_bytes(), std::mem::offset_of!(FileHeader, end_how) as u64)?;
+    Ok(Some(path))
+}
+
 /// One image of the tree as the JSON of `stint report --tree --format json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeNodeJson {
@@ -214,8 +260,14 @@ pub struct TreeNodeJson {
     pub link: Link,
     pub depth: usize,
     pub argv: Vec<String>,
-    /// `null` while running, else `exec`, `exit`, `signal` or `gone`.
+    /// `null` while running, else `exec`, `exit`, `signal` or `gone` (no end recorded).
     pub ended: Option<String>,
+    /// The exit status, when `ended` is `exit`.
+    #[serde(default)]
+    pub exit_status: Option<u32>,
+    /// The signal that killed the process, when `ended` is `signal`.
+    #[serde(default)]
+    pub signal: Option<u32>,
     pub totals: Totals,
 }
 
@@ -241,6 +293,7 @@ pub fn to_json(t: &Tree) -> TreeJson {
             let n = &t.nodes[i];
             let tot = totals(&n.profile);
             all.add(&tot);
+            let ended = process_json(&n.profile).ended;
             TreeNodeJson {
                 file: n.path.display().to_string(),
                 program: n.profile.program.clone(),
@@ -250,7 +303,9 @@ pub fn to_json(t: &Tree) -> TreeJson {
                 link: n.link,
                 depth,
                 argv: n.profile.process.argv.clone(),
-                ended: process_json(&n.profile).ended.map(|e| e.how),
+                exit_status: ended.as_ref().and_then(|e| e.exit_status),
+                signal: ended.as_ref().and_then(|e| e.signal),
+                ended: ended.map(|e| e.how),
                 totals: tot,
             }
         })
@@ -268,8 +323,8 @@ fn ms(ns: Option<u64>) -> String {
 /// ```text
 /// process tree: 3 profiles, 1 root
 /// root  proctree  pid 100  calls 4  cpu ms -  wall ms -  ended exec
-/// ├─ fork  proctree  pid 101  calls 12  cpu ms -  wall ms -  ended gone
-/// └─ exec  proctree  pid 100  calls 32  cpu ms -  wall ms -  ended gone  args: reexec
+/// ├─ fork  proctree  pid 101  calls 12  cpu ms -  wall ms -  ended signal 9 (SIGKILL)
+/// └─ exec  proctree  pid 100  calls 32  cpu ms -  wall ms -  ended exit 5  args: reexec
 /// total  calls 48  cpu ms -  wall ms -
 /// ```
 pub fn to_table(t: &Tree) -> String {
@@ -301,7 +356,7 @@ pub fn to_table(t: &Tree) -> String {
         let tot = totals(&n.profile);
         all.add(&tot);
         let p = &n.profile;
-        let ended = process_json(p).ended.map_or_else(|| "no (running)".to_owned(), |e| e.how);
+        let ended = process_json(p).ended.map_or_else(|| "no (running)".to_owned(), |e| e.label());
         let _ = write!(
             out,
             "{prefix}{}  {}  pid {}  calls {}  cpu ms {}  wall ms {}  ended {ended}",
@@ -377,6 +432,70 @@ mod tests {
         assert!(lines[5].starts_with("root  synthetic  pid 99"), "{text}");
         let j = to_json(&t);
         assert_eq!(j.processes.iter().map(|p| p.parent).collect::<Vec<_>>(), [None, Some(0), Some(0), Some(0), None]);
+    }
+
+    #[test]
+    fn ends_show_their_status_or_signal() {
+        let ended = |end: &str, status: u32| ProcessInfo { end: end.into(), end_status: status, ..Default::default() };
+        let items = vec![
+            (PathBuf::from("p.10.stint"), prof(10, 1, 1, ended("exit", 3))),
+            (PathBuf::from("p.11.stint"), prof(11, 10, 2, ended("signal", 9))),
+            (PathBuf::from("p.12.stint"), prof(12, 10, 3, ended("signal", 64))),
+            (PathBuf::from("p.13.stint"), prof(13, 10, 4, ended("running", 0))),
+        ];
+        let t = Tree::build(items);
+        let j = to_json(&t);
+        let ends: Vec<(Option<&str>, Option<u32>, Option<u32>)> =
+            j.processes.iter().map(|p| (p.ended.as_deref(), p.exit_status, p.signal)).collect();
+        assert_eq!(
+            ends,
+            [
+                (Some("exit"), Some(3), None),
+                (Some("signal"), None, Some(9)),
+                (Some("signal"), None, Some(64)),
+                (Some("gone"), None, None)
+            ]
+        );
+        let text = to_table(&t);
+        let tails: Vec<&str> = text.lines().skip(1).take(4).map(|l| l.split("  ended ").nth(1).unwrap_or("")).collect();
+        assert_eq!(
+            tails,
+            ["exit 3", "signal 9 (SIGKILL)", "signal 64", "unrecorded (killed, or returned from main unseen)"],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn record_end_writes_the_newest_image_of_the_pid() {
+        let dir = std::env::temp_dir().join(format!("stint-record-end-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let meta = crate::synthetic::synthetic_meta("p", &[("main", "0x1000")]);
+        let write = |name: &str, pid: u32, start: u64, end_how: u32| {
+            let mut b = crate::synthetic::write_synthetic(&meta, &[]);
+            crate::synthetic::patch_header(&mut b, |h| {
+                h.pid = pid;
+                h.start_monotonic_ns = start;
+                h.end_how = end_how;
+            });
+            std::fs::write(dir.join(name), b).unwrap();
+        };
+        write("p.7.stint", 7, 1, stint_layout::ProcessEnd::Exec as u32); // replaced by exec
+        write("q.7.stint", 7, 2, 0); // the image that ran last
+        write("q.7.1.stint", 7, 0, 0); // an older one of a recycled pid
+        write("p.8.stint", 8, 3, 0);
+        let got = record_end(&dir, 7, End::Signal(11)).unwrap();
+        assert_eq!(got, Some(dir.join("q.7.stint")));
+        let read = |name: &str| {
+            let b = std::fs::read(dir.join(name)).unwrap();
+            crate::profile::parse_with(&b, &crate::profile::Observer::ENDED).unwrap()
+        };
+        let p = read("q.7.stint");
+        assert_eq!((p.process.end.as_str(), p.process.end_status), ("signal", 11));
+        assert_ne!(p.process.end_realtime_ns, 0);
+        assert_eq!(read("q.7.1.stint").process.end, "running");
+        assert_eq!(read("p.7.stint").process.end, "exec");
+        assert_eq!(record_end(&dir, 9, End::Exit(0)).unwrap(), None, "no profile of pid 9");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -172,6 +172,9 @@ pub struct ProcessInfo {
     pub end: String,
     /// CLOCK_REALTIME of the recorded end, ns since the epoch (0: none).
     pub end_realtime_ns: u64,
+    /// The exit status (`end` = `exit`) or the signal (`end` = `signal`); 0 otherwise.
+    #[serde(default)]
+    pub end_status: u32,
 }
 
 impl ProcessInfo {
@@ -203,6 +206,7 @@ impl ProcessInfo {
             parent_profile: text(&h.parent_profile),
             end: ProcessEnd::from_u32(h.end_how).map_or("running", ProcessEnd::name).to_string(),
             end_realtime_ns: h.end_realtime_ns,
+            end_status: h.end_status,
         }
     }
 
@@ -1164,6 +1168,8 @@ mod tests {
             exec_from: [[37; 32]; 32],
             parent_profile: [[38; 32]; 32],
             load_bias: 32,
+            end_status: 39,
+            _pad_end: 0,
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
 

@@ -599,7 +599,7 @@ pub fn process_line(p: &Profile) -> Option<String> {
     if let Some(from) = &pr.exec_from {
         let _ = write!(out, "  exec'd from {from}");
     }
-    let ended = crate::json::process_json(p).ended.map(|e| e.how);
+    let ended = crate::json::process_json(p).ended.map(|e| e.label());
     let _ = write!(out, "  ended {}", ended.as_deref().unwrap_or("no (running)"));
     let _ = write!(out, "  argv: {}", pr.argv.join(" "));
     if pr.argv_truncated {
@@ -974,7 +974,7 @@ mod tests {
             ("argv", json!([])),
             ("argv_truncated", json!(false)),
             ("started", json!(sample().start_realtime_ns)),
-            ("ended", json!({"how": "gone", "status": null, "signal": null, "at": null})),
+            ("ended", json!({"how": "gone", "exit_status": null, "signal": null, "at": null})),
         ] {
             expected[k] = v;
         }

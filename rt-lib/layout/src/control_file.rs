@@ -14,13 +14,17 @@
 //!   - worker*                    #   anything else a glob on the thread name
 //!   - 4242
 //! call_paths: false              # no calling-context trees in this run (`true`: trees, the default)
+//! children: off                  # child processes do not measure (`on`: they do, the default)
 //! ```
-//! - The keys are `on`, `functions`, `threads` and `call_paths`, at column 0, each at most once, in any
+//! - The keys are `on`, `functions`, `threads`, `call_paths` and `children`, at column 0, each at most once, in any
 //!   order, each written `key:` followed by a space or the end of the line. All are
 //!   optional: without `on` the spec's `on_at_start` values stay; without `functions` or
 //!   `threads` every function or thread is selected. An empty list (`functions: []`)
 //!   selects nothing. `call_paths` takes one plain `true` or `false` (no list); without it the
-//!   spec's `call_paths` and `STINT_CALLTREE_NODES` decide.
+//!   spec's `call_paths` and `STINT_CALLTREE_NODES` decide. `children` takes one plain `on`
+//!   or `off` (words, the same to YAML 1.2, which reads them as strings): with `off`, a
+//!   process whose ancestor measures with this file does not measure (D22: a child inherits
+//!   its parent's control file setting unless the file says otherwise).
 //! - A value is a flow list closed on the same line (`[a, "b", 'c']`, `[]`, a trailing comma
 //!   allowed), a single item (`on: calls`, a one-item list), or nothing after the colon and
 //!   then block items `- item`, one per line, all at the same indentation (0 or more spaces).
@@ -58,9 +62,10 @@ const _: () = assert!(THREAD_RULES_CAP == 8 && MAX_FUNCTIONS == 64);
 const TOO_LARGE: &str = "control file larger than 64 KiB";
 const LONE_CR: &str = "carriage return inside a line";
 const TAB_INDENT: &str = "tab used for indentation";
-const EXPECTED_KEY: &str = "expected `on:`, `functions:`, `threads:` or `call_paths:` at column 0";
+const EXPECTED_KEY: &str = "expected `on:`, `functions:`, `threads:`, `call_paths:` or `children:` at column 0";
 const SPACE_AFTER_COLON: &str = "expected a space after `:`";
-const UNKNOWN_KEY: &str = "unknown key (expected on, functions, threads or call_paths)";
+const UNKNOWN_KEY: &str = "unknown key (expected on, functions, threads, call_paths or children)";
+const EXPECTED_ON_OFF: &str = "expected `on` or `off`";
 const EXPECTED_BOOL: &str = "expected `true` or `false`";
 const DUPLICATE_KEY: &str = "duplicate key";
 const SECOND_DOCUMENT: &str = "`---` is only allowed before the first key";
@@ -111,6 +116,8 @@ pub struct ControlFile<'a> {
     has_threads: bool,
     /// `call_paths:`: whether threads keep calling-context trees; None without the key.
     pub call_paths: Option<bool>,
+    /// `children:`: whether child processes measure (`off`: false); None without the key.
+    pub children: Option<bool>,
 }
 
 impl Default for ControlFile<'_> {
@@ -125,6 +132,7 @@ impl Default for ControlFile<'_> {
             n_threads: 0,
             has_threads: false,
             call_paths: None,
+            children: None,
         }
     }
 }
@@ -207,6 +215,7 @@ enum Key {
     Functions,
     Threads,
     CallPaths,
+    Children,
 }
 
 impl Key {
@@ -216,6 +225,7 @@ impl Key {
             b"functions" => Some(Key::Functions),
             b"threads" => Some(Key::Threads),
             b"call_paths" => Some(Key::CallPaths),
+            b"children" => Some(Key::Children),
             _ => None,
         }
     }
@@ -226,6 +236,7 @@ impl Key {
             Key::Functions => 2,
             Key::Threads => 4,
             Key::CallPaths => 8,
+            Key::Children => 16,
         }
     }
 }
@@ -330,6 +341,16 @@ impl<'a> Parser<'a> {
                 };
                 return end_of_line(after, JUNK_AFTER_ITEM);
             }
+            Key::Children => {
+                let (rest, _) = skip_spaces(rest);
+                let (item, after) = parse_item(rest, false)?;
+                self.cf.children = match (item.quoted, item.text) {
+                    (false, b"on") => Some(true),
+                    (false, b"off") => Some(false),
+                    _ => return Err(EXPECTED_ON_OFF),
+                };
+                return end_of_line(after, JUNK_AFTER_ITEM);
+            }
         }
         let (rest, _) = skip_spaces(rest);
         match rest.split_first() {
@@ -417,6 +438,7 @@ impl<'a> Parser<'a> {
                 cf.n_threads += 1;
             }
             Key::CallPaths => return Err(EXPECTED_BOOL),
+            Key::Children => return Err(EXPECTED_ON_OFF),
         }
         Ok(())
     }
@@ -582,6 +604,33 @@ mod tests {
             assert!(cf.function_selected(b"anything"));
             assert!(cf.thread_selected(7, b"any"));
         }
+    }
+
+    #[test]
+    fn children_is_on_or_off() {
+        assert_eq!(
+            ok("children: off
+")
+            .children,
+            Some(false)
+        );
+        assert_eq!(
+            ok("on: [calls]
+children: on # the default
+")
+            .children,
+            Some(true)
+        );
+        assert_eq!(
+            ok("on: [calls]
+")
+            .children,
+            None
+        );
+        for bad in ["children: false", "children: [off]", "children: \"off\"", "children:", "children: off x"] {
+            assert!(parse(bad.as_bytes()).is_err(), "{bad}");
+        }
+        assert_eq!(parse(b"children: on\nchildren: off").unwrap_err().what, DUPLICATE_KEY);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The closed sets of values the file and the runtime store in `u32` fields: object kinds,
-//! thread states, how a thread ended, the wrapped thread-library functions, timer operations,
+//! thread states, how a thread ended, how a process image ended, the wrapped thread-library and process functions, timer operations,
 //! clock sources, column states, control-file outcomes and request kinds.
 //!
 //! Each is a `#[repr(u32)]` enum declared once with [`u32_enum!`], which gives it its value
@@ -87,18 +87,44 @@ u32_enum! {
 
 u32_enum! {
     /// `FileHeader::end_how`: how a process image ended (D22), as far as it was recorded.
-    /// The runtime records `exec` (the next image of the same process marks it); an image
-    /// with no record ended by exit or by a signal, or still runs: a reader tells those
-    /// apart by whether the process is still there.
+    /// Who records what:
+    /// - `exec`: the next image of the same process marks the one it replaced;
+    /// - `exit`: the image itself, when it calls `exit`, `_exit` or `_Exit` (from any
+    ///   thread) through an import it was rewritten with ([`ProcessFn`]);
+    /// - `exit` or `signal`: the parent, when it is a rewritten program that reaps the child
+    ///   with `wait`, `waitpid`, `wait4` or `waitid`, or `stint run` for the program it
+    ///   started; the parent's view wins (it is what the kernel reported), so a return from
+    ///   `main` and a death by a signal are recorded there.
+    ///
+    /// An image with no record either still runs or ended unseen (returned from `main` or was
+    /// killed, and nobody that records reaped it): a reader tells those apart by whether the
+    /// process is still there.
     pub enum ProcessEnd {
-        /// No end recorded: still running, or exited or killed without a record.
+        /// No end recorded: still running, or ended unseen.
         Running = 0 => "running",
-        /// `exit`/return from `main` (status recorded).
+        /// Exited (`FileHeader::end_status` holds the status).
         Exit = 1 => "exit",
-        /// Killed by a signal (signal recorded).
+        /// Killed by a signal (`FileHeader::end_status` holds the signal).
         Signal = 2 => "signal",
         /// Replaced by another image through `exec` in the same process.
         Exec = 3 => "exec",
+    }
+}
+
+u32_enum! {
+    /// The process functions the rewriter wraps (D22), `WrapSite::func` like [`WrappedFn`]'s
+    /// but from 64 up: the ends of a process (`exit`, `_exit`, `_Exit`: the image records its
+    /// status) and the reaping of a child (`wait*`: the parent records how the child ended,
+    /// in the child's profile). Their wrappers run whatever the metrics' gates say: they
+    /// measure nothing, they record.
+    pub enum ProcessFn {
+        Exit = 64 => "exit",
+        UnderscoreExit = 65 => "_exit",
+        CapitalExit = 66 => "_Exit",
+        Wait = 67 => "wait",
+        Waitpid = 68 => "waitpid",
+        Wait4 = 69 => "wait4",
+        Waitid = 70 => "waitid",
     }
 }
 
@@ -208,5 +234,9 @@ mod tests {
         assert!(WrappedFn::ALL.iter().enumerate().all(|(i, w)| *w as usize == i + 1));
         assert_eq!(ObjectKind::from_u32(0), None);
         assert_eq!((TimerOp::Enter as u32, TimerOp::Exit as u32), (0, 1));
+        // Process functions never share an id with a thread-library one.
+        assert!(ProcessFn::ALL.iter().all(|p| WrappedFn::from_u32(*p as u32).is_none()));
+        assert!(ProcessFn::ALL.iter().all(|p| WrappedFn::from_name(p.name()).is_none()));
+        assert_eq!(ProcessFn::from_name("_Exit"), Some(ProcessFn::CapitalExit));
     }
 }

@@ -66,8 +66,8 @@ mod metric;
 pub mod pod;
 
 pub use kinds::{
-    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, ProcessEnd, RequestOp, ThreadState, TimerOp,
-    WrappedFn,
+    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, ProcessEnd, ProcessFn, RequestOp, ThreadState,
+    TimerOp, WrappedFn,
 };
 pub use metric::{
     kind_bits, metric_id, site_bits, Metric, MetricDef, MetricKind, MetricSite, METRICS, METRIC_NAMES, N_COUNTER_SLOTS,
@@ -181,6 +181,12 @@ pod_struct! {
         /// Run-time address minus input-ELF address of the program (0 unless PIE), valid with
         /// `FLAG_LOAD_BIAS`: a reader maps sync-object addresses back to data symbols.
         pub load_bias: u64,
+        /// With `end_how` [`ProcessEnd::Exit`]: the exit status as the parent sees it (the
+        /// low 8 bits of the value given to `exit`); with [`ProcessEnd::Signal`]: the
+        /// signal number. 0 otherwise (and in files of writers before it: the header page is
+        /// zero-filled).
+        pub end_status: u32,
+        pub _pad_end: u32,
     }
 }
 
@@ -651,7 +657,7 @@ pub const WRAPPED: &[(&str, u32)] = &{
 
 /// The `WRAP_*` id of a thread-library function name (`None`: not wrapped).
 pub fn wrap_id(name: &str) -> Option<u32> {
-    WrappedFn::from_name(name).map(|w| w as u32)
+    WrappedFn::from_name(name).map(|w| w as u32).or_else(|| ProcessFn::from_name(name).map(|w| w as u32))
 }
 
 pod_struct! {

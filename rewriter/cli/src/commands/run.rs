@@ -56,6 +56,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             return Err(e);
         }
     };
+    // The parent of the root records how it ended (D22), as a rewritten parent's wait does.
+    let end = status.status.code().map(|c| proctree::End::Exit(c as u32 & 0xff));
+    if let Some(end) = end.or(status.status.signal().map(|n| proctree::End::Signal(n as u32))) {
+        let _ = proctree::record_end(&dir, status.pid, end);
+    }
     if let Err(e) = print_profiles(&a, &dir, status.pid) {
         // The program ran; its exit status still wins, the report problem is said on stderr.
         eprintln!("stint: {}", crate::one_line(&e));
