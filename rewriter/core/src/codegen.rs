@@ -49,6 +49,7 @@ use crate::unwind::{Initial, Piece};
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
+use std::collections::BTreeMap;
 use stint_layout::{
     cct_index_offset, cct_nodes_offset, counter_offset, gate_offset, metric_bit, TimerOp, CCT_CAP, CCT_HASH_MUL,
     CCT_NODE_CALLS_OFFSET, CCT_NODE_CPU_OFFSET, CCT_NODE_PARENT_OFFSET, CCT_NODE_POINT_OFFSET, CCT_NODE_SIZE,
@@ -159,7 +160,7 @@ pub struct PieceAt {
 /// Every address outside itself that generated code refers to. The layout pass fills it in
 /// block by block; a piece only refers to blocks placed before it (or to the program and the
 /// writable memory), so sizing a piece at its final address gives its final size.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Targets {
     /// The program's own entry point (where the entry stub continues).
     pub program_entry: u64,
@@ -176,6 +177,9 @@ pub struct Targets {
     pub timer_stub: u64,
     pub timer_enter: u64,
     pub timer_exit: u64,
+    /// GOT slot of a wrapped import → its wrapper thunk (`Plan::wrap_slots`): a displaced
+    /// `call`/`jmp [rip+slot]` is redirected there ([`redirect_wrapped`]).
+    pub wrap_thunks: BTreeMap<u64, u64>,
 }
 
 impl Targets {
@@ -217,7 +221,10 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         PieceKind::TrapStub => trap_stub(at, t.config, rt(rtimage::STINT_RT_TRAP)),
         PieceKind::Trampoline(i) => {
             let p = point(i)?;
-            trampoline(p, t.trampoline_env(p.id), at)
+            match redirect_wrapped(&p.displaced, &t.wrap_thunks)? {
+                Some(displaced) => trampoline(&Point { displaced, ..p.clone() }, t.trampoline_env(p.id), at),
+                None => trampoline(p, t.trampoline_env(p.id), at),
+            }
         }
         PieceKind::WrapThunk { point: i, site } => {
             let p = point(i)?;
@@ -226,6 +233,9 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         }
         PieceKind::ExitTrampoline(i) => {
             let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
+            let redirected =
+                redirect_wrapped(&x.displaced, &t.wrap_thunks)?.map(|displaced| Exit { displaced, ..x.clone() });
+            let x = redirected.as_ref().unwrap_or(x);
             match plan.tail_imports.iter().find(|ti| ti.site == x.site && ti.called) {
                 Some(_) => tail_call_trampoline(x, t.trampoline_env(x.point), at),
                 None => exit_trampoline(x, t.trampoline_env(x.point), at),
@@ -665,6 +675,35 @@ pub fn wrap_thunk(at: u64, gate: u64, bits: u8, site: u64, rt_wrap: u64, got_slo
     b.bind(off);
     b.op(Instruction::with1(Code::Jmp_rm64, rip(got_slot)))?;
     b.encode(at)
+}
+
+/// The displaced instructions with every `call`/`jmp [rip+slot]` through the GOT slot of a
+/// wrapped import turned into a direct `call`/`jmp` to its wrapper thunk (at the same
+/// address and length, so an emulated call pushes the same return address); `None` if
+/// there is none. A PLT call needs nothing: the stub it calls leads to the thunk.
+pub fn redirect_wrapped(displaced: &[Instruction], thunks: &BTreeMap<u64, u64>) -> Result<Option<Vec<Instruction>>> {
+    let thunk_of = |x: &Instruction| {
+        let code = match x.code() {
+            Code::Call_rm64 => Code::Call_rel32_64,
+            Code::Jmp_rm64 => Code::Jmp_rel32_64,
+            _ => return None,
+        };
+        x.is_ip_rel_memory_operand().then(|| thunks.get(&x.ip_rel_memory_address()).map(|&t| (code, t))).flatten()
+    };
+    if !displaced.iter().any(|x| thunk_of(x).is_some()) {
+        return Ok(None);
+    }
+    let mut out = displaced.to_vec();
+    for x in out.iter_mut() {
+        if let Some((code, thunk)) = thunk_of(x) {
+            let mut d = Instruction::with_branch(code, thunk).map_err(internal)?;
+            d.set_ip(x.ip());
+            d.set_len(x.len());
+            d.set_next_ip(x.next_ip());
+            *x = d;
+        }
+    }
+    Ok(Some(out))
 }
 
 /// Addresses and offsets the shared timer routines need.
