@@ -603,7 +603,8 @@ pub struct UncoveredWrap {
     pub name: String,
     /// The instruction that uses its GOT slot.
     pub site: u64,
-    /// The calling function (index into `Analysis::functions`).
+    /// The calling function (index into `Analysis::functions`; `usize::MAX` for
+    /// [`Uncovered::NoUseFound`]).
     pub function: usize,
     pub why: Uncovered,
 }
@@ -618,18 +619,20 @@ pub enum Uncovered {
     BranchTarget(u64),
     /// The instruction overlaps a patch without lying inside it.
     Overlap(u64),
+    /// The import has a GOT slot but no instruction of the decoded code uses it (it is called
+    /// through a pointer stored elsewhere, or from code that could not be decoded); `site` is
+    /// the slot.
+    NoUseFound,
 }
 
+/// Why, without the import's name or the site: "GOT slot read into a pointer".
 impl std::fmt::Display for UncoveredWrap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.why {
-            Uncovered::Pointer => write!(f, "{} at 0x{:x}: GOT slot read into a pointer", self.name, self.site),
-            Uncovered::BranchTarget(t) => {
-                write!(f, "{} at 0x{:x}: branch target 0x{t:x} inside the call", self.name, self.site)
-            }
-            Uncovered::Overlap(a) => {
-                write!(f, "{} at 0x{:x}: overlaps the patch at 0x{a:x}", self.name, self.site)
-            }
+            Uncovered::Pointer => f.write_str("GOT slot read into a pointer"),
+            Uncovered::BranchTarget(t) => write!(f, "branch target 0x{t:x} inside the call"),
+            Uncovered::Overlap(a) => write!(f, "overlaps the patch at 0x{a:x}"),
+            Uncovered::NoUseFound => write!(f, "no call through its GOT slot 0x{:x} found", self.site),
         }
     }
 }
@@ -673,6 +676,7 @@ fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
     for x in &plan.exits {
         patches.insert(x.address, x.window_len);
     }
+    let mut used = std::collections::BTreeSet::new();
     // The wrapper point of an import: its PLT stub's, or a new one on its first use.
     let point_of = |plan: &mut Plan, slot: u64, (func, name, bits): (u32, &str, u8)| -> u32 {
         if let Some(p) = plan.points.iter().find(|p| p.wrap.as_ref().is_some_and(|w| w.name == name)) {
@@ -701,6 +705,7 @@ fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
         for x in ins.iter().filter(|x| x.is_ip_rel_memory_operand()) {
             let slot = x.ip_rel_memory_address();
             let Some(&w) = slots.get(&slot) else { continue };
+            used.insert(slot);
             let uncovered = |why| UncoveredWrap { name: w.1.to_string(), site: x.ip(), function: fi, why };
             if !matches!(x.code(), Code::Call_rm64 | Code::Jmp_rm64) || (x.len() as u64) < JMP_LEN + 1 {
                 plan.uncovered_wraps.push(uncovered(Uncovered::Pointer));
@@ -725,6 +730,13 @@ fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
             plan.wrap_slots.insert(slot, id);
             patches.insert(ip, len);
             plan.wrap_sites.push(WrapSiteCall { point: id, function: fi, insn: *x });
+        }
+    }
+    // A slot no instruction uses, of an import with no PLT stub that the wrapper covers.
+    for (&slot, &(_, name, _)) in slots.iter().filter(|(s, _)| !used.contains(*s)) {
+        if !an.plt_stubs.iter().any(|s| s.got_slot == slot || s.name == name) {
+            let why = Uncovered::NoUseFound;
+            plan.uncovered_wraps.push(UncoveredWrap { name: name.to_string(), site: slot, function: usize::MAX, why });
         }
     }
     // The GOT slot of a PLT stub's wrapper (JUMP_SLOT) leads to the same thunk.
