@@ -1013,4 +1013,42 @@ mod tests {
         assert!(text.contains("jmp 0000000000402000h"), "{text}");
         assert!(!text.contains("call 0000000000402000h"), "{text}");
     }
+
+    #[test]
+    fn displaced_got_calls_of_wrapped_imports_call_the_thunk() {
+        // lea rdi, [rip+0x100]; call [rip+0x2000] (slot 0x40300d); at 0x401000
+        let code = [0x48, 0x8d, 0x3d, 0x00, 0x01, 0x00, 0x00, 0xff, 0x15, 0x00, 0x20, 0x00, 0x00];
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
+        let slot = displaced[1].ip_rel_memory_address();
+        assert_eq!(slot, 0x40300d);
+        assert_eq!(redirect_wrapped(&displaced, &BTreeMap::from([(0x999, 0x700000)])).unwrap(), None);
+        let out = redirect_wrapped(&displaced, &BTreeMap::from([(slot, 0x700000)])).unwrap().expect("redirected");
+        assert_eq!(out[0], displaced[0]);
+        assert_eq!((out[1].code(), out[1].near_branch_target()), (Code::Call_rel32_64, 0x700000));
+        // Same place: an emulated call pushes the original return address.
+        assert_eq!((out[1].ip(), out[1].next_ip()), (0x401007, 0x40100d));
+        let p = Point {
+            id: 0,
+            function: 0,
+            address: 0x401000,
+            window_len: 13,
+            displaced: out,
+            emulate_call: true,
+            tactic: Tactic::Window,
+            bits: 1,
+            wrap: None,
+            import: None,
+        };
+        let env = TrampolineEnv {
+            gate: 0x600000,
+            counter: 0,
+            tid_offset: 0,
+            slow_stub: 0x500000,
+            timer_enter: 0,
+            timer_exit: 0,
+        };
+        let text = disasm(&trampoline(&p, env, 0x700100).unwrap(), 0x700100).join("\n");
+        assert!(text.contains("lea rax,[40100Dh]") && text.contains("jmp 0000000000700000h"), "{text}");
+        assert!(!text.contains("40300Dh"), "the GOT slot is still called: {text}");
+    }
 }

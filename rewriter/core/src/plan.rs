@@ -667,14 +667,15 @@ fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
     if slots.is_empty() {
         return;
     }
+    // What each patch displaces (a trap patches one byte but moves its whole instruction).
     let mut patches = Patches::default();
-    for p in &plan.points {
-        if p.window_len > 0 {
-            patches.insert(p.address, p.window_len);
-        }
+    let moved =
+        |at: u64, len: u64, displaced: &[Instruction]| len.max(displaced.last().map_or(0, |d| d.next_ip() - at));
+    for p in plan.points.iter().filter(|p| p.window_len > 0) {
+        patches.insert(p.address, moved(p.address, p.window_len, &p.displaced));
     }
     for x in &plan.exits {
-        patches.insert(x.address, x.window_len);
+        patches.insert(x.address, moved(x.address, x.window_len, &x.displaced));
     }
     let mut used = std::collections::BTreeSet::new();
     // The wrapper point of an import: its PLT stub's, or a new one on its first use.
