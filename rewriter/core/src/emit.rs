@@ -420,7 +420,7 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.window_len(), Tactic::Window)));
     let mut patched: Vec<(u64, u64)> = Vec::new();
     for x in &plan.wrap_sites {
-        let (address, len) = (x.address(), x.len());
+        let (address, len) = (x.address(), x.window_len());
         let Some(&(v, _, _, off, _)) = loads.iter().find(|l| address >= l.0 && address < l.0 + l.4) else {
             return bad(format!("wrap call site 0x{address:x} is not in a file-backed segment"));
         };

@@ -342,7 +342,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
             let target = *thunk_of
                 .get(&x.point)
                 .ok_or_else(|| Error::Internal(format!("place: no thunk of point {}", x.point)))?;
-            Ok(WrapCall { address: x.address(), len: x.len(), call: x.is_call(), target })
+            Ok(WrapCall { address: x.address(), len: x.window_len(), call: x.is_call(), target })
         })
         .collect::<Result<Vec<_>>>()?;
     for (i, p) in plan.points.iter().enumerate() {

@@ -587,7 +587,8 @@ impl WrapSiteCall {
     pub fn address(&self) -> u64 {
         self.insn.ip()
     }
-    pub fn len(&self) -> u64 {
+    /// Bytes the patch covers: the instruction.
+    pub fn window_len(&self) -> u64 {
         self.insn.len() as u64
     }
     /// A call (else a tail jump).

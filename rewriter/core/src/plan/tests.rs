@@ -131,7 +131,7 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
         assert!(x.window_len() >= JMP_LEN && plan.points[x.point as usize].import.is_some());
     }
     for x in &plan.wrap_sites {
-        ranges.push((x.address(), x.address() + x.len(), format!("wrap call {:x}", x.address())));
+        ranges.push((x.address(), x.address() + x.window_len(), format!("wrap call {:x}", x.address())));
         let w = plan.points[x.point as usize].wrap.as_ref().expect("a wrap site leads to a wrapper point");
         assert_eq!(plan.wrap_slots.get(&x.insn.ip_rel_memory_address()), Some(&x.point), "{}", w.name);
     }
