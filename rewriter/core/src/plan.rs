@@ -15,6 +15,10 @@
 //! [`plan_exits`]. A function keeps its timer bits only if every exit is patched; otherwise
 //! none of its exits is patched and the plan says why (`Plan::untimed`).
 //!
+//! Thread-library imports get wrapper points (D4) after the exits: their PLT stubs
+//! ([`plan_wraps`]) and their `call`/`jmp [rip+GOT]` sites ([`plan_got_wraps`]) lead to a
+//! wrapper thunk.
+//!
 //! Calls into shared libraries (D19) are planned last ([`plan_imports`]): one point per
 //! imported function, and one patched site per call into it (the call instruction alone).
 //! Tail jumps of timed functions into imports are either turned into calls by their exit
