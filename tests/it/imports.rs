@@ -138,8 +138,8 @@ fn num(f: &Value, key: &str) -> u64 {
 }
 
 fn workers(r: &Value) -> Vec<&Value> {
-    // `first_function`: with -fno-plt, pthread_create has no PLT stub to wrap (D4), so no
-    // start routine is recorded; the worker's entry is still its first event.
+    // `first_function`: the worker's entry is its first event (with or without -fno-plt,
+    // whose pthread_create call sites lead to the wrapper too).
     threads(r).iter().filter(|t| t.get("first_function").and_then(Value::as_str) == Some("worker")).collect()
 }
 

@@ -17,6 +17,7 @@
 //! | `debian` | real programs from Debian packages (pigz, sqlite3, lua) |
 //! | `diff` | `stint diff` on real runs: the exact calls gate, `--min-abs`, JSON inputs and output, markdown, bad input |
 //! | `errors` | bad input: one-line errors naming the file |
+//! | `gotwrap` | thread-library wrappers for calls through the GOT (Rust std, `-fno-plt`): names, creators, lock counts and waits as with PLT calls; warnings for uses no wrapper sees |
 //! | `imports` | calls into shared libraries as points (D19), tail jumps into imports (D17), exceptions and cancellation through patched call sites |
 //! | `location` | where profiles go without `STINT_PROFILE` (D15): never the cwd |
 //! | `merge` | `stint merge` and `stint report` over several runs: exact sums, forked children, bad inputs |
@@ -47,6 +48,7 @@ mod diff;
 mod errors;
 mod export;
 mod faults;
+mod gotwrap;
 mod imports;
 mod location;
 mod locks;

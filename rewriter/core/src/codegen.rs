@@ -49,6 +49,7 @@ use crate::unwind::{Initial, Piece};
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
+use std::collections::BTreeMap;
 use stint_layout::{
     cct_index_offset, cct_nodes_offset, counter_offset, gate_offset, metric_bit, TimerOp, CCT_CAP, CCT_HASH_MUL,
     CCT_NODE_CALLS_OFFSET, CCT_NODE_CPU_OFFSET, CCT_NODE_PARENT_OFFSET, CCT_NODE_POINT_OFFSET, CCT_NODE_SIZE,
@@ -163,7 +164,7 @@ pub struct PieceAt {
 /// Every address outside itself that generated code refers to. The layout pass fills it in
 /// block by block; a piece only refers to blocks placed before it (or to the program and the
 /// writable memory), so sizing a piece at its final address gives its final size.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Targets {
     /// The program's own entry point (where the entry stub continues).
     pub program_entry: u64,
@@ -180,6 +181,9 @@ pub struct Targets {
     pub timer_stub: u64,
     pub timer_enter: u64,
     pub timer_exit: u64,
+    /// GOT slot of a wrapped import → its wrapper thunk (`Plan::wrap_slots`): a displaced
+    /// `call`/`jmp [rip+slot]` is redirected there ([`redirect_wrapped`]).
+    pub wrap_thunks: BTreeMap<u64, u64>,
 }
 
 impl Targets {
@@ -221,7 +225,10 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         PieceKind::TrapStub => trap_stub(at, t.config, rt(rtimage::STINT_RT_TRAP)),
         PieceKind::Trampoline(i) => {
             let p = point(i)?;
-            trampoline(p, t.trampoline_env(p.id), at)
+            match redirect_wrapped(&p.displaced, &t.wrap_thunks)? {
+                Some(displaced) => trampoline(&Point { displaced, ..p.clone() }, t.trampoline_env(p.id), at),
+                None => trampoline(p, t.trampoline_env(p.id), at),
+            }
         }
         PieceKind::WrapThunk { point: i, site, real } => {
             let p = point(i)?;
@@ -232,6 +239,9 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         PieceKind::WrapReal(i) => wrap_real(point(i)?, at),
         PieceKind::ExitTrampoline(i) => {
             let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
+            let redirected =
+                redirect_wrapped(&x.displaced, &t.wrap_thunks)?.map(|displaced| Exit { displaced, ..x.clone() });
+            let x = redirected.as_ref().unwrap_or(x);
             match plan.tail_imports.iter().find(|ti| ti.site == x.site && ti.called) {
                 Some(_) => tail_call_trampoline(x, t.trampoline_env(x.point), at),
                 None => exit_trampoline(x, t.trampoline_env(x.point), at),
@@ -699,6 +709,35 @@ pub fn wrap_real(point: &Point, at: u64) -> Result<Vec<u8>> {
     b.encode(at)
 }
 
+/// The displaced instructions with every `call`/`jmp [rip+slot]` through the GOT slot of a
+/// wrapped import turned into a direct `call`/`jmp` to its wrapper thunk (at the same
+/// address and length, so an emulated call pushes the same return address); `None` if
+/// there is none. A PLT call needs nothing: the stub it calls leads to the thunk.
+pub fn redirect_wrapped(displaced: &[Instruction], thunks: &BTreeMap<u64, u64>) -> Result<Option<Vec<Instruction>>> {
+    let thunk_of = |x: &Instruction| {
+        let code = match x.code() {
+            Code::Call_rm64 => Code::Call_rel32_64,
+            Code::Jmp_rm64 => Code::Jmp_rel32_64,
+            _ => return None,
+        };
+        x.is_ip_rel_memory_operand().then(|| thunks.get(&x.ip_rel_memory_address()).map(|&t| (code, t))).flatten()
+    };
+    if !displaced.iter().any(|x| thunk_of(x).is_some()) {
+        return Ok(None);
+    }
+    let mut out = displaced.to_vec();
+    for x in out.iter_mut() {
+        if let Some((code, thunk)) = thunk_of(x) {
+            let mut d = Instruction::with_branch(code, thunk).map_err(internal)?;
+            d.set_ip(x.ip());
+            d.set_len(x.len());
+            d.set_next_ip(x.next_ip());
+            *x = d;
+        }
+    }
+    Ok(Some(out))
+}
+
 /// Addresses and offsets the shared timer routines need.
 #[derive(Clone, Copy, Debug)]
 pub struct TimerEnv {
@@ -1005,5 +1044,43 @@ mod tests {
         assert!(text.contains("lea rax,[401006h]"), "{text}");
         assert!(text.contains("jmp 0000000000402000h"), "{text}");
         assert!(!text.contains("call 0000000000402000h"), "{text}");
+    }
+
+    #[test]
+    fn displaced_got_calls_of_wrapped_imports_call_the_thunk() {
+        // lea rdi, [rip+0x100]; call [rip+0x2000] (slot 0x40300d); at 0x401000
+        let code = [0x48, 0x8d, 0x3d, 0x00, 0x01, 0x00, 0x00, 0xff, 0x15, 0x00, 0x20, 0x00, 0x00];
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
+        let slot = displaced[1].ip_rel_memory_address();
+        assert_eq!(slot, 0x40300d);
+        assert_eq!(redirect_wrapped(&displaced, &BTreeMap::from([(0x999, 0x700000)])).unwrap(), None);
+        let out = redirect_wrapped(&displaced, &BTreeMap::from([(slot, 0x700000)])).unwrap().expect("redirected");
+        assert_eq!(out[0], displaced[0]);
+        assert_eq!((out[1].code(), out[1].near_branch_target()), (Code::Call_rel32_64, 0x700000));
+        // Same place: an emulated call pushes the original return address.
+        assert_eq!((out[1].ip(), out[1].next_ip()), (0x401007, 0x40100d));
+        let p = Point {
+            id: 0,
+            function: 0,
+            address: 0x401000,
+            window_len: 13,
+            displaced: out,
+            emulate_call: true,
+            tactic: Tactic::Window,
+            bits: 1,
+            wrap: None,
+            import: None,
+        };
+        let env = TrampolineEnv {
+            gate: 0x600000,
+            counter: 0,
+            tid_offset: 0,
+            slow_stub: 0x500000,
+            timer_enter: 0,
+            timer_exit: 0,
+        };
+        let text = disasm(&trampoline(&p, env, 0x700100).unwrap(), 0x700100).join("\n");
+        assert!(text.contains("lea rax,[40100Dh]") && text.contains("jmp 0000000000700000h"), "{text}");
+        assert!(!text.contains("40300Dh"), "the GOT slot is still called: {text}");
     }
 }

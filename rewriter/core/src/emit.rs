@@ -51,7 +51,7 @@
 
 use crate::error::{Error, Result};
 use crate::input::{InputElf, Segment};
-use crate::place::{Placement, SegmentData, Site, PHDR_SIZE};
+use crate::place::{Placement, SegmentData, Site, WrapCall, PHDR_SIZE};
 use crate::plan::{Plan, Tactic, JMP_LEN};
 use crate::rtimage;
 use crate::unwind::{EhOut, Piece};
@@ -85,6 +85,9 @@ pub fn emit(
     let mut out = elf.data.to_vec();
     for site in &placed.sites {
         patch(elf, &mut out, site)?;
+    }
+    for w in &placed.wrap_calls {
+        patch_wrap_call(elf, &mut out, w)?;
     }
     let seg_len = seg.len() as u64;
     let layout = Layout {
@@ -194,6 +197,37 @@ fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
     out[off] = JMP_REL32;
     out[off + 1..off + JMP_LEN as usize].copy_from_slice(&rel.to_le_bytes());
     out[off + JMP_LEN as usize..end].fill(INT3);
+    Ok(())
+}
+
+/// `call rel32` (`E8 cd`), and the `nop` (`90`) put before it.
+const CALL_REL32: u8 = 0xe8;
+const NOP: u8 = 0x90;
+
+/// Patch a GOT call site of a wrapped import (`plan::WrapSiteCall`): a call becomes `nop`s
+/// then `call rel32` ending where the original call ended (the same return address); a tail
+/// jump becomes `jmp rel32` and `int3`s.
+fn patch_wrap_call(elf: &InputElf, out: &mut [u8], w: &WrapCall) -> Result<()> {
+    let WrapCall { address, len, call, target } = *w;
+    let off = elf
+        .vaddr_to_offset(address)
+        .ok_or_else(|| Error::Internal(format!("wrap call site 0x{address:x} is not in the file")))?
+        as usize;
+    let end = off + len as usize;
+    if len < JMP_LEN || end > out.len() || elf.vaddr_to_offset(address + len - 1).is_none() {
+        return Err(Error::Internal(format!("wrap call site 0x{address:x}+{len} leaves the file")));
+    }
+    let (at, next) = if call { (end - JMP_LEN as usize, address + len) } else { (off, address + JMP_LEN) };
+    let rel = i32::try_from(target as i64 - next as i64)
+        .map_err(|_| Error::NoRoom(format!("0x{address:x}: wrapper thunk out of rel32 reach")))?;
+    if call {
+        out[off..at].fill(NOP);
+        out[at] = CALL_REL32;
+    } else {
+        out[at] = JMP_REL32;
+        out[at + JMP_LEN as usize..end].fill(INT3);
+    }
+    out[at + 1..at + JMP_LEN as usize].copy_from_slice(&rel.to_le_bytes());
     Ok(())
 }
 
@@ -377,10 +411,29 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     if !(seg.0..seg.1).contains(&entry) {
         return bad(format!("e_entry 0x{entry:x} is outside the new code segment"));
     }
-    let sites = plan.points.iter().filter(|p| p.import.is_none()).map(|p| (p.address, p.window_len, p.tactic));
+    let sites = plan
+        .points
+        .iter()
+        .filter(|p| p.import.is_none() && p.window_len > 0)
+        .map(|p| (p.address, p.window_len, p.tactic));
     let sites = sites.chain(plan.exits.iter().map(|x| (x.address, x.window_len, x.tactic)));
     let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.window_len(), Tactic::Window)));
     let mut patched: Vec<(u64, u64)> = Vec::new();
+    for x in &plan.wrap_sites {
+        let (address, len) = (x.address(), x.window_len());
+        let Some(&(v, _, _, off, _)) = loads.iter().find(|l| address >= l.0 && address < l.0 + l.4) else {
+            return bad(format!("wrap call site 0x{address:x} is not in a file-backed segment"));
+        };
+        let o = (address - v + off) as usize;
+        let at = if x.is_call() { o + (len - JMP_LEN) as usize } else { o };
+        let op = if x.is_call() { CALL_REL32 } else { JMP_REL32 };
+        let rel = i32::from_le_bytes(out[at + 1..at + 5].try_into().unwrap_or_default()) as i64;
+        let target = (address as i64 + (at - o) as i64 + JMP_LEN as i64 + rel) as u64;
+        if out[at] != op || !(seg.0..seg.1).contains(&target) {
+            return bad(format!("wrap call site 0x{address:x} does not lead into the new code segment"));
+        }
+        patched.push((address, len));
+    }
     for (address, len, tactic) in sites {
         let Some(&(v, _, _, off, _)) = loads.iter().find(|l| address >= l.0 && address < l.0 + l.4) else {
             return bad(format!("window 0x{address:x} is not in a file-backed segment"));

@@ -18,7 +18,8 @@
 //!   runtime image             page-aligned (rt-lib, position-independent)
 //!   entry stub                64-aligned; every piece of code below is followed by padding to 16
 //!   slow stub, timer stub, timer enter, timer exit, trap stub
-//!   per point                 its trampoline, or (8-aligned) its WrapSite and wrapper thunk
+//!   per wrapped import        (8-aligned) its WrapSite and wrapper thunk
+//!   per point                 its trampoline
 //!   per exit                  its trampoline
 //!   per import call site      its trampoline (D19)
 //!   trap table                8-aligned: (site, trampoline) pairs relative to RtConfig, sorted
@@ -41,6 +42,7 @@ use crate::plan::{Plan, Tactic};
 use crate::spec::Spec;
 use crate::{rewrite_report, rtimage, Planned};
 use object::elf;
+use std::collections::BTreeMap;
 use stint_layout::{
     align_up, ctl_len, RtConfig, WrapSite, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS, N_METRICS, PAGE,
     RT_STATE_SIZE, SEGMENT_MAGIC,
@@ -104,6 +106,18 @@ pub struct Site {
     pub target: u64,
 }
 
+/// A `call`/`jmp [rip+slot]` of the program the writer turns into a direct `call`/`jmp` to a
+/// wrapper thunk (`plan::WrapSiteCall`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WrapCall {
+    pub address: u64,
+    pub len: u64,
+    /// A call (else a tail jump).
+    pub call: bool,
+    /// The thunk.
+    pub target: u64,
+}
+
 /// Where everything the rewriter adds goes (see the module documentation).
 #[derive(Clone, Debug)]
 pub struct Placement {
@@ -139,6 +153,8 @@ pub struct Placement {
     pub pieces: Vec<PieceAt>,
     /// The `WrapSite` descriptors of wrapped imports, each at its address.
     pub wrap_sites: Vec<(u64, WrapSite)>,
+    /// GOT call sites of wrapped imports, patched to call their thunk (`Plan::wrap_sites`).
+    pub wrap_calls: Vec<WrapCall>,
     /// Every patched site: points first, then exits, then import call sites.
     pub sites: Vec<Site>,
     pub trap_table: u64,
@@ -292,37 +308,54 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
 
     let mut sites = Vec::with_capacity(plan.points.len() + plan.exits.len());
     let mut wrap_sites = Vec::new();
+    // The wrapper thunks first: trampolines whose displaced code calls a wrapped import
+    // through the GOT call the thunk instead (`Targets::wrap_thunks`).
+    let mut thunk_of = BTreeMap::new();
     for (i, p) in plan.points.iter().enumerate() {
-        if p.import.is_some() {
-            continue; // patches nothing itself: its call sites below
-        }
-        let kind = match &p.wrap {
-            Some(w) => {
-                // A static program's function: its relocated entry window is the real one.
-                let real = if w.got_slot == 0 { c.code(plan, PieceKind::WrapReal(i), &t, &mut pieces)? } else { 0 };
-                // The WrapSite descriptor, then the thunk the PLT stub's jmp now leads to.
-                c.align(8);
-                let site_at = c.take(std::mem::size_of::<WrapSite>() as u64);
-                let (real_rel, indirect, lazy) = match real {
-                    0 => (w.got_slot as i64 - site_at as i64, 1, lazy_rel(elf, w.got_slot, site_at)),
-                    r => (r as i64 - site_at as i64, 0, 0),
-                };
-                wrap_sites.push((
-                    site_at,
-                    WrapSite {
-                        config_rel: config as i64 - site_at as i64,
-                        real_rel,
-                        indirect,
-                        func: w.func,
-                        point: p.id,
-                        lazy_rel: lazy,
-                    },
-                ));
-                PieceKind::WrapThunk { point: i, site: site_at, real }
-            }
-            None => PieceKind::Trampoline(i),
+        let Some(w) = &p.wrap else { continue };
+        // A static program's function: its relocated entry window is the real one.
+        let real = if w.got_slot == 0 { c.code(plan, PieceKind::WrapReal(i), &t, &mut pieces)? } else { 0 };
+        // The WrapSite descriptor, then the thunk the PLT stub's jmp and the patched GOT
+        // call sites lead to.
+        c.align(8);
+        let site_at = c.take(std::mem::size_of::<WrapSite>() as u64);
+        let (real_rel, indirect, lazy) = match real {
+            0 => (w.got_slot as i64 - site_at as i64, 1, lazy_rel(elf, w.got_slot, site_at)),
+            r => (r as i64 - site_at as i64, 0, 0),
         };
-        let target = c.code(plan, kind, &t, &mut pieces)?;
+        wrap_sites.push((
+            site_at,
+            WrapSite {
+                config_rel: config as i64 - site_at as i64,
+                real_rel,
+                indirect,
+                func: w.func,
+                point: p.id,
+                lazy_rel: lazy,
+            },
+        ));
+        let target = c.code(plan, PieceKind::WrapThunk { point: i, site: site_at, real }, &t, &mut pieces)?;
+        thunk_of.insert(p.id, target);
+        if p.window_len > 0 {
+            sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
+        }
+    }
+    t.wrap_thunks = plan.wrap_slots.iter().filter_map(|(&slot, id)| Some((slot, *thunk_of.get(id)?))).collect();
+    let wrap_calls = plan
+        .wrap_sites
+        .iter()
+        .map(|x| {
+            let target = *thunk_of
+                .get(&x.point)
+                .ok_or_else(|| Error::Internal(format!("place: no thunk of point {}", x.point)))?;
+            Ok(WrapCall { address: x.address(), len: x.window_len(), call: x.is_call(), target })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (i, p) in plan.points.iter().enumerate() {
+        if p.import.is_some() || p.wrap.is_some() {
+            continue; // an import patches nothing itself: its call sites below
+        }
+        let target = c.code(plan, PieceKind::Trampoline(i), &t, &mut pieces)?;
         sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
     }
     for (i, x) in plan.exits.iter().enumerate() {
@@ -364,6 +397,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         pieces,
         wrap_sites,
         sites,
+        wrap_calls,
         trap_table,
         eh_frame,
     })

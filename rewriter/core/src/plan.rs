@@ -15,6 +15,10 @@
 //! [`plan_exits`]. A function keeps its timer bits only if every exit is patched; otherwise
 //! none of its exits is patched and the plan says why (`Plan::untimed`).
 //!
+//! Thread-library imports get wrapper points (D4) after the exits: their PLT stubs
+//! ([`plan_wraps`]) and their `call`/`jmp [rip+GOT]` sites ([`plan_got_wraps`]) lead to a
+//! wrapper thunk.
+//!
 //! Calls into shared libraries (D19) are planned last ([`plan_imports`]): one point per
 //! imported function, and one patched site per call into it (the call instruction alone).
 //! Tail jumps of timed functions into imports are either turned into calls by their exit
@@ -178,7 +182,8 @@ pub struct Point {
     /// wrapper: `calls` and the `sync_calls` metrics.
     pub bits: u8,
     /// The point is the wrapper of an imported thread-library function (D4): `address` and
-    /// `window_len` are its PLT stub's `jmp [rip+slot]`, `function` is `usize::MAX`.
+    /// `window_len` are its PLT stub's `jmp [rip+slot]` (for an import with no PLT stub,
+    /// called only through the GOT: the slot and 0), `function` is `usize::MAX`.
     pub wrap: Option<Wrap>,
     /// The point is an imported function timed at its call sites (D19, [`ImportSite`]s):
     /// `function` is `usize::MAX`, `address` the import's address, `window_len` 0 (the
@@ -351,7 +356,8 @@ pub struct Wrap {
     pub func: u32,
     /// The imported symbol.
     pub name: String,
-    /// Address of the PLT stub (its `endbr64` if it has one): what callers call. In a static
+    /// Address of the PLT stub (its `endbr64` if it has one): what callers call; for an
+    /// import with no PLT stub, its GOT slot (the address reports show). In a static
     /// program: the function's own address.
     pub stub: u64,
     /// The GOT slot the stub jumps through; the wrapper calls the real function through it,
@@ -452,6 +458,14 @@ pub struct Plan {
     pub skipped_import_sites: Vec<SkippedImportSite>,
     /// Patched tail jumps of timed functions into imports (D17), in exit order.
     pub tail_imports: Vec<TailImport>,
+    /// Calls and jumps through the GOT slot of a wrapped import (`-fno-plt`, Rust), patched
+    /// to lead to its wrapper ([`plan_got_wraps`]), in address order.
+    pub wrap_sites: Vec<WrapSiteCall>,
+    /// GOT slot of a wrapped import → its wrapper point: a displaced `call`/`jmp [rip+slot]`
+    /// in a trampoline is redirected to the wrapper too.
+    pub wrap_slots: BTreeMap<u64, u32>,
+    /// Uses of a wrappable thread-library import that no wrapper sees (D4), in address order.
+    pub uncovered_wraps: Vec<UncoveredWrap>,
 }
 
 /// Options that depend on the program or the user rather than the spec.
@@ -519,6 +533,7 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
     }
     plan_exits(elf, analysis, &mut plan, opts);
     plan_wraps(elf, analysis, spec, &mut plan);
+    plan_got_wraps(elf, analysis, spec, &mut plan);
     plan_imports(elf, analysis, spec, &mut plan, opts);
     plan
 }
@@ -558,6 +573,195 @@ fn plan_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
             import: None,
         });
     }
+}
+
+/// A `call [rip+slot]` or `jmp [rip+slot]` through the GOT slot of a wrapped import, patched
+/// in place to a direct transfer to the wrapper's thunk (D4):
+/// ```text
+/// before   ff 15 <slot>      call [rip+slot]         ; 6 bytes (7 with a prefix)
+/// after    90 e8 <thunk>     nop; call thunk         ; the return address is unchanged
+/// before   ff 25 <slot>      jmp  [rip+slot]         ; a tail call
+/// after    e9 <thunk> cc     jmp  thunk; int3
+/// ```
+/// The nops come first so that the return address the call pushes is the original one: the
+/// caller's CFI, its LSDA call-site row, backtraces and the wrapper's "first used in" see the
+/// program's own call.
+#[derive(Clone, Debug)]
+pub struct WrapSiteCall {
+    /// Id of the wrapper [`Point`].
+    pub point: u32,
+    /// Index into `Analysis::functions` of the calling function (or cold part).
+    pub function: usize,
+    /// The original instruction, decoded at its address.
+    pub insn: Instruction,
+}
+
+impl WrapSiteCall {
+    pub fn address(&self) -> u64 {
+        self.insn.ip()
+    }
+    /// Bytes the patch covers: the instruction.
+    pub fn window_len(&self) -> u64 {
+        self.insn.len() as u64
+    }
+    /// A call (else a tail jump).
+    pub fn is_call(&self) -> bool {
+        self.insn.flow_control() == FlowControl::IndirectCall
+    }
+}
+
+/// A use of a wrappable thread-library import that its wrapper does not see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UncoveredWrap {
+    /// The imported symbol.
+    pub name: String,
+    /// The instruction that uses its GOT slot.
+    pub site: u64,
+    /// The calling function (index into `Analysis::functions`; `usize::MAX` for
+    /// [`Uncovered::NoUseFound`]).
+    pub function: usize,
+    pub why: Uncovered,
+}
+
+/// Why a use of a wrapped import's GOT slot is not redirected to the wrapper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Uncovered {
+    /// The slot is loaded into a register or memory (`mov r15, [rip+slot]` … `call r15`):
+    /// the call goes through a pointer the rewriter does not follow.
+    Pointer,
+    /// A byte of the instruction after its first is a branch target.
+    BranchTarget(u64),
+    /// The instruction overlaps a patch without lying inside it.
+    Overlap(u64),
+    /// The import has a GOT slot but no instruction of the decoded code uses it (it is called
+    /// through a pointer stored elsewhere, or from code that could not be decoded); `site` is
+    /// the slot.
+    NoUseFound,
+}
+
+/// Why, without the import's name or the site: "GOT slot read into a pointer".
+impl std::fmt::Display for UncoveredWrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.why {
+            Uncovered::Pointer => f.write_str("GOT slot read into a pointer"),
+            Uncovered::BranchTarget(t) => write!(f, "branch target 0x{t:x} inside the call"),
+            Uncovered::Overlap(a) => write!(f, "overlaps the patch at 0x{a:x}"),
+            Uncovered::NoUseFound => write!(f, "no call through its GOT slot 0x{:x} found", self.site),
+        }
+    }
+}
+
+/// Wrappers for thread-library imports called through the GOT (D4): `-fno-plt` C and Rust's
+/// std call `[rip+slot]` and never pass the PLT stub [`plan_wraps`] redirects.
+///
+/// Every `call`/`jmp [rip+slot]` through the GOT slot of an import the spec wraps gets a
+/// [`WrapSiteCall`] (the call site itself is patched; the slot is not touched) leading to the
+/// same thunk as the import's PLT stub, if it has one, so PLT and GOT callers are counted
+/// once per call by one point; an import with no PLT stub gets a wrapper point of its own
+/// (`address` = `stub` = the GOT slot, `window_len` 0: it patches nothing itself). A site
+/// inside an entry or exit window is not patched: it moves into the trampoline, where
+/// codegen redirects it to the thunk as well (`Plan::wrap_slots`).
+///
+/// Why the call sites rather than the GOT slot: a slot redirected at start would change the
+/// value `&pthread_mutex_lock` has in the program (no longer equal to the libraries' or
+/// `dlsym`'s), needs RELRO unprotected, and a lazily bound `.got.plt` slot is overwritten by
+/// the dynamic linker's resolver on the first call. What call-site patching misses is a slot
+/// loaded into a register (`mov r15, [rip+slot]`, hoisted out of a loop) and called
+/// through it: those are listed in `Plan::uncovered_wraps` and reported.
+fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
+    // Wrapped slots: slot -> (WRAP_* id, symbol, bits).
+    let mut slots: BTreeMap<u64, (u32, &str, u8)> = BTreeMap::new();
+    for (&slot, name) in &an.got_imports {
+        let Some(func) = stint_layout::wrap_id(name) else { continue };
+        let bits = spec.wrap_bits_for(name);
+        if bits != 0 {
+            slots.insert(slot, (func, name.as_str(), bits));
+        }
+    }
+    if slots.is_empty() {
+        return;
+    }
+    // What each patch displaces (a trap patches one byte but moves its whole instruction).
+    let mut patches = Patches::default();
+    let moved =
+        |at: u64, len: u64, displaced: &[Instruction]| len.max(displaced.last().map_or(0, |d| d.next_ip() - at));
+    for p in plan.points.iter().filter(|p| p.window_len > 0) {
+        patches.insert(p.address, moved(p.address, p.window_len, &p.displaced));
+    }
+    for x in &plan.exits {
+        patches.insert(x.address, moved(x.address, x.window_len, &x.displaced));
+    }
+    let mut used = std::collections::BTreeSet::new();
+    // The wrapper point of an import: its PLT stub's, or a new one on its first use.
+    let point_of = |plan: &mut Plan, slot: u64, (func, name, bits): (u32, &str, u8)| -> u32 {
+        if let Some(p) = plan.points.iter().find(|p| p.wrap.as_ref().is_some_and(|w| w.name == name)) {
+            return p.id;
+        }
+        let id = plan.points.len() as u32;
+        plan.points.push(Point {
+            id,
+            function: usize::MAX,
+            address: slot,
+            window_len: 0,
+            displaced: Vec::new(),
+            emulate_call: false,
+            tactic: Tactic::Window,
+            bits,
+            wrap: Some(Wrap { func, name: name.to_string(), stub: slot, got_slot: slot }),
+            import: None,
+        });
+        id
+    };
+    for (fi, f) in an.functions.iter().enumerate() {
+        let ins = decode_at(elf, f.address, f.size);
+        if ins.last().map_or(f.address, |x| x.next_ip()) != f.end() {
+            continue;
+        }
+        for x in ins.iter().filter(|x| x.is_ip_rel_memory_operand()) {
+            let slot = x.ip_rel_memory_address();
+            let Some(&w) = slots.get(&slot) else { continue };
+            used.insert(slot);
+            let uncovered = |why| UncoveredWrap { name: w.1.to_string(), site: x.ip(), function: fi, why };
+            if !matches!(x.code(), Code::Call_rm64 | Code::Jmp_rm64) || (x.len() as u64) < JMP_LEN + 1 {
+                plan.uncovered_wraps.push(uncovered(Uncovered::Pointer));
+                continue;
+            }
+            let (ip, len) = (x.ip(), x.len() as u64);
+            if let Some((&at, &end)) = patches.0.range(..ip + len).next_back().filter(|(_, &end)| end > ip) {
+                if at <= ip && ip + len <= end {
+                    // Displaced into a trampoline, which calls the thunk (wrap_slots).
+                    let id = point_of(plan, slot, w);
+                    plan.wrap_slots.insert(slot, id);
+                } else {
+                    plan.uncovered_wraps.push(uncovered(Uncovered::Overlap(at)));
+                }
+                continue;
+            }
+            if let Some(t) = an.branch_targets.range(ip + 1..ip + len).next() {
+                plan.uncovered_wraps.push(uncovered(Uncovered::BranchTarget(*t)));
+                continue;
+            }
+            let id = point_of(plan, slot, w);
+            plan.wrap_slots.insert(slot, id);
+            patches.insert(ip, len);
+            plan.wrap_sites.push(WrapSiteCall { point: id, function: fi, insn: *x });
+        }
+    }
+    // A slot no instruction uses, of an import with no PLT stub that the wrapper covers.
+    for (&slot, &(_, name, _)) in slots.iter().filter(|(s, _)| !used.contains(*s)) {
+        if !an.plt_stubs.iter().any(|s| s.got_slot == slot || s.name == name) {
+            let why = Uncovered::NoUseFound;
+            plan.uncovered_wraps.push(UncoveredWrap { name: name.to_string(), site: slot, function: usize::MAX, why });
+        }
+    }
+    // The GOT slot of a PLT stub's wrapper (JUMP_SLOT) leads to the same thunk.
+    for p in &plan.points {
+        if let Some(w) = p.wrap.as_ref().filter(|_| p.window_len > 0) {
+            plan.wrap_slots.insert(w.got_slot, p.id);
+        }
+    }
+    plan.wrap_sites.sort_by_key(WrapSiteCall::address);
+    plan.uncovered_wraps.sort_by_key(|u| u.site);
 }
 
 /// Find the exit sites of every point whose function a timer metric selects and choose a

@@ -24,6 +24,9 @@ pub struct RewriteReport {
     pub functions: Vec<FunctionRow>,
     pub points: Vec<PointRow>,
     pub summary: Summary,
+    /// Uses of thread-library imports no wrapper sees, one line each ([`unwrapped_notes`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unwrapped: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layout: Option<Layout>,
 }
@@ -85,8 +88,15 @@ pub struct Summary {
     pub entries: usize,
     pub patched: usize,
     pub skipped: usize,
-    /// Thread-library imports whose PLT stub leads to a wrapper (not counted in `entries`).
+    /// Thread-library imports whose PLT stub or GOT call sites lead to a wrapper (not counted
+    /// in `entries`).
     pub wrapped: usize,
+    /// `call`/`jmp [rip+slot]` sites of wrapped imports patched to call the wrapper (D4).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub wrap_sites: usize,
+    /// Uses of wrapped imports' GOT slots no wrapper sees (`unwrapped` says which).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub wrap_uses_uncovered: usize,
     /// patched / entries, in percent.
     pub entry_coverage_pct: f64,
     pub by_tactic: BTreeMap<String, usize>,
@@ -122,6 +132,49 @@ pub struct Summary {
     pub tail_jumps_into_imports: usize,
     pub tail_jumps_kept_open: usize,
 }
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// What the report of a profile and `stint inspect` warn about (one line each): thread-library
+/// imports a wrapper exists for whose calls it does not see, grouped by import, and Rust
+/// std's futex-based locks, which no thread-library wrapper can see.
+pub fn unwrapped_notes(p: &Planned) -> Vec<String> {
+    let mut by_name: BTreeMap<&str, Vec<&crate::plan::UncoveredWrap>> = BTreeMap::new();
+    for u in &p.plan.uncovered_wraps {
+        by_name.entry(&u.name).or_default().push(u);
+    }
+    let mut notes: Vec<String> = by_name
+        .into_iter()
+        .map(|(name, us)| {
+            let first = us[0];
+            let first = match p.analysis.functions.get(first.function) {
+                Some(f) => format!("at 0x{:x} in {}: {first}", first.site, f.name),
+                None => first.to_string(),
+            };
+            let what = match us.len() {
+                1 => String::new(),
+                n => format!(" and {} more", n - 1),
+            };
+            format!("{name}: calls no wrapper sees, so its waits and thread records may be missing ({first}{what})")
+        })
+        .collect();
+    if p.analysis.functions.iter().any(|f| RUST_FUTEX_LOCKS.iter().any(|k| f.name.contains(k))) {
+        notes.push(
+            "Rust std Mutex/Condvar/RwLock wait on futexes, not in the thread library: their waits are not recorded"
+                .into(),
+        );
+    }
+    notes
+}
+
+/// Parts of the names of Rust std's futex-based lock slow paths (demangled).
+const RUST_FUTEX_LOCKS: [&str; 3] = [
+    "sync::mutex::futex::Mutex>::lock_contended",
+    "sync::condvar::futex::Condvar>::wait",
+    "sync::rwlock::futex::RwLock>",
+];
 
 pub fn hex(a: u64) -> String {
     format!("0x{a:x}")
@@ -169,11 +222,14 @@ impl RewriteReport {
                     function: pt.name(&p.analysis).to_string(),
                     address: hex(pt.function_address(&p.analysis)),
                     site: hex(pt.address),
+                    // A wrapper of an import with no PLT stub patches only its GOT call sites; a
+                    // static program's wrapper patches its entry window.
                     tactic: match &pt.wrap {
+                        Some(_) if pt.window_len == 0 => "got",
                         Some(w) if w.got_slot != 0 => "plt",
-                        _ => pt.tactic.name(), // a static program's wrapper: its entry window
+                        _ => pt.tactic.name(),
                     },
-                    window: Some(pt.window_len),
+                    window: Some(pt.window_len).filter(|&w| w > 0 || pt.wrap.is_none()),
                     patch: None,
                     reason: None,
                     exit: None,
@@ -298,6 +354,47 @@ impl RewriteReport {
                 },
             ));
         }
+        for x in &p.plan.wrap_sites {
+            let pt = &p.plan.points[x.point as usize];
+            points.push((
+                x.address(),
+                PointRow {
+                    kind: "wrap",
+                    function: pt.name(&p.analysis).to_string(),
+                    address: hex(pt.function_address(&p.analysis)),
+                    site: hex(x.address()),
+                    tactic: if x.is_call() { "got-call" } else { "got-jmp" },
+                    window: Some(x.window_len()),
+                    patch: None,
+                    reason: None,
+                    exit: None,
+                    fits: None,
+                    caller: Some(fs[x.function].name.clone()),
+                    note: None,
+                },
+            ));
+        }
+        for u in &p.plan.uncovered_wraps {
+            points.push((
+                u.site,
+                PointRow {
+                    kind: "wrap",
+                    function: u.name.clone(),
+                    address: hex(u.site),
+                    site: hex(u.site),
+                    tactic: "skipped",
+                    window: None,
+                    patch: None,
+                    reason: Some(u.to_string()),
+                    exit: None,
+                    fits: None,
+                    caller: fs.get(u.function).map(|f| f.name.clone()),
+                    note: None,
+                },
+            ));
+        }
+        s.wrap_sites = p.plan.wrap_sites.len();
+        s.wrap_uses_uncovered = p.plan.uncovered_wraps.len();
         s.import_sites_patched = p.plan.import_sites.len();
         s.import_sites_skipped = p.plan.skipped_import_sites.len();
         s.import_sites = s.import_sites_patched + s.import_sites_skipped;
@@ -336,6 +433,7 @@ impl RewriteReport {
             functions,
             points,
             summary: s,
+            unwrapped: unwrapped_notes(p),
             layout,
         }
     }
@@ -400,6 +498,12 @@ impl RewriteReport {
                 );
             }
             out.push('\n');
+        }
+        if s.wrap_sites > 0 {
+            out += &format!("wrappers: {} thread-library imports, {} GOT call sites\n", s.wrapped, s.wrap_sites);
+        }
+        for w in &self.unwrapped {
+            out += &format!("warning: {w}\n");
         }
         if list_skipped {
             for p in self.points.iter().filter(|p| p.tactic == "skipped") {
@@ -477,6 +581,7 @@ pub fn meta_json(p: &Planned, program: &str, input: Option<&str>) -> String {
         .collect();
     let mut meta = Meta::new(program, points);
     meta.input = input.map(String::from);
+    meta.unwrapped = unwrapped_notes(p);
     (meta.build_id, meta.debuglink) = debug_ids(p.elf.data);
     serde_json::to_string(&meta).expect("the meta is plain data and always serialises")
 }

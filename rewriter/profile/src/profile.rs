@@ -579,7 +579,8 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
     let control = control_info(b, &h);
     let snapshot = (since_snapshot && control.last_snapshot != 0).then_some(control.last_snapshot);
     let mut objects = Objects::read(b, &h);
-    let mut warnings = Vec::new();
+    // The rewriter's own warnings first: thread-library calls no wrapper sees.
+    let mut warnings: Vec<String> = meta.unwrapped.clone();
 
     let mut threads = Vec::new();
     for i in 0..h.n_columns {

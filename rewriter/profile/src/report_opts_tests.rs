@@ -39,6 +39,7 @@ fn timed_meta(funcs: &[Func], with_timers: bool) -> String {
                 tail_jumps_to: Vec::new(),
             })
             .collect(),
+        unwrapped: Vec::new(),
     };
     serde_json::to_string(&meta).unwrap()
 }

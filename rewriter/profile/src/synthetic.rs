@@ -65,6 +65,7 @@ pub fn synthetic_meta_points(program: &str, points: &[(&str, &str, &str, u64)]) 
                 tail_jumps_to: Vec::new(),
             })
             .collect(),
+        unwrapped: Vec::new(),
     };
     serde_json::to_string(&meta).expect("the meta is plain data and always serialises")
 }

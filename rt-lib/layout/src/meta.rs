@@ -55,6 +55,10 @@ pub struct Meta {
     pub metrics: Vec<MetricMeta>,
     /// Indexed by point id.
     pub points: Vec<PointMeta>,
+    /// Thread-library calls no wrapper sees (one line each, from the rewriter): readers show
+    /// them as warnings, since waits and thread records may be missing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unwrapped: Vec<String>,
 }
 
 impl Meta {
@@ -68,6 +72,7 @@ impl Meta {
             debuglink: None,
             metrics: METRICS.iter().map(MetricMeta::of).collect(),
             points,
+            unwrapped: Vec::new(),
         }
     }
 }

@@ -130,7 +130,13 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
         ranges.push((x.address(), x.address() + x.window_len(), format!("import call {:x}", x.address())));
         assert!(x.window_len() >= JMP_LEN && plan.points[x.point as usize].import.is_some());
     }
-    for p in plan.points.iter().filter(|p| p.import.is_none()) {
+    for x in &plan.wrap_sites {
+        ranges.push((x.address(), x.address() + x.window_len(), format!("wrap call {:x}", x.address())));
+        let w = plan.points[x.point as usize].wrap.as_ref().expect("a wrap site leads to a wrapper point");
+        assert_eq!(plan.wrap_slots.get(&x.insn.ip_rel_memory_address()), Some(&x.point), "{}", w.name);
+    }
+    // A wrapper point of an import with no PLT stub patches nothing itself.
+    for p in plan.points.iter().filter(|p| p.import.is_none() && !(p.wrap.is_some() && p.window_len == 0)) {
         ranges.push((p.address, p.address + p.window_len, format!("entry {:x}", p.address)));
         assert!(traps || p.tactic != Tactic::Trap, "entry trap without --traps at 0x{:x}", p.address);
         match p.tactic {
@@ -701,4 +707,122 @@ fn system_binaries() {
             }
         }
     }
+}
+
+/// Calls through the GOT slots of wrapped imports (D4, `plan_got_wraps`): each is a wrap site
+/// or lies in a window (and is redirected by codegen), except a slot read into a register.
+const GOT_WRAPS_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .globl main
+    .type main, @function
+main:
+    .cfi_startproc
+    push rbx
+    .cfi_def_cfa_offset 16
+    lea rdi, [rip + mtx]
+    call [rip + pthread_mutex_lock@GOTPCREL]
+.Lcall_site:
+    lea rdi, [rip + mtx]
+    mov rbx, [rip + pthread_cond_signal@GOTPCREL]
+.Lmov_site:
+    call rbx
+    lea rdi, [rip + mtx]
+    call locked_tail
+    xor eax, eax
+    pop rbx
+    .cfi_def_cfa_offset 8
+    ret
+    .cfi_endproc
+    .size main, .-main
+
+# The entry window displaces the call (the last instruction of the window, emulated).
+    .globl first_call
+    .type first_call, @function
+first_call:
+    .cfi_startproc
+    call [rip + pthread_mutex_trylock@GOTPCREL]
+    .cfi_endproc
+    .size first_call, .-first_call
+
+# A timed function's tail jump: its exit window displaces it.
+    .globl locked_tail
+    .type locked_tail, @function
+locked_tail:
+    .cfi_startproc
+    nop
+    nop
+    nop
+    nop
+    nop
+    nop
+    jmp [rip + pthread_mutex_unlock@GOTPCREL]
+    .cfi_endproc
+    .size locked_tail, .-locked_tail
+
+    .data
+mtx: .zero 40
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn got_calls_of_wrapped_imports() {
+    let dir = temp_dir("gotwraps");
+    let bin = gcc(&dir, "gotwraps", &[("w.s", GOT_WRAPS_S)], &["-pthread", "-fPIE", "-pie"]);
+    let p = Planned::new(&bin, false);
+    let elf = p.elf();
+    let slot_of = |name: &str| {
+        *p.an.got_imports.iter().find(|(_, n)| *n == name).unwrap_or_else(|| panic!("no GOT slot of {name}")).0
+    };
+    let wrap_point = |name: &str| {
+        p.plan
+            .points
+            .iter()
+            .find(|pt| pt.wrap.as_ref().is_some_and(|w| w.name == name))
+            .unwrap_or_else(|| panic!("no wrapper of {name}"))
+    };
+    // No PLT: each wrapper point patches nothing and shows its GOT slot.
+    for name in ["pthread_mutex_lock", "pthread_mutex_trylock", "pthread_mutex_unlock"] {
+        let w = wrap_point(name);
+        assert_eq!((w.window_len, w.address), (0, slot_of(name)), "{name}");
+        assert_eq!(p.plan.wrap_slots.get(&slot_of(name)), Some(&w.id), "{name}");
+    }
+    // main's call is patched in place; first_call's and locked_tail's are displaced.
+    let (main_i, main_f) = p.function("main");
+    let sites: Vec<(u64, bool, &str)> = p
+        .plan
+        .wrap_sites
+        .iter()
+        .map(|x| {
+            (
+                x.address() - main_f.address,
+                x.is_call(),
+                p.plan.points[x.point as usize].wrap.as_ref().unwrap().name.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(sites, [(8, true, "pthread_mutex_lock")]);
+    assert_eq!(p.plan.wrap_sites[0].function, main_i);
+    assert!(p.point("first_call").emulate_call, "first_call's window ends in the emulated call");
+    let tail = p.plan.exits.iter().find(|x| x.function == p.function("locked_tail").0).expect("locked_tail's exit");
+    assert_eq!(tail.displaced.last().map(|d| d.ip_rel_memory_address()), Some(slot_of("pthread_mutex_unlock")));
+    // The slot loaded into rbx is a pointer no wrapper sees.
+    let mov_site = main_f.address + 8 + 6 + 7;
+    assert_eq!(
+        p.plan.uncovered_wraps,
+        [UncoveredWrap {
+            name: "pthread_cond_signal".into(),
+            site: mov_site,
+            function: main_i,
+            why: Uncovered::Pointer
+        }]
+    );
+    assert_eq!(decode_at(&elf, mov_site, 7)[0].mnemonic(), Mnemonic::Mov);
+    // No import point for a wrapped import: their calls are skipped as wrapped.
+    assert!(p.plan.points.iter().all(|pt| pt.import.as_ref().is_none_or(|i| !i.name.starts_with("pthread_"))));
+    assert!(p
+        .plan
+        .skipped_import_sites
+        .iter()
+        .any(|s| s.name == "pthread_mutex_lock" && s.reason == SkipReason::Wrapped));
 }
