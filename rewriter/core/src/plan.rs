@@ -607,11 +607,23 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
     for f in &an.functions {
         slots.add(f.end(), f.end() + f.padding, false);
     }
+    // Entry points whose window may be stretched to make a slot (see `Room::stretch`).
+    let by_address: BTreeMap<u64, usize> = plan
+        .points
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.import.is_none() && p.wrap.is_none() && p.tactic == Tactic::Window)
+        .map(|(i, p)| (p.address, i))
+        .collect();
     for pi in 0..plan.points.len() {
-        let p = &plan.points[pi];
-        if p.bits & stint_layout::TIMER_BITS == 0 || p.wrap.is_some() || p.import.is_some() {
+        if plan.points[pi].bits & stint_layout::TIMER_BITS == 0
+            || plan.points[pi].wrap.is_some()
+            || plan.points[pi].import.is_some()
+        {
             continue;
         }
+        // A copy: finding a slot may stretch another point's entry window.
+        let p = plan.points[pi].clone();
         let f = &an.functions[p.function];
         let mut family = vec![p.function];
         family.extend(parts.get(&f.address).into_iter().flatten().copied());
@@ -651,7 +663,16 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                     None => continue,
                     Some(c) => c,
                 };
-                let res = found.and_then(|()| exit_patch(&ctx, ins, k, fp, &mut patches, &mut slots, opts));
+                let res = found.and_then(|()| {
+                    let mut room = Room {
+                        elf,
+                        points: &mut plan.points,
+                        by_address: &by_address,
+                        patches: &mut patches,
+                        slots: &mut slots,
+                    };
+                    exit_patch(&ctx, ins, k, fp, &mut room, opts)
+                });
                 match res {
                     Ok((tactic, address, window_len, displaced, slot)) => {
                         if window_len > 0 {
@@ -989,11 +1010,11 @@ fn exit_patch(
     ins: &[Instruction],
     k: usize,
     fp: &Function,
-    patches: &mut Patches,
-    slots: &mut Slots,
+    room: &mut Room,
     opts: PlanOptions,
 ) -> Result<ExitPatch, SkipReason> {
     let x = ins[k];
+    let patches = &*room.patches;
     if x.ip() >= ctx.start && x.ip() - ctx.start < ctx.window {
         // Displaced by the entry window: its trampoline runs the exit instrumentation. (A
         // trap entry displaces one instruction; the exit may be another in the window.)
@@ -1029,11 +1050,14 @@ fn exit_patch(
     if let Ok((i, len)) = short {
         let at = ins[i].ip();
         if !loops_back(&ins[i..k], fp) {
-            if let Some(slot) = slots.take(at + JMP8_LEN, patches) {
+            let from = at + JMP8_LEN;
+            let slot = room.slots.take(from, room.patches).or_else(|| room.stretch(ctx.an, from));
+            if let Some(slot) = slot {
                 return Ok((Tactic::Rel8Slot, at, len.max(JMP8_LEN), ins[i..=k].to_vec(), Some(slot)));
             }
         }
     }
+    let patches = &*room.patches;
     if opts.traps {
         check_relocatable(&x)?;
         if patches.overlap(x.ip(), 1).is_none() {
@@ -1045,6 +1069,68 @@ fn exit_patch(
 
 /// `jmp rel8`.
 pub const JMP8_LEN: u64 = 2;
+
+/// What the exit tactics may use besides the exit's own bytes: the patches so far, the free
+/// slots, and entry windows that may grow.
+struct Room<'r, 'a> {
+    elf: &'r InputElf<'a>,
+    points: &'r mut Vec<Point>,
+    /// Entry points with a plain window, by address.
+    by_address: &'r BTreeMap<u64, usize>,
+    patches: &'r mut Patches,
+    slots: &'r mut Slots,
+}
+
+impl Room<'_, '_> {
+    /// Make a slot within `jmp rel8` reach of `from` by stretching a nearby entry window over
+    /// the straight-line instructions after it until 5 dead bytes follow its `jmp rel32`
+    /// (an entry window is run by its trampoline whatever its length; prologues such as
+    /// `push rbp; mov rbp, rsp; sub rsp, n; mov [rbp-8], rdi` have room). The instructions
+    /// taken in must not be branch targets, calls or branches, must be relocatable, lie in
+    /// the function and in no other patch. The slot is taken at once.
+    fn stretch(&mut self, an: &Analysis, from: u64) -> Option<u64> {
+        let (lo, hi) = (from.saturating_sub(128), from + 127);
+        // A slot at address + 5 must be in reach.
+        let near: Vec<usize> =
+            self.by_address.range(lo.saturating_sub(JMP_LEN)..=hi.saturating_sub(JMP_LEN)).map(|(_, &i)| i).collect();
+        for pi in near {
+            let p = &self.points[pi];
+            if p.emulate_call || p.displaced.last().is_none_or(ends_flow) || p.window_len >= 2 * JMP_LEN {
+                continue;
+            }
+            let f = &an.functions[p.function];
+            let (start, old_end) = (p.address, p.address + p.window_len);
+            let mut end = old_end;
+            let mut more = Vec::new();
+            while end - start < 2 * JMP_LEN {
+                let Some(x) = decode_at(self.elf, end, 15).first().copied() else { break };
+                if x.is_invalid()
+                    || x.next_ip() > f.end()
+                    || x.flow_control() != FlowControl::Next
+                    || an.branch_targets.contains(&x.ip())
+                    || check_relocatable(&x).is_err()
+                {
+                    break;
+                }
+                end = x.next_ip();
+                more.push(x);
+            }
+            if end - start < 2 * JMP_LEN || self.patches.overlap(old_end, end - old_end).is_some() {
+                continue;
+            }
+            let p = &mut self.points[pi];
+            p.displaced.extend(more);
+            p.window_len = end - start;
+            self.patches.remove(start);
+            self.patches.insert(start, end - start);
+            self.slots.add_tail(start, end - start);
+            if let Some(s) = self.slots.take(from, self.patches) {
+                return Some(s);
+            }
+        }
+        None
+    }
+}
 
 /// Dead bytes where a slot ([`Tactic::Rel8Slot`]) may go: start → (end, whether the bytes
 /// lie inside a patch, i.e. the tail of a window after its `jmp rel32`).

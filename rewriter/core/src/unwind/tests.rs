@@ -285,7 +285,7 @@ fn pieces_of(data: &[u8], at: u64) -> Vec<(Piece, Vec<u64>)> {
     for pt in p.plan.points.iter().filter(|pt| pt.import.is_none()) {
         let back =
             if pt.emulate_call { vec![] } else { pt.displaced.last().map(|i| i.next_ip()).into_iter().collect() };
-        put_back(Initial::At(pt.address), back, &|a| codegen::trampoline(pt, env, a));
+        put_back(Initial::At(pt.address), back, &|a| codegen::trampoline(pt, env, a, None));
     }
     for x in &p.plan.exits {
         let back = x.displaced.last().filter(|i| i.flow_control() == FlowControl::UnconditionalBranch);
