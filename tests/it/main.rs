@@ -44,6 +44,7 @@ mod corpus;
 mod debian;
 mod diff;
 mod errors;
+mod exitcov;
 mod export;
 mod faults;
 mod imports;
