@@ -17,6 +17,9 @@
 // - short_nops: `pop rbx; ret` at a jump target, the next function right after it: jmp rel8
 //   to a slot in the alignment nops inside the function ("jmp8+slot").
 // - after_nops: mov eax, edi; imul eax, eax; ret ("entry+exit").
+// - retarget_fn: a lone ret after a ret, the next function right after it, reached only by a
+//   `je rel32`: the je is retargeted to the exit trampoline ("retarget"); main calls it with
+//   0 and 1, so both rets run 50 times.
 // spin_a, spin_b and spin_c spin a fixed loop, so the functions that call them take time.
 //
 //# variants: pie-O2 nopie-O0
@@ -30,7 +33,8 @@
 //# expect: main calls after_nops 100
 //# expect: main calls filler_a 100
 //# expect: main calls filler_b 100
-//# expect: main calls spin_a 100
+//# expect: main calls retarget_fn 100
+//# expect: main calls spin_a 200
 //# expect: main calls spin_b 100
 //# expect: main calls spin_c 100
 #include <stdio.h>
@@ -43,6 +47,7 @@ int prologue_fn(int a, int b);
 int short_nops(int x);
 int after_nops(int x);
 int filler_a(int x);
+int retarget_fn(int x);
 int filler_b(int x);
 
 static int spin(int x, int n) {
@@ -95,6 +100,26 @@ __asm__(".intel_syntax noprefix\n"
         ".cfi_endproc\n"
         ".size stretch_tail, .-stretch_tail\n"
         ".p2align 4\n"
+        ".globl retarget_fn\n"
+        ".type retarget_fn, @function\n"
+        "retarget_fn:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_a\n"
+        "    mov eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    test eax, eax\n"
+        "    {disp32} je .Lrt_ret\n"
+        "    add eax, 1000\n"
+        "    ret\n"
+        ".Lrt_ret:\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size retarget_fn, .-retarget_fn\n"
         ".globl filler_a\n"
         ".type filler_a, @function\n"
         "filler_a:\n"
@@ -200,7 +225,7 @@ int main(void) {
         acc += tiny_ret() + stretch_ret(i);
     for (int i = 0; i < 100; i++)
         acc += stretch_tail(i) + short_epi(i) + prologue_fn(i, 2) + short_nops(i & 1) + after_nops(i) + filler_a(i)
-               + filler_b(i);
+               + filler_b(i) + retarget_fn(i & 1);
     printf("%ld\n", acc);
     return 0;
 }

@@ -50,6 +50,7 @@ const TACTICS: &[(&str, &[&str])] = &[
     ("prologue_fn", &["window", "window"]),
     ("short_nops", &["jmp8+slot"]),
     ("after_nops", &["entry+exit"]),
+    ("retarget_fn", &["retarget", "window"]),
 ];
 
 fn check_tactics(variant: Variant) {
@@ -122,7 +123,8 @@ fn check_run(variant: Variant) {
         ("prologue_fn", 100),
         ("short_nops", 100),
         ("after_nops", 100),
-        ("spin_a", 100),
+        ("retarget_fn", 100),
+        ("spin_a", 200),
         ("spin_b", 100),
         ("spin_c", 100),
     ];
@@ -131,13 +133,19 @@ fn check_run(variant: Variant) {
     }
     let (_, main_cpu, main_wall) = row(&report, "main");
     // Frames close after their callees return: a caller's time covers its callee's.
-    for (caller, callee) in [("short_epi", "spin_a"), ("short_nops", "spin_b")] {
+    for (caller, callee) in [("short_nops", "spin_b")] {
         let (_, cc, cw) = row(&report, caller);
         let (_, ec, ew) = row(&report, callee);
         assert!(cc >= ec && cw >= ew, "{variant}: {caller} ({cc}/{cw} ns) shorter than {callee} ({ec}/{ew} ns)");
         assert!(cw <= main_wall && cc <= main_cpu, "{variant}: {caller} longer than main");
         assert!(ew > 0, "{variant}: {callee} has no time");
     }
+    // spin_a runs under short_epi and retarget_fn: together they cover it.
+    let (_, ac, aw) = row(&report, "spin_a");
+    let (_, sc, sw) = row(&report, "short_epi");
+    let (_, rc, rw) = row(&report, "retarget_fn");
+    assert!(sc + rc >= ac && sw + rw >= aw, "{variant}: short_epi + retarget_fn shorter than spin_a");
+    assert!(sw >= aw / 4 && rw >= aw / 4, "{variant}: short_epi {sw} ns, retarget_fn {rw} ns, spin_a {aw} ns");
     // Frames close at all: a function whose exit were missed would stay open until main
     // ends. stretch_tail's frame ends at its tail jump, before spin_c runs.
     let (_, _, spin_c_wall) = row(&report, "spin_c");
@@ -175,11 +183,12 @@ const DEBIAN: &[(&str, &str)] = &[
 ];
 
 /// Totals over [`DEBIAN`] when the tactics were written (entries 99.75 %, exits without
-/// traps 96.15 %, timed functions 98.68 %), minus a margin of about 0.3 points for other
-/// package versions.
+/// traps 96.44 %, timed functions 98.82 %; before them: 99.75 %, 86.38 %, 87.57 %), minus a
+/// margin of about 0.3 points for other package versions. (An exit of a function with an
+/// exit no tactic fits is not patched: "exits without traps" counts those as missing.)
 const MIN_ENTRIES_PCT: f64 = 99.5;
-const MIN_EXITS_PCT: f64 = 95.8;
-const MIN_TIMED_PCT: f64 = 98.3;
+const MIN_EXITS_PCT: f64 = 96.1;
+const MIN_TIMED_PCT: f64 = 98.5;
 
 #[test]
 fn coverage_of_debian_programs() {

@@ -191,6 +191,13 @@ fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
     if end > out.len() || elf.vaddr_to_offset(address + len - 1).is_none() {
         return Err(Error::Internal(format!("window 0x{address:x}+{len} leaves the file")));
     }
+    if tactic == Tactic::Retarget {
+        let rel = target as i64 - (address + len) as i64;
+        let rel =
+            i32::try_from(rel).map_err(|_| Error::NoRoom(format!("0x{address:x}: trampoline out of rel32 reach")))?;
+        out[end - 4..end].copy_from_slice(&rel.to_le_bytes());
+        return Ok(());
+    }
     if tactic == Tactic::Rel8Slot {
         let rel = target as i64 - (address + JMP8_LEN) as i64;
         let rel = i8::try_from(rel).map_err(|_| Error::Internal(format!("0x{address:x}: slot out of rel8 reach")))?;
@@ -388,8 +395,10 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         return bad(format!("e_entry 0x{entry:x} is outside the new code segment"));
     }
     let sites = plan.points.iter().filter(|p| p.import.is_none()).map(|p| (p.address, p.window_len, p.tactic));
-    let exits = plan.exits.iter().filter(|x| x.tactic != Tactic::EntryExit);
+    let exits = plan.exits.iter().filter(|x| !matches!(x.tactic, Tactic::EntryExit | Tactic::Retarget));
     let sites = sites.chain(exits.map(|x| (x.address, x.window_len, x.tactic)));
+    let retargets = plan.exits.iter().flat_map(|x| x.retargets.iter().map(|&(j, len)| (j, len, Tactic::Retarget)));
+    let sites = sites.chain(retargets);
     let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.window_len(), Tactic::Window)));
     let mut patched: Vec<(u64, u64)> = Vec::new();
     // Slots lie in dead bytes, possibly the tail of another window after its `jmp rel32`.
@@ -415,6 +424,13 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         if tactic == Tactic::Trap {
             if out[o] != INT3 {
                 return bad(format!("trap site 0x{address:x} is not an int3"));
+            }
+        } else if tactic == Tactic::Retarget {
+            let end = o + len as usize;
+            let rel = i32::from_le_bytes(out[end - 4..end].try_into().unwrap_or_default()) as i64;
+            let target = (address as i64 + len as i64 + rel) as u64;
+            if !(seg.0..seg.1).contains(&target) {
+                return bad(format!("jump 0x{address:x} does not lead into the new code segment"));
             }
         } else if tactic == Tactic::Rel8Slot {
             let target = (address as i64 + JMP8_LEN as i64 + out[o + 1] as i8 as i64) as u64;

@@ -99,7 +99,8 @@ pub struct Site {
     pub address: u64,
     pub len: u64,
     /// A window gets `jmp rel32` to `target`; a trap gets `int3` and a trap-table entry; a
-    /// [`Tactic::Rel8Slot`] exit gets `jmp rel8` to its slot (`target`), a site of its own.
+    /// [`Tactic::Rel8Slot`] exit gets `jmp rel8` to its slot (`target`), a site of its own; a
+    /// [`Tactic::Retarget`] site is a jump whose last 4 bytes (its rel32) get `target`.
     pub tactic: Tactic,
     /// The trampoline or thunk.
     pub target: u64,
@@ -325,6 +326,12 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
             continue; // the entry trampoline runs it
         }
         let target = c.code(plan, PieceKind::ExitTrampoline(i), &t, &mut pieces)?;
+        if x.tactic == Tactic::Retarget {
+            for &(j, len) in &x.retargets {
+                sites.push(Site { address: j, len, tactic: Tactic::Retarget, target });
+            }
+            continue;
+        }
         match x.slot {
             // The slot (after the window whose tail it may lie in) leads to the trampoline,
             // the exit's `jmp rel8` to the slot.

@@ -60,6 +60,12 @@ pub enum Tactic {
     /// punned instructions).
     #[serde(rename = "jmp8+slot")]
     Rel8Slot,
+    /// Exit: a short run ending at the exit (a lone `ret`, `xor eax, eax; ret`) that starts
+    /// right after an unconditional transfer, so that only jumps enter it, and only direct
+    /// `jmp rel32` / `jcc rel32` instructions of the function reach: their displacements are
+    /// changed to lead to the exit trampoline; the run itself stays as it is.
+    #[serde(rename = "retarget")]
+    Retarget,
     /// One `int3` on the site's first byte; the runtime's SIGTRAP handler resumes the thread
     /// in the trampoline, which runs the displaced instruction. Exact but slow; opt-in.
     #[serde(rename = "trap")]
@@ -73,6 +79,7 @@ impl Tactic {
             Tactic::WindowPadding => "window+padding",
             Tactic::EntryExit => "entry+exit",
             Tactic::Rel8Slot => "jmp8+slot",
+            Tactic::Retarget => "retarget",
             Tactic::Trap => "trap",
         }
     }
@@ -418,6 +425,9 @@ pub struct Exit {
     /// [`Tactic::Rel8Slot`]: the 5-byte slot the `jmp rel8` at `address` leads to, which
     /// gets `jmp rel32` to the trampoline.
     pub slot: Option<u64>,
+    /// [`Tactic::Retarget`]: (address, length) of every jump whose rel32 now leads to the
+    /// trampoline.
+    pub retargets: Vec<(u64, u64)>,
 }
 
 /// An exit site that is not patched.
@@ -671,10 +681,13 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                         patches: &mut patches,
                         slots: &mut slots,
                     };
-                    exit_patch(&ctx, ins, k, fp, &mut room, opts)
+                    exit_patch(&ctx, ins, k, fp, &decoded_parts, &mut room, opts)
                 });
                 match res {
-                    Ok((tactic, address, window_len, displaced, slot)) => {
+                    Ok((tactic, address, window_len, displaced, slot, retargets)) => {
+                        for &(j, len) in &retargets {
+                            patches.insert(j, len);
+                        }
                         if window_len > 0 {
                             patches.insert(address, window_len);
                         }
@@ -691,6 +704,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                             displaced,
                             tactic,
                             slot,
+                            retargets,
                         });
                     }
                     Err(reason) => {
@@ -720,6 +734,9 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                 for x in exits {
                     if x.window_len > 0 {
                         patches.remove(x.address);
+                    }
+                    for &(j, _) in &x.retargets {
+                        patches.remove(j);
                     }
                     if x.tactic == Tactic::Window {
                         slots.remove_tail(x.address, x.window_len);
@@ -1001,8 +1018,9 @@ impl ExitCtx<'_> {
     }
 }
 
-/// A patch: tactic, first byte, length, displaced instructions, slot ([`Exit::slot`]).
-type ExitPatch = (Tactic, u64, u64, Vec<Instruction>, Option<u64>);
+/// A patch: tactic, first byte, length, displaced instructions, slot ([`Exit::slot`]),
+/// retargeted jumps ([`Exit::retargets`]).
+type ExitPatch = (Tactic, u64, u64, Vec<Instruction>, Option<u64>, Vec<(u64, u64)>);
 
 /// Choose the tactic for the exit `ins[k]` of part `fp` (see `plan_exits`).
 fn exit_patch(
@@ -1010,6 +1028,7 @@ fn exit_patch(
     ins: &[Instruction],
     k: usize,
     fp: &Function,
+    family: &[(&Function, Vec<Instruction>)],
     room: &mut Room,
     opts: PlanOptions,
 ) -> Result<ExitPatch, SkipReason> {
@@ -1019,21 +1038,22 @@ fn exit_patch(
         // Displaced by the entry window: its trampoline runs the exit instrumentation. (A
         // trap entry displaces one instruction; the exit may be another in the window.)
         if ctx.entry_displaced.iter().any(|d| d.ip() == x.ip()) {
-            return Ok((Tactic::EntryExit, x.ip(), 0, vec![x], None));
+            return Ok((Tactic::EntryExit, x.ip(), 0, vec![x], None, Vec::new()));
         }
         return Err(SkipReason::ExitInEntryWindow);
     }
     let window = exit_window(ctx.an, ins, k, 0, patches, JMP_LEN);
     let padding = dead_after(ctx.an, ins, k, fp);
     let padded = if padding > 0 { exit_window(ctx.an, ins, k, padding, patches, JMP_LEN).ok() } else { None };
-    let padded = padded.map(|(i, _)| (Tactic::WindowPadding, ins[i].ip(), JMP_LEN, ins[i..=k].to_vec(), None));
+    let padded =
+        padded.map(|(i, _)| (Tactic::WindowPadding, ins[i].ip(), JMP_LEN, ins[i..=k].to_vec(), None, Vec::new()));
     let reason = match window {
         // A window that takes in a loop's back edge (`dec ecx; jne .Lloop; ret`) runs every
         // iteration through the trampoline: correct, but slow. Padding avoids that.
         Ok((i, _)) if loops_back(&ins[i..k], fp) && padded.as_ref().is_some_and(|p| !loops_back(&p.3, fp)) => {
             return Ok(padded.expect("checked"));
         }
-        Ok((i, len)) => return Ok((Tactic::Window, ins[i].ip(), len, ins[i..=k].to_vec(), None)),
+        Ok((i, len)) => return Ok((Tactic::Window, ins[i].ip(), len, ins[i..=k].to_vec(), None, Vec::new())),
         Err(r) => r,
     };
     if let Some(p) = padded {
@@ -1053,15 +1073,18 @@ fn exit_patch(
             let from = at + JMP8_LEN;
             let slot = room.slots.take(from, room.patches).or_else(|| room.stretch(ctx.an, from));
             if let Some(slot) = slot {
-                return Ok((Tactic::Rel8Slot, at, len.max(JMP8_LEN), ins[i..=k].to_vec(), Some(slot)));
+                return Ok((Tactic::Rel8Slot, at, len.max(JMP8_LEN), ins[i..=k].to_vec(), Some(slot), Vec::new()));
             }
         }
+    }
+    if let Some((i, jumps)) = retarget(ctx, family, ins, k, fp, room.patches) {
+        return Ok((Tactic::Retarget, ins[i].ip(), 0, ins[i..=k].to_vec(), None, jumps));
     }
     let patches = &*room.patches;
     if opts.traps {
         check_relocatable(&x)?;
         if patches.overlap(x.ip(), 1).is_none() {
-            return Ok((Tactic::Trap, x.ip(), 1, vec![x], None));
+            return Ok((Tactic::Trap, x.ip(), 1, vec![x], None, Vec::new()));
         }
     }
     Err(reason)
@@ -1069,6 +1092,79 @@ fn exit_patch(
 
 /// `jmp rel8`.
 pub const JMP8_LEN: u64 = 2;
+
+/// The run and the jumps to retarget for the exit `ins[k]` of part `fp` ([`Tactic::Retarget`]):
+/// the run `ins[i..=k]` of straight-line instructions ending at the exit starts at a branch
+/// target that cannot be fallen into (the instruction before it ends control flow, or it
+/// starts a cold part) and that analysis
+/// found nothing but direct jumps reaching, and every one of those is a `jmp rel32` / `jcc
+/// rel32` of the function or its cold parts that no patch covers.
+fn retarget(
+    ctx: &ExitCtx,
+    family: &[(&Function, Vec<Instruction>)],
+    ins: &[Instruction],
+    k: usize,
+    fp: &Function,
+    patches: &Patches,
+) -> Option<(usize, Vec<(u64, u64)>)> {
+    let mut i = k;
+    check_relocatable(&ins[k]).ok()?;
+    while !ctx.an.branch_targets.contains(&ins[i].ip()) {
+        let prev = ins.get(i.checked_sub(1)?)?;
+        if prev.next_ip() != ins[i].ip() || ends_flow(prev) || is_call(prev) || check_relocatable(prev).is_err() {
+            return None;
+        }
+        i -= 1;
+    }
+    let x = &ins[i];
+    // Nothing falls into the run: it starts a cold part, or follows a transfer.
+    let entered_by_jumps_only = match i.checked_sub(1).map(|j| &ins[j]) {
+        None => fp.is_cold_part(),
+        Some(prev) => prev.next_ip() == x.ip() && ends_flow(prev),
+    };
+    if !entered_by_jumps_only || loops_back(&ins[i..k], fp) {
+        return None;
+    }
+    let n = *ctx.an.jump_only.get(&x.ip())? as usize;
+    let mut jumps = Vec::new();
+    for (_, part) in family {
+        for j in part.iter().filter(|j| {
+            matches!(j.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+                && j.near_branch_target() == x.ip()
+                && matches!(j.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch)
+        }) {
+            if !is_rel32_branch(j) || patches.overlap(j.ip(), j.len() as u64).is_some() {
+                return None;
+            }
+            jumps.push((j.ip(), j.len() as u64));
+        }
+    }
+    (jumps.len() == n && n > 0).then_some((i, jumps))
+}
+
+/// A `jmp` or `jcc` whose last 4 bytes are its displacement.
+fn is_rel32_branch(j: &Instruction) -> bool {
+    matches!(
+        j.code(),
+        Code::Jmp_rel32_64
+            | Code::Jo_rel32_64
+            | Code::Jno_rel32_64
+            | Code::Jb_rel32_64
+            | Code::Jae_rel32_64
+            | Code::Je_rel32_64
+            | Code::Jne_rel32_64
+            | Code::Jbe_rel32_64
+            | Code::Ja_rel32_64
+            | Code::Js_rel32_64
+            | Code::Jns_rel32_64
+            | Code::Jp_rel32_64
+            | Code::Jnp_rel32_64
+            | Code::Jl_rel32_64
+            | Code::Jge_rel32_64
+            | Code::Jle_rel32_64
+            | Code::Jg_rel32_64
+    )
+}
 
 /// What the exit tactics may use besides the exit's own bytes: the patches so far, the free
 /// slots, and entry windows that may grow.

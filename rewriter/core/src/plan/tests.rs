@@ -152,6 +152,17 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
             assert!(plan.entry_exits.contains_key(&x.point));
             continue;
         }
+        if x.tactic == Tactic::Retarget {
+            // Only rel32 jumps to the exit, which stays where it is.
+            assert!(!x.retargets.is_empty() && x.window_len == 0);
+            assert_eq!((x.displaced[0].ip(), x.displaced.last().map(|d| d.ip())), (x.address, Some(x.site)));
+            for &(j, len) in &x.retargets {
+                let jump = decode_at(elf, j, len)[0];
+                assert_eq!((jump.near_branch_target(), jump.len() as u64), (x.address, len));
+                ranges.push((j, j + len, format!("retargeted jump {j:x}")));
+            }
+            continue;
+        }
         ranges.push((x.address, x.address + x.window_len, format!("exit {:x}", x.site)));
         if let Some(s) = x.slot {
             assert_eq!(x.tactic, Tactic::Rel8Slot);
@@ -176,7 +187,7 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
             Tactic::WindowPadding => assert!(x.window_len == JMP_LEN && covered < JMP_LEN),
             Tactic::Trap => assert!(x.window_len == 1 && x.address == x.site && x.displaced.len() == 1),
             Tactic::Rel8Slot => assert!(x.window_len == covered.max(JMP8_LEN) && covered < JMP_LEN && x.slot.is_some()),
-            Tactic::EntryExit => unreachable!(),
+            Tactic::EntryExit | Tactic::Retarget => unreachable!(),
         }
         // The bytes match the displaced instructions.
         let ins = decode_at(elf, x.address, covered);
@@ -748,4 +759,110 @@ fn system_binaries() {
             }
         }
     }
+}
+
+/// The exit tactics that reach beyond the exit's own bytes: a lone `ret` reached only by a
+/// `je rel32` (retarget), and a `leave; ret` at a return address with no dead bytes in
+/// rel8 reach but an entry window that can grow (jmp8+slot in the stretched window's tail).
+const REACH_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+
+    .p2align 4
+FUNC ext
+    lea eax, [rdi + 1]
+    ret
+END ext
+
+    .p2align 4
+FUNC rt
+    push rbx
+    mov ebx, edi
+    call ext
+    mov eax, ebx
+    pop rbx
+    test eax, eax
+    {disp32} je .Lrt_ret
+    add eax, 1000
+    ret
+.Lrt_ret:
+    ret
+END rt
+# The same, but the jump to the lone ret is rel8: it cannot be retargeted.
+FUNC rt8
+    mov eax, edi
+    add eax, 2
+    test eax, eax
+    je .Lrt8_ret
+    add eax, 1000
+    ret
+.Lrt8_ret:
+    ret
+END rt8
+FUNC filler
+    mov eax, edi
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END filler
+FUNC packed
+    push rbp
+    mov rbp, rsp
+    sub rsp, 16
+    mov [rbp - 4], edi
+    call ext
+    leave
+    ret
+END packed
+FUNC filler2
+    mov eax, edi
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END filler2
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn exit_tactics_reaching_out() {
+    let dir = temp_dir("reach");
+    let main = "int rt(int), rt8(int), filler(int), packed(int), filler2(int);
+        int main(int c, char **v) { (void)v; return rt(c) + rt8(c) + filler(c) + packed(c) + filler2(c); }";
+    let p = Planned::new(&gcc(&dir, "reach", &[("main.c", main), ("reach.s", REACH_S)], &["-O1"]), false);
+    // push rbx; mov ebx, edi; call ext (8) | mov eax, ebx; pop rbx; test; je rel32 (at +13);
+    // add eax, 1000; ret | ret
+    assert_eq!(p.exits("rt"), ["+24 Ret window at +19 len 6 ins 2", "+25 Ret retarget at +25 len 0 ins 1"]);
+    let x = p.plan.exits.iter().find(|x| x.tactic == Tactic::Retarget).expect("retarget");
+    let (_, rt) = p.function("rt");
+    assert_eq!(x.retargets, vec![(rt.address + 13, 6)]);
+    assert!(p.timed("rt"));
+    // rel8: the lone ret stays unpatched, rt8 untimed.
+    assert_eq!(
+        p.exits("rt8"),
+        [
+            "+14 Ret skipped: another exit of the function cannot be patched (fits window)",
+            "+15 Ret skipped: branch target +15"
+        ]
+    );
+    assert!(!p.timed("rt8"));
+    // packed's own entry window (push, mov, sub: 8 bytes) grows over the store to 11: its
+    // tail holds the slot of the leave; ret.
+    assert_eq!(p.exits("packed"), ["+17 Ret jmp8+slot at +16 len 2 ins 2"]);
+    let entry = p.point("packed");
+    assert_eq!((entry.window_len, entry.displaced.len()), (11, 4));
+    let x = p.plan.exits.iter().find(|x| x.function == p.function("packed").0).expect("packed exit");
+    assert_eq!(x.slot, Some(entry.address + JMP_LEN));
+    assert!(p.timed("packed"));
 }
