@@ -138,18 +138,19 @@ fn check_run(variant: Variant) {
     assert!(cc >= ec && cw >= ew, "{variant}: short_nops ({cc}/{cw} ns) shorter than spin_b ({ec}/{ew} ns)");
     assert!(cw <= main_wall && cc <= main_cpu, "{variant}: short_nops longer than main");
     assert!(ew > 0, "{variant}: spin_b has no time");
-    // spin_a runs under short_epi and retarget_fn: together they cover it.
+    // spin_a runs under short_epi and retarget_fn (100 calls each): together they cover it,
+    // and each a fair share (CPU time: wall time on a busy machine has preemptions in it).
     let (_, ac, aw) = row(&report, "spin_a");
     let (_, sc, sw) = row(&report, "short_epi");
     let (_, rc, rw) = row(&report, "retarget_fn");
     assert!(sc + rc >= ac && sw + rw >= aw, "{variant}: short_epi + retarget_fn shorter than spin_a");
-    assert!(sw >= aw / 4 && rw >= aw / 4, "{variant}: short_epi {sw} ns, retarget_fn {rw} ns, spin_a {aw} ns");
+    assert!(sc >= ac / 5 && rc >= ac / 5, "{variant}: short_epi {sc} ns, retarget_fn {rc} ns, spin_a {ac} ns (cpu)");
     // Frames close at all: a function whose exit were missed would stay open until main
     // ends. stretch_tail's frame ends at its tail jump, before spin_c runs.
-    let (_, _, spin_c_wall) = row(&report, "spin_c");
+    let (_, spin_c_cpu, _) = row(&report, "spin_c");
     for f in ["tiny_ret", "stretch_ret", "stretch_tail", "after_nops", "prologue_fn"] {
         let (_, c, w) = row(&report, f);
-        assert!(w < spin_c_wall / 4 && c <= main_cpu, "{variant}: {f} takes {w} ns wall, spin_c {spin_c_wall}");
+        assert!(c < spin_c_cpu / 4 && w <= main_wall, "{variant}: {f} takes {c} ns cpu, spin_c {spin_c_cpu}");
     }
 }
 
