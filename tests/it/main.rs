@@ -46,6 +46,7 @@ mod corpus;
 mod debian;
 mod diff;
 mod errors;
+mod exitcov;
 mod export;
 mod faults;
 mod gotwrap;

@@ -244,6 +244,29 @@ pub struct Analysis {
     /// function's address. A call in such a function that no row covers terminates the
     /// program when an exception passes it (`noexcept`).
     pub lsda_sites: HashMap<u64, Vec<unwind::LsdaCallSite>>,
+    /// Branch targets that nothing but direct `jmp` / `jcc` instructions reach (no call, return
+    /// address, table, reference, symbol or function start), with the number of those jumps
+    /// as decoding found them (a jump decoded twice, in nested ranges, counts twice).
+    pub jump_only: HashMap<u64, u32>,
+}
+
+/// [`Analysis::jump_only`] from every pushed target (`sorted`, with duplicates) and the
+/// targets of direct jumps (one per jump).
+fn jump_only_targets(sorted: &[u64], mut jumps: Vec<u64>) -> HashMap<u64, u32> {
+    jumps.sort_unstable();
+    let mut out = HashMap::new();
+    let mut j = 0;
+    for group in sorted.chunk_by(|a, b| a == b) {
+        let t = group[0];
+        while j < jumps.len() && jumps[j] < t {
+            j += 1;
+        }
+        let n = jumps[j..].iter().take_while(|&&x| x == t).count();
+        if n == group.len() {
+            out.insert(t, n as u32);
+        }
+    }
+    out
 }
 
 impl Analysis {
@@ -514,14 +537,22 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
 
     // 8. Unresolved functions: every instruction start is a target.
     let mut ins = Vec::new();
+    // A cold part's start is reached by its parent's jumps only (that is what makes it one).
+    let mut cold_starts = Vec::new();
     for (i, c) in cands.iter().enumerate() {
         if code.unresolved.get(i).copied().unwrap_or(false) {
             code::decode_function(elf, &codemap, c, &mut ins);
             code.targets.extend(ins.iter().map(|x| x.ip()));
         }
-        code.targets.push(c.address);
+        match kinds[i] {
+            FunctionKind::ColdPart { .. } => cold_starts.push(c.address),
+            FunctionKind::Function => code.targets.push(c.address),
+        }
     }
     let mut targets = std::mem::take(&mut code.targets);
+    targets.sort_unstable();
+    let jump_only = jump_only_targets(&targets, std::mem::take(&mut code.jump_targets));
+    targets.extend(cold_starts);
     targets.sort_unstable();
     targets.dedup();
     let branch_targets: BTreeSet<u64> = targets.into_iter().collect();
@@ -547,7 +578,7 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
         });
     }
     let got_imports = dynrefs.got_names.iter().map(|(&slot, name)| (slot, name.clone())).collect();
-    Ok(Analysis { functions, branch_targets, plt_stubs, indirect_jumps, got_imports, lsda_sites })
+    Ok(Analysis { functions, branch_targets, plt_stubs, indirect_jumps, got_imports, lsda_sites, jump_only })
 }
 
 /// `.comment` names clang, rustc or another LLVM-based compiler.

@@ -225,9 +225,10 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         PieceKind::TrapStub => trap_stub(at, t.config, rt(rtimage::STINT_RT_TRAP)),
         PieceKind::Trampoline(i) => {
             let p = point(i)?;
+            let exit = plan.entry_exits.get(&p.id).copied();
             match redirect_wrapped(&p.displaced, &t.wrap_thunks)? {
-                Some(displaced) => trampoline(&Point { displaced, ..p.clone() }, t.trampoline_env(p.id), at),
-                None => trampoline(p, t.trampoline_env(p.id), at),
+                Some(displaced) => trampoline(&Point { displaced, ..p.clone() }, t.trampoline_env(p.id), at, exit),
+                None => trampoline(p, t.trampoline_env(p.id), at, exit),
             }
         }
         PieceKind::WrapThunk { point: i, site, real } => {
@@ -305,14 +306,43 @@ const CALLS_BIT: u8 = metric_bit(METRIC_CALLS);
 
 /// Encode the entry trampoline of `point` at address `at` (see the module doc; with timer
 /// bits, `.count` also calls the shared `timer_enter` routine when a timer gate is on).
-pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
+///
+/// With `exit` (the site of an exit instruction in the window, [`crate::plan::Tactic::EntryExit`]),
+/// both copies of the displaced instructions stop before it and jump to one copy of the exit
+/// trampoline's code at the end of the piece:
+/// ```text
+/// .exit  test  byte [rip+gate], TIMER_BITS / jne .xon / <exit instruction>
+/// .xon   push rax / <thread check, exit key> → .xskip
+///        mov eax, <point id> / call timer_exit
+/// .xskip pop rax / <exit instruction>
+/// ```
+pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64, exit: Option<u64>) -> Result<Vec<u8>> {
     let mut b = Block::new();
     let (on, count, displaced, slow) = (b.label(), b.label(), b.label(), b.label());
+    let exit_at = match exit {
+        None => None,
+        Some(site) => Some(point.displaced.iter().position(|d| d.ip() == site).ok_or_else(|| {
+            Error::Internal(format!("exit 0x{site:x} is not in the entry window at 0x{:x}", point.address))
+        })?),
+    };
+    let exit_label = b.label();
+    let program_code = |b: &mut Block| -> Result<()> {
+        match exit_at {
+            None => displaced_code(b, &point.displaced, point.emulate_call),
+            Some(r) => {
+                for ins in &point.displaced[..r] {
+                    b.add(*ins);
+                }
+                b.add(Instruction::with_branch(Code::Jmp_rel32_64, exit_label).map_err(internal)?);
+                Ok(())
+            }
+        }
+    };
     // Only the bits this point can measure: a stray bit set on the page changes nothing.
     b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), point.bits as u32))?; // any gate on?
     b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?); // off: fall through
     b.bind(displaced);
-    displaced_code(&mut b, &point.displaced, point.emulate_call)?; // the program's own instructions, then back
+    program_code(&mut b)?; // the program's own instructions, then back
     b.bind(on);
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?; // scratch
     thread_check(&mut b, env.tid_offset, COL_OWNER_KEY_OFFSET, slow)?;
@@ -338,7 +368,7 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>>
         b.bind(done);
     }
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
-    displaced_code(&mut b, &point.displaced, point.emulate_call)?; // a second copy: no taken branch back
+    program_code(&mut b)?; // a second copy: no taken branch back
     b.bind(slow);
     b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?; // which point
     b.add(Instruction::with_branch(Code::Call_rel32_64, env.slow_stub).map_err(internal)?);
@@ -346,6 +376,17 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>>
     b.add(Instruction::with_branch(Code::Jne_rel32_64, count).map_err(internal)?);
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     b.add(Instruction::with_branch(Code::Jmp_rel32_64, displaced).map_err(internal)?);
+    if let Some(r) = exit_at {
+        let last = point.displaced[r];
+        let skip = b.label();
+        b.bind(exit_label);
+        exit_head(&mut b, &[], &last, &env, skip)?;
+        b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
+        b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
+        b.bind(skip);
+        b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+        b.add(last);
+    }
     b.encode(at)
 }
 
@@ -1004,7 +1045,7 @@ mod tests {
             timer_enter: 0x610000,
             timer_exit: 0x620000,
         };
-        let out = trampoline(&p, env, 0x700000).unwrap();
+        let out = trampoline(&p, env, 0x700000, None).unwrap();
         let text = disasm(&out, 0x700000).join("\n");
         assert!(text.contains("test byte ptr [500000h],1"), "{text}");
         assert!(text.contains("mov rax,fs:[0]"), "{text}");
@@ -1040,7 +1081,7 @@ mod tests {
             timer_enter: 0x610000,
             timer_exit: 0x620000,
         };
-        let text = disasm(&trampoline(&p, env, 0x700000).unwrap(), 0x700000).join("\n");
+        let text = disasm(&trampoline(&p, env, 0x700000, None).unwrap(), 0x700000).join("\n");
         assert!(text.contains("lea rax,[401006h]"), "{text}");
         assert!(text.contains("jmp 0000000000402000h"), "{text}");
         assert!(!text.contains("call 0000000000402000h"), "{text}");
@@ -1079,7 +1120,7 @@ mod tests {
             timer_enter: 0,
             timer_exit: 0,
         };
-        let text = disasm(&trampoline(&p, env, 0x700100).unwrap(), 0x700100).join("\n");
+        let text = disasm(&trampoline(&p, env, 0x700100, None).unwrap(), 0x700100).join("\n");
         assert!(text.contains("lea rax,[40100Dh]") && text.contains("jmp 0000000000700000h"), "{text}");
         assert!(!text.contains("40300Dh"), "the GOT slot is still called: {text}");
     }

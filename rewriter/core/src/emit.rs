@@ -52,7 +52,7 @@
 use crate::error::{Error, Result};
 use crate::input::{InputElf, Segment};
 use crate::place::{Placement, SegmentData, Site, WrapCall, PHDR_SIZE};
-use crate::plan::{Plan, Tactic, JMP_LEN};
+use crate::plan::{Plan, Tactic, JMP8_LEN, JMP_LEN};
 use crate::rtimage;
 use crate::unwind::{EhOut, Piece};
 use object::elf::{self, FileHeader64, ProgramHeader64, SectionHeader64};
@@ -172,6 +172,8 @@ fn segment_bytes(data: &SegmentData, placed: &Placement, code: &[Piece], eh: Opt
 
 /// `jmp rel32` (`E9 cd`): the first bytes of every patched window, the bytes being fixed.
 const JMP_REL32: u8 = 0xe9;
+/// `jmp rel8` (`EB cb`): the first bytes of a [`Tactic::Rel8Slot`] exit.
+const JMP_REL8: u8 = 0xeb;
 /// `int3` (`CC`): the rest of a window (never executed: nothing branches into a window but
 /// to its first byte), and the whole patch of a trap site.
 const INT3: u8 = 0xcc;
@@ -191,6 +193,21 @@ fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
     let end = off + len as usize;
     if end > out.len() || elf.vaddr_to_offset(address + len - 1).is_none() {
         return Err(Error::Internal(format!("window 0x{address:x}+{len} leaves the file")));
+    }
+    if tactic == Tactic::Retarget {
+        let rel = target as i64 - (address + len) as i64;
+        let rel =
+            i32::try_from(rel).map_err(|_| Error::NoRoom(format!("0x{address:x}: trampoline out of rel32 reach")))?;
+        out[end - 4..end].copy_from_slice(&rel.to_le_bytes());
+        return Ok(());
+    }
+    if tactic == Tactic::Rel8Slot {
+        let rel = target as i64 - (address + JMP8_LEN) as i64;
+        let rel = i8::try_from(rel).map_err(|_| Error::Internal(format!("0x{address:x}: slot out of rel8 reach")))?;
+        out[off] = JMP_REL8;
+        out[off + 1] = rel as u8;
+        out[off + JMP8_LEN as usize..end].fill(INT3);
+        return Ok(());
     }
     let rel = target as i64 - (address + JMP_LEN) as i64;
     let rel = i32::try_from(rel).map_err(|_| Error::NoRoom(format!("0x{address:x}: trampoline out of rel32 reach")))?;
@@ -411,14 +428,33 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     if !(seg.0..seg.1).contains(&entry) {
         return bad(format!("e_entry 0x{entry:x} is outside the new code segment"));
     }
+    // A wrapper of an import with no PLT stub (window 0) patches only its GOT call sites.
     let sites = plan
         .points
         .iter()
         .filter(|p| p.import.is_none() && p.window_len > 0)
         .map(|p| (p.address, p.window_len, p.tactic));
-    let sites = sites.chain(plan.exits.iter().map(|x| (x.address, x.window_len, x.tactic)));
+    let exits = plan.exits.iter().filter(|x| !matches!(x.tactic, Tactic::EntryExit | Tactic::Retarget));
+    let sites = sites.chain(exits.map(|x| (x.address, x.window_len, x.tactic)));
+    let retargets = plan.exits.iter().flat_map(|x| x.retargets.iter().map(|&(j, len)| (j, len, Tactic::Retarget)));
+    let sites = sites.chain(retargets);
     let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.window_len(), Tactic::Window)));
     let mut patched: Vec<(u64, u64)> = Vec::new();
+    // Slots lie in dead bytes, possibly the tail of another window after its `jmp rel32`.
+    let mut slots: Vec<u64> = Vec::new();
+    for x in plan.exits.iter().filter(|x| x.tactic == Tactic::Rel8Slot) {
+        let Some(slot) = x.slot else { return bad(format!("exit 0x{:x} has no slot", x.site)) };
+        let Some(&(v, _, _, off, _)) = loads.iter().find(|l| slot >= l.0 && slot < l.0 + l.4) else {
+            return bad(format!("slot 0x{slot:x} is not in a file-backed segment"));
+        };
+        let o = (slot - v + off) as usize;
+        let rel = i32::from_le_bytes(out[o + 1..o + 5].try_into().unwrap_or_default()) as i64;
+        let target = (slot as i64 + JMP_LEN as i64 + rel) as u64;
+        if out[o] != JMP_REL32 || !(seg.0..seg.1).contains(&target) {
+            return bad(format!("slot 0x{slot:x} does not jump into the new code segment"));
+        }
+        slots.push(slot);
+    }
     for x in &plan.wrap_sites {
         let (address, len) = (x.address(), x.window_len());
         let Some(&(v, _, _, off, _)) = loads.iter().find(|l| address >= l.0 && address < l.0 + l.4) else {
@@ -443,6 +479,18 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
             if out[o] != INT3 {
                 return bad(format!("trap site 0x{address:x} is not an int3"));
             }
+        } else if tactic == Tactic::Retarget {
+            let end = o + len as usize;
+            let rel = i32::from_le_bytes(out[end - 4..end].try_into().unwrap_or_default()) as i64;
+            let target = (address as i64 + len as i64 + rel) as u64;
+            if !(seg.0..seg.1).contains(&target) {
+                return bad(format!("jump 0x{address:x} does not lead into the new code segment"));
+            }
+        } else if tactic == Tactic::Rel8Slot {
+            let target = (address as i64 + JMP8_LEN as i64 + out[o + 1] as i8 as i64) as u64;
+            if out[o] != JMP_REL8 || !slots.contains(&target) {
+                return bad(format!("exit 0x{address:x} does not jump to its slot"));
+            }
         } else {
             let rel = i32::from_le_bytes(out[o + 1..o + 5].try_into().unwrap_or_default()) as i64;
             let target = (address as i64 + JMP_LEN as i64 + rel) as u64;
@@ -452,6 +500,17 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         }
         patched.push((address, len));
     }
+    // A slot in a window's tail overlaps only bytes after that window's `jmp rel32`.
+    patched.sort_unstable();
+    let in_tail = |s: u64| {
+        let i = patched.partition_point(|&(a, _)| a <= s);
+        i > 0 && {
+            let (a, l) = patched[i - 1];
+            s >= a + JMP_LEN && s + JMP_LEN <= a + l
+        }
+    };
+    let free: Vec<(u64, u64)> = slots.iter().filter(|&&s| !in_tail(s)).map(|&s| (s, JMP_LEN)).collect();
+    patched.extend(free);
     patched.sort_unstable();
     if let Some(w) = patched.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
         return bad(format!("patches at 0x{:x} and 0x{:x} overlap", w[0].0, w[1].0));

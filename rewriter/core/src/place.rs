@@ -38,7 +38,7 @@
 use crate::codegen::{self, PieceAt, PieceKind, Targets};
 use crate::error::{Error, Result};
 use crate::input::{InputElf, Segment};
-use crate::plan::{Plan, Tactic};
+use crate::plan::{Plan, Tactic, JMP_LEN};
 use crate::spec::Spec;
 use crate::{rewrite_report, rtimage, Planned};
 use object::elf;
@@ -100,7 +100,9 @@ impl<'a> SegmentData<'a> {
 pub struct Site {
     pub address: u64,
     pub len: u64,
-    /// A window gets `jmp rel32` to `target`; a trap gets `int3` and a trap-table entry.
+    /// A window gets `jmp rel32` to `target`; a trap gets `int3` and a trap-table entry; a
+    /// [`Tactic::Rel8Slot`] exit gets `jmp rel8` to its slot (`target`), a site of its own; a
+    /// [`Tactic::Retarget`] site is a jump whose last 4 bytes (its rel32) get `target`.
     pub tactic: Tactic,
     /// The trampoline or thunk.
     pub target: u64,
@@ -359,8 +361,25 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
     }
     for (i, x) in plan.exits.iter().enumerate() {
+        if x.tactic == Tactic::EntryExit {
+            continue; // the entry trampoline runs it
+        }
         let target = c.code(plan, PieceKind::ExitTrampoline(i), &t, &mut pieces)?;
-        sites.push(Site { address: x.address, len: x.window_len, tactic: x.tactic, target });
+        if x.tactic == Tactic::Retarget {
+            for &(j, len) in &x.retargets {
+                sites.push(Site { address: j, len, tactic: Tactic::Retarget, target });
+            }
+            continue;
+        }
+        match x.slot {
+            // The slot (after the window whose tail it may lie in) leads to the trampoline,
+            // the exit's `jmp rel8` to the slot.
+            Some(slot) => {
+                sites.push(Site { address: slot, len: JMP_LEN, tactic: Tactic::Window, target });
+                sites.push(Site { address: x.address, len: x.window_len, tactic: x.tactic, target: slot });
+            }
+            None => sites.push(Site { address: x.address, len: x.window_len, tactic: x.tactic, target }),
+        }
     }
     for (i, x) in plan.import_sites.iter().enumerate() {
         let target = c.code(plan, PieceKind::ImportTrampoline(i), &t, &mut pieces)?;

@@ -51,6 +51,25 @@ pub enum Tactic {
     /// branch target), which nothing executes.
     #[serde(rename = "window+padding")]
     WindowPadding,
+    /// Exit: the exit instruction lies in the function's entry window (tiny functions, whose
+    /// entry window is stretched to their `ret` when it can be): the entry trampoline runs the
+    /// exit instrumentation before the displaced exit. The exit patches nothing itself.
+    #[serde(rename = "entry+exit")]
+    EntryExit,
+    /// Exit: fewer than 5 bytes end at the exit (`leave; ret` at a jump target, a `ret` plus
+    /// one byte of padding), but at least 2: they become `jmp rel8` to a 5-byte *slot* within
+    /// reach that holds `jmp rel32` to the exit trampoline. Slots are dead bytes: the tail of
+    /// an entry window after its `jmp rel32`, padding after a function, alignment `nop`s
+    /// after an unconditional transfer (E9Patch's T1/T2 idea with dead space instead of
+    /// punned instructions).
+    #[serde(rename = "jmp8+slot")]
+    Rel8Slot,
+    /// Exit: a short run ending at the exit (a lone `ret`, `xor eax, eax; ret`) that starts
+    /// right after an unconditional transfer, so that only jumps enter it, and only direct
+    /// `jmp rel32` / `jcc rel32` instructions of the function reach: their displacements are
+    /// changed to lead to the exit trampoline; the run itself stays as it is.
+    #[serde(rename = "retarget")]
+    Retarget,
     /// One `int3` on the site's first byte; the runtime's SIGTRAP handler resumes the thread
     /// in the trampoline, which runs the displaced instruction. Exact but slow; opt-in.
     #[serde(rename = "trap")]
@@ -62,6 +81,9 @@ impl Tactic {
         match self {
             Tactic::Window => "window",
             Tactic::WindowPadding => "window+padding",
+            Tactic::EntryExit => "entry+exit",
+            Tactic::Rel8Slot => "jmp8+slot",
+            Tactic::Retarget => "retarget",
             Tactic::Trap => "trap",
         }
     }
@@ -408,6 +430,12 @@ pub struct Exit {
     /// is the exit instruction.
     pub displaced: Vec<Instruction>,
     pub tactic: Tactic,
+    /// [`Tactic::Rel8Slot`]: the 5-byte slot the `jmp rel8` at `address` leads to, which
+    /// gets `jmp rel32` to the trampoline.
+    pub slot: Option<u64>,
+    /// [`Tactic::Retarget`]: (address, length) of every jump whose rel32 now leads to the
+    /// trampoline.
+    pub retargets: Vec<(u64, u64)>,
 }
 
 /// An exit site that is not patched.
@@ -466,6 +494,9 @@ pub struct Plan {
     pub wrap_slots: BTreeMap<u64, u32>,
     /// Uses of a wrappable thread-library import that no wrapper sees (D4), in address order.
     pub uncovered_wraps: Vec<UncoveredWrap>,
+    /// Points whose entry trampoline runs the exit instrumentation ([`Tactic::EntryExit`]):
+    /// point id → the site of the exit instruction in its window.
+    pub entry_exits: BTreeMap<u32, u64>,
 }
 
 /// Options that depend on the program or the user rather than the spec.
@@ -789,24 +820,62 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
         }
     }
     let mut patches = Patches::default();
+    let mut slots = Slots::default();
     for p in &plan.points {
         patches.insert(p.address, p.window_len);
+        if p.import.is_none() && p.wrap.is_none() && p.tactic == Tactic::Window {
+            slots.add_tail(p.address, p.window_len);
+        }
     }
+    for f in &an.functions {
+        slots.add(f.end(), f.end() + f.padding, false);
+    }
+    // Entry points whose window may be stretched to make a slot (see `Room::stretch`).
+    let by_address: BTreeMap<u64, usize> = plan
+        .points
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.import.is_none() && p.wrap.is_none() && p.tactic == Tactic::Window)
+        .map(|(i, p)| (p.address, i))
+        .collect();
     for pi in 0..plan.points.len() {
-        let p = &plan.points[pi];
-        if p.bits & stint_layout::TIMER_BITS == 0 || p.wrap.is_some() {
+        if plan.points[pi].bits & stint_layout::TIMER_BITS == 0
+            || plan.points[pi].wrap.is_some()
+            || plan.points[pi].import.is_some()
+        {
             continue;
         }
+        // A copy: finding a slot may stretch another point's entry window.
+        let p = plan.points[pi].clone();
         let f = &an.functions[p.function];
         let mut family = vec![p.function];
         family.extend(parts.get(&f.address).into_iter().flatten().copied());
-        let ctx = ExitCtx { an, family: &family, entry: f.address, start: p.address, window: p.window_len };
+        let ctx = ExitCtx {
+            an,
+            family: &family,
+            entry: f.address,
+            start: p.address,
+            window: p.window_len,
+            entry_displaced: &p.displaced,
+        };
         let mut exits: Vec<Exit> = Vec::new();
         let mut skipped: Vec<SkippedExit> = Vec::new();
         let mut untimed: Option<(u64, SkipReason)> = None;
+        let mut decoded_parts = Vec::with_capacity(family.len());
         for &part in &family {
             let fp = &an.functions[part];
             let ins = decode_at(elf, fp.address, fp.size);
+            // Alignment nops after unconditional transfers inside the part: slots.
+            for (k, x) in ins.iter().enumerate() {
+                if ends_flow(x) && k + 1 < ins.len() {
+                    let n = dead_after(an, &ins, k, fp);
+                    slots.add(x.next_ip(), (x.next_ip() + n).min(fp.end()), false);
+                }
+            }
+            decoded_parts.push((fp, ins));
+        }
+        for (fp, ins) in &decoded_parts {
+            let fp = *fp;
             let decoded = ins.last().map_or(fp.address, |x| x.next_ip());
             if decoded != fp.end() {
                 untimed.get_or_insert((decoded, SkipReason::Undecodable(decoded)));
@@ -817,10 +886,27 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                     None => continue,
                     Some(c) => c,
                 };
-                let res = found.and_then(|()| exit_patch(&ctx, &ins, k, fp, &patches, opts));
+                let res = found.and_then(|()| {
+                    let mut room = Room {
+                        elf,
+                        points: &mut plan.points,
+                        by_address: &by_address,
+                        patches: &mut patches,
+                        slots: &mut slots,
+                    };
+                    exit_patch(&ctx, ins, k, fp, &decoded_parts, &mut room, opts)
+                });
                 match res {
-                    Ok((tactic, address, window_len, displaced)) => {
-                        patches.insert(address, window_len);
+                    Ok((tactic, address, window_len, displaced, slot, retargets)) => {
+                        for &(j, len) in &retargets {
+                            patches.insert(j, len);
+                        }
+                        if window_len > 0 {
+                            patches.insert(address, window_len);
+                        }
+                        if tactic == Tactic::Window {
+                            slots.add_tail(address, window_len);
+                        }
                         exits.push(Exit {
                             point: p.id,
                             function: p.function,
@@ -830,6 +916,8 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                             window_len,
                             displaced,
                             tactic,
+                            slot,
+                            retargets,
                         });
                     }
                     Err(reason) => {
@@ -847,11 +935,25 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
             }
         }
         match untimed {
-            None => plan.exits.append(&mut exits),
+            None => {
+                for x in exits.iter().filter(|x| x.tactic == Tactic::EntryExit) {
+                    plan.entry_exits.entry(x.point).or_insert(x.site);
+                }
+                plan.exits.append(&mut exits)
+            }
             Some((site, reason)) => {
-                // Patching the exits that fit would measure nothing: leave them alone.
+                // Patching the exits that fit would measure nothing: leave them alone. (A
+                // slot stays taken: nothing is written there.)
                 for x in exits {
-                    patches.remove(x.address);
+                    if x.window_len > 0 {
+                        patches.remove(x.address);
+                    }
+                    for &(j, _) in &x.retargets {
+                        patches.remove(j);
+                    }
+                    if x.tactic == Tactic::Window {
+                        slots.remove_tail(x.address, x.window_len);
+                    }
                     skipped.push(SkippedExit {
                         point: x.point,
                         function: x.function,
@@ -996,7 +1098,8 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
         let Some(j) = x.displaced.last() else { continue };
         if let Some((_, symbol)) = import_callee(an, &by_stub, j) {
             let name = crate::analysis::demangle(symbol);
-            let called = REGISTER_ARGS_IMPORTS.contains(&symbol)
+            let called = x.tactic != Tactic::EntryExit
+                && REGISTER_ARGS_IMPORTS.contains(&symbol)
                 && matches!(j.code(), Code::Jmp_rel32_64 | Code::Jmp_rel8_64 | Code::Jmp_rm64);
             plan.tail_imports.push(TailImport { point: x.point, site: x.site, name, called });
         }
@@ -1062,6 +1165,9 @@ struct ExitCtx<'a> {
     start: u64,
     /// Length of the entry patch.
     window: u64,
+    /// The instructions the entry trampoline runs (an exit among them is a
+    /// [`Tactic::EntryExit`]).
+    entry_displaced: &'a [Instruction],
 }
 
 impl ExitCtx<'_> {
@@ -1126,8 +1232,9 @@ impl ExitCtx<'_> {
     }
 }
 
-/// A patch: tactic, first byte, length, displaced instructions.
-type ExitPatch = (Tactic, u64, u64, Vec<Instruction>);
+/// A patch: tactic, first byte, length, displaced instructions, slot ([`Exit::slot`]),
+/// retargeted jumps ([`Exit::retargets`]).
+type ExitPatch = (Tactic, u64, u64, Vec<Instruction>, Option<u64>, Vec<(u64, u64)>);
 
 /// Choose the tactic for the exit `ins[k]` of part `fp` (see `plan_exits`).
 fn exit_patch(
@@ -1135,36 +1242,252 @@ fn exit_patch(
     ins: &[Instruction],
     k: usize,
     fp: &Function,
-    patches: &Patches,
+    family: &[(&Function, Vec<Instruction>)],
+    room: &mut Room,
     opts: PlanOptions,
 ) -> Result<ExitPatch, SkipReason> {
     let x = ins[k];
+    let patches = &*room.patches;
     if x.ip() >= ctx.start && x.ip() - ctx.start < ctx.window {
+        // Displaced by the entry window: its trampoline runs the exit instrumentation. (A
+        // trap entry displaces one instruction; the exit may be another in the window.)
+        if ctx.entry_displaced.iter().any(|d| d.ip() == x.ip()) {
+            return Ok((Tactic::EntryExit, x.ip(), 0, vec![x], None, Vec::new()));
+        }
         return Err(SkipReason::ExitInEntryWindow);
     }
-    let window = exit_window(ctx.an, ins, k, 0, patches);
+    let window = exit_window(ctx.an, ins, k, 0, patches, JMP_LEN);
     let padding = dead_after(ctx.an, ins, k, fp);
-    let padded = if padding > 0 { exit_window(ctx.an, ins, k, padding, patches).ok() } else { None };
-    let padded = padded.map(|(i, _)| (Tactic::WindowPadding, ins[i].ip(), JMP_LEN, ins[i..=k].to_vec()));
+    let padded = if padding > 0 { exit_window(ctx.an, ins, k, padding, patches, JMP_LEN).ok() } else { None };
+    let padded =
+        padded.map(|(i, _)| (Tactic::WindowPadding, ins[i].ip(), JMP_LEN, ins[i..=k].to_vec(), None, Vec::new()));
     let reason = match window {
         // A window that takes in a loop's back edge (`dec ecx; jne .Lloop; ret`) runs every
         // iteration through the trampoline: correct, but slow. Padding avoids that.
         Ok((i, _)) if loops_back(&ins[i..k], fp) && padded.as_ref().is_some_and(|p| !loops_back(&p.3, fp)) => {
             return Ok(padded.expect("checked"));
         }
-        Ok((i, len)) => return Ok((Tactic::Window, ins[i].ip(), len, ins[i..=k].to_vec())),
+        Ok((i, len)) => return Ok((Tactic::Window, ins[i].ip(), len, ins[i..=k].to_vec(), None, Vec::new())),
         Err(r) => r,
     };
     if let Some(p) = padded {
         return Ok(p);
     }
+    // `jmp rel8` to a slot: the shortest run of at least 2 bytes (with padding if need be).
+    let short = exit_window(ctx.an, ins, k, 0, patches, JMP8_LEN).or_else(|e| {
+        if padding > 0 {
+            exit_window(ctx.an, ins, k, padding, patches, JMP8_LEN)
+        } else {
+            Err(e)
+        }
+    });
+    if let Ok((i, len)) = short {
+        let at = ins[i].ip();
+        if !loops_back(&ins[i..k], fp) {
+            let from = at + JMP8_LEN;
+            let slot = room.slots.take(from, room.patches).or_else(|| room.stretch(ctx.an, from));
+            if let Some(slot) = slot {
+                return Ok((Tactic::Rel8Slot, at, len.max(JMP8_LEN), ins[i..=k].to_vec(), Some(slot), Vec::new()));
+            }
+        }
+    }
+    if let Some((i, jumps)) = retarget(ctx, family, ins, k, fp, room.patches) {
+        return Ok((Tactic::Retarget, ins[i].ip(), 0, ins[i..=k].to_vec(), None, jumps));
+    }
+    let patches = &*room.patches;
     if opts.traps {
         check_relocatable(&x)?;
         if patches.overlap(x.ip(), 1).is_none() {
-            return Ok((Tactic::Trap, x.ip(), 1, vec![x]));
+            return Ok((Tactic::Trap, x.ip(), 1, vec![x], None, Vec::new()));
         }
     }
     Err(reason)
+}
+
+/// `jmp rel8`.
+pub const JMP8_LEN: u64 = 2;
+
+/// The run and the jumps to retarget for the exit `ins[k]` of part `fp` ([`Tactic::Retarget`]):
+/// the run `ins[i..=k]` of straight-line instructions ending at the exit starts at a branch
+/// target that cannot be fallen into (the instruction before it ends control flow, or it
+/// starts a cold part) and that analysis
+/// found nothing but direct jumps reaching, and every one of those is a `jmp rel32` / `jcc
+/// rel32` of the function or its cold parts that no patch covers.
+fn retarget(
+    ctx: &ExitCtx,
+    family: &[(&Function, Vec<Instruction>)],
+    ins: &[Instruction],
+    k: usize,
+    fp: &Function,
+    patches: &Patches,
+) -> Option<(usize, Vec<(u64, u64)>)> {
+    let mut i = k;
+    check_relocatable(&ins[k]).ok()?;
+    while !ctx.an.branch_targets.contains(&ins[i].ip()) {
+        let prev = ins.get(i.checked_sub(1)?)?;
+        if prev.next_ip() != ins[i].ip() || ends_flow(prev) || is_call(prev) || check_relocatable(prev).is_err() {
+            return None;
+        }
+        i -= 1;
+    }
+    let x = &ins[i];
+    // Nothing falls into the run: it starts a cold part, or follows a transfer.
+    let entered_by_jumps_only = match i.checked_sub(1).map(|j| &ins[j]) {
+        None => fp.is_cold_part(),
+        Some(prev) => prev.next_ip() == x.ip() && ends_flow(prev),
+    };
+    if !entered_by_jumps_only || loops_back(&ins[i..k], fp) {
+        return None;
+    }
+    let n = *ctx.an.jump_only.get(&x.ip())? as usize;
+    let mut jumps = Vec::new();
+    for (_, part) in family {
+        for j in part.iter().filter(|j| {
+            matches!(j.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+                && j.near_branch_target() == x.ip()
+                && matches!(j.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch)
+        }) {
+            if !is_rel32_branch(j) || patches.overlap(j.ip(), j.len() as u64).is_some() {
+                return None;
+            }
+            jumps.push((j.ip(), j.len() as u64));
+        }
+    }
+    (jumps.len() == n && n > 0).then_some((i, jumps))
+}
+
+/// A `jmp` or `jcc` whose last 4 bytes are its displacement.
+fn is_rel32_branch(j: &Instruction) -> bool {
+    matches!(
+        j.code(),
+        Code::Jmp_rel32_64
+            | Code::Jo_rel32_64
+            | Code::Jno_rel32_64
+            | Code::Jb_rel32_64
+            | Code::Jae_rel32_64
+            | Code::Je_rel32_64
+            | Code::Jne_rel32_64
+            | Code::Jbe_rel32_64
+            | Code::Ja_rel32_64
+            | Code::Js_rel32_64
+            | Code::Jns_rel32_64
+            | Code::Jp_rel32_64
+            | Code::Jnp_rel32_64
+            | Code::Jl_rel32_64
+            | Code::Jge_rel32_64
+            | Code::Jle_rel32_64
+            | Code::Jg_rel32_64
+    )
+}
+
+/// What the exit tactics may use besides the exit's own bytes: the patches so far, the free
+/// slots, and entry windows that may grow.
+struct Room<'r, 'a> {
+    elf: &'r InputElf<'a>,
+    points: &'r mut Vec<Point>,
+    /// Entry points with a plain window, by address.
+    by_address: &'r BTreeMap<u64, usize>,
+    patches: &'r mut Patches,
+    slots: &'r mut Slots,
+}
+
+impl Room<'_, '_> {
+    /// Make a slot within `jmp rel8` reach of `from` by stretching a nearby entry window over
+    /// the straight-line instructions after it until 5 dead bytes follow its `jmp rel32`
+    /// (an entry window is run by its trampoline whatever its length; prologues such as
+    /// `push rbp; mov rbp, rsp; sub rsp, n; mov [rbp-8], rdi` have room). The instructions
+    /// taken in must not be branch targets, calls or branches, must be relocatable, lie in
+    /// the function and in no other patch. The slot is taken at once.
+    fn stretch(&mut self, an: &Analysis, from: u64) -> Option<u64> {
+        let (lo, hi) = (from.saturating_sub(128), from + 127);
+        // A slot at address + 5 must be in reach.
+        let near: Vec<usize> =
+            self.by_address.range(lo.saturating_sub(JMP_LEN)..=hi.saturating_sub(JMP_LEN)).map(|(_, &i)| i).collect();
+        for pi in near {
+            let p = &self.points[pi];
+            if p.emulate_call || p.displaced.last().is_none_or(ends_flow) || p.window_len >= 2 * JMP_LEN {
+                continue;
+            }
+            let f = &an.functions[p.function];
+            let (start, old_end) = (p.address, p.address + p.window_len);
+            let mut end = old_end;
+            let mut more = Vec::new();
+            while end - start < 2 * JMP_LEN {
+                let Some(x) = decode_at(self.elf, end, 15).first().copied() else { break };
+                if x.is_invalid()
+                    || x.next_ip() > f.end()
+                    || x.flow_control() != FlowControl::Next
+                    || an.branch_targets.contains(&x.ip())
+                    || check_relocatable(&x).is_err()
+                {
+                    break;
+                }
+                end = x.next_ip();
+                more.push(x);
+            }
+            if end - start < 2 * JMP_LEN || self.patches.overlap(old_end, end - old_end).is_some() {
+                continue;
+            }
+            let p = &mut self.points[pi];
+            p.displaced.extend(more);
+            p.window_len = end - start;
+            self.patches.remove(start);
+            self.patches.insert(start, end - start);
+            self.slots.add_tail(start, end - start);
+            if let Some(s) = self.slots.take(from, self.patches) {
+                return Some(s);
+            }
+        }
+        None
+    }
+}
+
+/// Dead bytes where a slot ([`Tactic::Rel8Slot`]) may go: start → (end, whether the bytes
+/// lie inside a patch, i.e. the tail of a window after its `jmp rel32`).
+#[derive(Default)]
+struct Slots(BTreeMap<u64, (u64, bool)>);
+
+impl Slots {
+    fn add(&mut self, at: u64, end: u64, in_patch: bool) {
+        if end >= at + JMP_LEN {
+            self.0.insert(at, (end, in_patch));
+        }
+    }
+
+    /// The tail of a window after its `jmp rel32`.
+    fn add_tail(&mut self, at: u64, len: u64) {
+        self.add(at + JMP_LEN, at + len, true);
+    }
+
+    /// Forget the slots in the tail of a window that is not patched after all.
+    fn remove_tail(&mut self, at: u64, len: u64) {
+        let inside: Vec<u64> = self.0.range(at..at + len).map(|(&a, _)| a).collect();
+        for a in inside {
+            self.0.remove(&a);
+        }
+    }
+
+    /// Take a 5-byte slot a `jmp rel8` ending at `from` reaches; a slot outside any patch is
+    /// added to `patches`.
+    fn take(&mut self, from: u64, patches: &mut Patches) -> Option<u64> {
+        let (lo, hi) = (from.saturating_sub(128), from + 127);
+        let near: Vec<(u64, u64, bool)> =
+            self.0.range(lo.saturating_sub(256)..=hi).map(|(&a, &(e, p))| (a, e, p)).collect();
+        for (a, e, in_patch) in near {
+            let (first, last) = (a.max(lo), (e - JMP_LEN).min(hi));
+            let found = (first..=last.min(first + 64)).find(|&s| in_patch || patches.overlap(s, JMP_LEN).is_none());
+            if let Some(s) = found {
+                self.0.remove(&a);
+                self.add(a, s, in_patch);
+                self.add(s + JMP_LEN, e, in_patch);
+                if !in_patch {
+                    patches.insert(s, JMP_LEN);
+                }
+                return Some(s);
+            }
+        }
+        None
+    }
 }
 
 /// Bytes after the exit `ins[k]` (which never falls through) that nothing executes: the
@@ -1184,7 +1507,7 @@ fn dead_after(an: &Analysis, ins: &[Instruction], k: usize, fp: &Function) -> u6
 }
 
 /// The shortest run `ins[i..=k]` of whole instructions ending with the exit `ins[k]` that,
-/// with `padding` bytes after `ins[k]`, covers `JMP_LEN` bytes: no instruction but the first
+/// with `padding` bytes after `ins[k]`, covers `need` bytes: no instruction but the first
 /// is a branch target, none before the exit is a call or ends control flow, all can be
 /// relocated, and no byte of the patch is already patched. Returns `i` and the run's length.
 fn exit_window(
@@ -1193,14 +1516,15 @@ fn exit_window(
     k: usize,
     padding: u64,
     patches: &Patches,
+    need: u64,
 ) -> Result<(usize, u64), SkipReason> {
     check_relocatable(&ins[k])?;
     let mut i = k;
     let mut len = ins[k].len() as u64;
     loop {
         let at = ins[i].ip();
-        if len + padding >= JMP_LEN {
-            let patch = len.max(JMP_LEN);
+        if len + padding >= need {
+            let patch = len.max(need);
             return match patches.overlap(at, patch) {
                 Some(o) => Err(SkipReason::Overlap(o)),
                 None => Ok((i, len)),
@@ -1309,7 +1633,57 @@ fn entry_window(
             return Err(SkipReason::TooSmall);
         }
     }
+    if !displaced.last().is_some_and(ends_flow) {
+        if let Some(more) = stretch_to_exit(elf, an, f, start + len) {
+            len += more.iter().map(|x| x.len() as u64).sum::<u64>();
+            displaced.extend(more);
+        }
+    }
     Ok((len, displaced, false, Tactic::Window))
+}
+
+/// Longest entry window a tiny function's body is stretched to (see [`stretch_to_exit`]).
+pub const STRETCH_MAX: u64 = 32;
+
+/// The instructions from `from` (the end of a complete entry window) up to and including the
+/// function's exit when they are straight-line code ending in a `ret` or a direct tail jump
+/// to another function's start, within [`STRETCH_MAX`] bytes of the window's start: the entry
+/// window then takes them in, and the entry trampoline runs the exit instrumentation
+/// ([`Tactic::EntryExit`]) instead of the exit needing a patch of its own, which a tiny
+/// function often has no room for.
+fn stretch_to_exit(elf: &InputElf, an: &Analysis, f: &Function, from: u64) -> Option<Vec<Instruction>> {
+    let start = if f.has_endbr { f.address + 4 } else { f.address };
+    let limit = (start + STRETCH_MAX).min(f.end());
+    if from >= limit {
+        return None;
+    }
+    let mut out = Vec::new();
+    for x in decode_at(elf, from, limit - from) {
+        if x.is_invalid() || an.branch_targets.contains(&x.ip()) || check_relocatable(&x).is_err() {
+            return None;
+        }
+        match x.flow_control() {
+            FlowControl::Next => out.push(x),
+            FlowControl::Return if x.mnemonic() == Mnemonic::Ret => {
+                out.push(x);
+                return Some(out);
+            }
+            FlowControl::UnconditionalBranch
+                if matches!(x.op0_kind(), OpKind::NearBranch32 | OpKind::NearBranch64)
+                    && !f.contains(x.near_branch_target())
+                    && an.function_at(x.near_branch_target()).is_some_and(|g| {
+                        !g.is_cold_part()
+                            && (x.near_branch_target() == g.address
+                                || (g.has_endbr && x.near_branch_target() == g.address + 4))
+                    }) =>
+            {
+                out.push(x);
+                return Some(out);
+            }
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// `ret`, `jmp`, `ud2`, `hlt`: control never falls through.

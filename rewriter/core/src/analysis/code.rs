@@ -51,6 +51,9 @@ pub(crate) struct Code {
     pub unresolved: Vec<bool>,
     /// Branch targets found so far (unsorted, with duplicates).
     pub targets: Vec<u64>,
+    /// The target of every direct `jmp` / `jcc` (unsorted, one per jump): a target pushed to
+    /// `targets` only by these is reached by nothing else.
+    pub jump_targets: Vec<u64>,
     /// Direct call targets, sorted and deduplicated.
     pub calls: Vec<u64>,
     /// Jumps leaving their function.
@@ -135,6 +138,9 @@ pub(crate) fn decode_all(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], exec
                 | FlowControl::XbeginXabortXend) => {
                     if let Some(t) = near_target(x) {
                         code.targets.push(t);
+                        if fc != FlowControl::XbeginXabortXend {
+                            code.jump_targets.push(t);
+                        }
                         if t < c.address || t >= end {
                             let kind = if fc == FlowControl::UnconditionalBranch {
                                 EdgeKind::Jump

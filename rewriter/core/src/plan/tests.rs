@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::analysis::analyze;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -146,8 +146,36 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
     }
     let timed: BTreeSet<u32> =
         plan.points.iter().filter(|p| p.bits & stint_layout::TIMER_BITS != 0).map(|p| p.id).collect();
+    let points: BTreeMap<u32, &Point> = plan.points.iter().map(|p| (p.id, p)).collect();
+    let mut slots: Vec<(u64, String)> = Vec::new();
     for x in &plan.exits {
+        if x.tactic == Tactic::EntryExit {
+            // Nothing patched: the exit is one of the entry trampoline's instructions, the
+            // first exit there, and the plan says so.
+            let p = points[&x.point];
+            assert!(p.displaced.iter().any(|d| d.ip() == x.site), "entry+exit 0x{:x} not displaced", x.site);
+            assert_eq!((x.window_len, x.displaced.len(), x.address), (0, 1, x.site));
+            assert!(plan.entry_exits.contains_key(&x.point));
+            continue;
+        }
+        if x.tactic == Tactic::Retarget {
+            // Only rel32 jumps to the exit, which stays where it is.
+            assert!(!x.retargets.is_empty() && x.window_len == 0);
+            assert_eq!((x.displaced[0].ip(), x.displaced.last().map(|d| d.ip())), (x.address, Some(x.site)));
+            for &(j, len) in &x.retargets {
+                let jump = decode_at(elf, j, len)[0];
+                assert_eq!((jump.near_branch_target(), jump.len() as u64), (x.address, len));
+                ranges.push((j, j + len, format!("retargeted jump {j:x}")));
+            }
+            continue;
+        }
         ranges.push((x.address, x.address + x.window_len, format!("exit {:x}", x.site)));
+        if let Some(s) = x.slot {
+            assert_eq!(x.tactic, Tactic::Rel8Slot);
+            let reach = s as i64 - (x.address + JMP8_LEN) as i64;
+            assert!((-128..=127).contains(&reach), "slot 0x{s:x} out of reach of 0x{:x}", x.address);
+            slots.push((s, format!("slot {s:x} of exit {:x}", x.site)));
+        }
         assert!(timed.contains(&x.point), "exit 0x{:x} of an untimed point", x.site);
         assert!(traps || x.tactic != Tactic::Trap, "exit trap without --traps at 0x{:x}", x.site);
         let last = x.displaced.last().expect("displaced");
@@ -164,6 +192,8 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
             Tactic::Window => assert!(x.window_len == covered && covered >= JMP_LEN),
             Tactic::WindowPadding => assert!(x.window_len == JMP_LEN && covered < JMP_LEN),
             Tactic::Trap => assert!(x.window_len == 1 && x.address == x.site && x.displaced.len() == 1),
+            Tactic::Rel8Slot => assert!(x.window_len == covered.max(JMP8_LEN) && covered < JMP_LEN && x.slot.is_some()),
+            Tactic::EntryExit | Tactic::Retarget => unreachable!(),
         }
         // The bytes match the displaced instructions.
         let ins = decode_at(elf, x.address, covered);
@@ -179,6 +209,18 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
     ranges.sort();
     for w in ranges.windows(2) {
         assert!(w[0].1 <= w[1].0, "{} overlaps {}", w[0].2, w[1].2);
+    }
+    // A slot lies in dead bytes: the tail of a window after its jmp rel32, or no patch at all;
+    // never in another slot.
+    slots.sort();
+    for w in slots.windows(2) {
+        assert!(w[0].0 + JMP_LEN <= w[1].0, "{} overlaps {}", w[0].1, w[1].1);
+    }
+    for (s, what) in &slots {
+        let i = ranges.partition_point(|r| r.0 <= *s);
+        let tail = i > 0 && *s >= ranges[i - 1].0 + JMP_LEN && s + JMP_LEN <= ranges[i - 1].1;
+        let free = (i == 0 || ranges[i - 1].1 <= *s) && ranges.get(i).is_none_or(|r| s + JMP_LEN <= r.0);
+        assert!(tail || free, "{what} overlaps a patch's live bytes");
     }
 }
 
@@ -460,14 +502,17 @@ fn exit_tactics_without_traps() {
     assert_eq!(p.exits("midjump"), [format!("+5 TailJump skipped: into function interior {back:+}")]);
     assert!(!p.timed("midjump"));
 
-    // The entry window displaces the ret: not timed, but counted.
+    // The entry window displaces the ret: the entry trampoline runs the exit too.
     assert_eq!(p.point("tiny").tactic, Tactic::WindowPadding);
-    assert_eq!(p.exits("tiny"), ["+2 Ret skipped: exit inside the entry window"]);
-    assert_eq!(p.point("tiny").bits, all & !stint_layout::TIMER_BITS);
+    assert_eq!(p.exits("tiny"), ["+2 Ret entry+exit at +2 len 0 ins 1"]);
+    assert_eq!(p.point("tiny").bits, all);
+    let tiny = p.point("tiny");
+    assert_eq!(p.plan.entry_exits.get(&tiny.id), Some(&(p.function("tiny").1.address + 2)));
 
+    // mov eax, 1; ret: the entry window (5 bytes) is stretched to the ret.
     assert_eq!(p.point("one").tactic, Tactic::Window);
-    assert_eq!(p.point("one").window_len, 5);
-    assert_eq!(p.exits("one"), ["+5 Ret window+padding at +5 len 5 ins 1"]);
+    assert_eq!(p.point("one").window_len, 6);
+    assert_eq!(p.exits("one"), ["+5 Ret entry+exit at +5 len 0 ins 1"]);
     assert_eq!(p.point("one").bits, all);
 
     assert_eq!(
@@ -491,7 +536,9 @@ fn exit_tactics_without_traps() {
     let u = p.plan.untimed.iter().find(|u| u.function == p.function("midret").0).expect("midret untimed");
     assert_eq!(u.reason, SkipReason::BranchTarget(u.site));
 
-    assert_eq!(p.exits("sib"), ["+5 TailJump window at +5 len 5 ins 1"]);
+    // The entry window stretches over the tail jump too.
+    assert_eq!(p.exits("sib"), ["+5 TailJump entry+exit at +5 len 0 ins 1"]);
+    assert_eq!(p.point("sib").window_len, 10);
     assert_eq!(p.exits("say"), ["+7 TailJump window at +7 len 6 ins 1"]);
 
     // Five rets, no exit at the table jump.
@@ -520,8 +567,10 @@ fn exit_tactics_without_traps() {
     assert!(p.timed("hot"));
     assert!(!p.plan.points.iter().any(|pt| pt.function == p.function("hot.cold").0));
 
-    // xor (2) + cmp (6) is the entry window; setbe + ret are 4 bytes and the next function follows.
-    assert_eq!(p.exits("ov"), ["+11 Ret skipped: overlap +0"]);
+    // xor (2) + cmp (6) is the entry window, stretched over setbe + ret (the next function
+    // follows, no room for a window of the ret's own).
+    assert_eq!(p.exits("ov"), ["+11 Ret entry+exit at +11 len 0 ins 1"]);
+    assert_eq!(p.point("ov").window_len, 12);
     assert_eq!(
         p.exits("ctc"),
         [
@@ -539,10 +588,17 @@ fn exit_tactics_without_traps() {
     // mov eax, 16 (5); xor edx, edx (2); add edx, eax (2); sub edi, 1 (3); jne (2); ret
     assert_eq!(p.exits("loopy"), ["+14 Ret window+padding at +14 len 5 ins 1"]);
     assert_eq!(p.exits("loopy2"), ["+14 Ret window at +9 len 6 ins 3"]);
-    // `call ext; leave; ret`: the leave is the return address.
-    assert_eq!(p.exits("packed"), ["+17 Ret skipped: branch target +16"]);
-    // push rbp; mov rbp, rsp; mov eax, 1 is the entry window; pop rbp; ret ends the section.
-    assert_eq!(p.exits("after_packed"), ["+10 Ret skipped: overlap +0"]);
+    // `call ext; leave; ret`: the leave is the return address, 2 bytes: jmp rel8 to a slot in
+    // dead bytes within reach (check_plan: not in any patch's live bytes). after_packed: push
+    // rbp; mov rbp, rsp; mov eax, 1; pop rbp; ret, 11 bytes, stretched to the ret.
+    assert_eq!(p.exits("packed"), ["+17 Ret jmp8+slot at +16 len 2 ins 2"]);
+    assert_eq!(p.exits("after_packed"), ["+10 Ret entry+exit at +10 len 0 ins 1"]);
+    let after = p.point("after_packed");
+    assert_eq!(after.window_len, 11);
+    let x = p.plan.exits.iter().find(|x| x.function == p.function("packed").0).expect("packed exit");
+    let slot = x.slot.expect("slot");
+    assert!(slot.abs_diff(x.address + JMP8_LEN) <= 127);
+    assert!(p.timed("packed") && p.timed("after_packed"));
 }
 
 const TIMER_AND_CALLS: u8 = stint_layout::TIMER_BITS | stint_layout::metric_bit(stint_layout::METRIC_CALLS);
@@ -552,14 +608,15 @@ fn exit_tactics_with_traps() {
     let p = Planned::new(&exits_program(), true);
     assert_eq!(p.exits("midret"), ["+14 Ret trap at +14 len 1 ins 1", "+21 TailJump window at +21 len 5 ins 1"]);
     assert!(p.timed("midret"));
-    assert_eq!(p.exits("ov"), ["+11 Ret trap at +11 len 1 ins 1"]);
-    assert_eq!(p.exits("packed"), ["+17 Ret trap at +17 len 1 ins 1"]);
-    assert_eq!(p.exits("after_packed"), ["+10 Ret trap at +10 len 1 ins 1"]);
+    // Traps only where nothing else fits.
+    assert_eq!(p.exits("ov"), ["+11 Ret entry+exit at +11 len 0 ins 1"]);
+    assert_eq!(p.exits("packed"), ["+17 Ret jmp8+slot at +16 len 2 ins 2"]);
+    assert_eq!(p.exits("after_packed"), ["+10 Ret entry+exit at +10 len 0 ins 1"]);
     // Windows where they fit, as without traps.
     assert_eq!(p.exits("pops"), ["+17 Ret window at +11 len 7 ins 4"]);
-    assert_eq!(p.exits("one"), ["+5 Ret window+padding at +5 len 5 ins 1"]);
-    // Traps cannot reach into an entry window, nor replace a conditional tail call.
-    assert_eq!(p.exits("tiny"), ["+2 Ret skipped: exit inside the entry window"]);
+    assert_eq!(p.exits("one"), ["+5 Ret entry+exit at +5 len 0 ins 1"]);
+    // Traps cannot replace a conditional tail call.
+    assert_eq!(p.exits("tiny"), ["+2 Ret entry+exit at +2 len 0 ins 1"]);
     assert!(!p.timed("ctc"));
 }
 
@@ -603,7 +660,8 @@ fn entry_trap() {
     // the xor; the ret gets a trap too.
     assert_eq!(p.exits("shorty"), ["+2 Ret trap at +2 len 1 ins 1"]);
     assert!(p.timed("shorty"));
-    assert_eq!(p.exits("next"), ["+7 Ret trap at +7 len 1 ins 1"]);
+    // next: mov eax, 2 is the entry window, stretched over add and ret.
+    assert_eq!(p.exits("next"), ["+7 Ret entry+exit at +7 len 0 ins 1"]);
 }
 
 /// C at -O2: sibling calls, `-fno-plt` tail calls to libc, switches, cold parts. The plan's
@@ -765,6 +823,80 @@ mtx: .zero 40
     .section .note.GNU-stack,"",@progbits
 "#;
 
+/// The exit tactics that reach beyond the exit's own bytes: a lone `ret` reached only by a
+/// `je rel32` (retarget), and a `leave; ret` at a return address with no dead bytes in
+/// rel8 reach but an entry window that can grow (jmp8+slot in the stretched window's tail).
+const REACH_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+
+    .p2align 4
+FUNC ext
+    lea eax, [rdi + 1]
+    ret
+END ext
+
+    .p2align 4
+FUNC rt
+    push rbx
+    mov ebx, edi
+    call ext
+    mov eax, ebx
+    pop rbx
+    test eax, eax
+    {disp32} je .Lrt_ret
+    add eax, 1000
+    ret
+.Lrt_ret:
+    ret
+END rt
+# The same, but the jump to the lone ret is rel8: it cannot be retargeted.
+FUNC rt8
+    mov eax, edi
+    add eax, 2
+    test eax, eax
+    je .Lrt8_ret
+    add eax, 1000
+    ret
+.Lrt8_ret:
+    ret
+END rt8
+FUNC filler
+    mov eax, edi
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END filler
+FUNC packed
+    push rbp
+    mov rbp, rsp
+    sub rsp, 16
+    mov [rbp - 4], edi
+    call ext
+    leave
+    ret
+END packed
+FUNC filler2
+    mov eax, edi
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END filler2
+    .section .note.GNU-stack,"",@progbits
+"#;
+
 #[test]
 fn got_calls_of_wrapped_imports() {
     let dir = temp_dir("gotwraps");
@@ -825,4 +957,36 @@ fn got_calls_of_wrapped_imports() {
         .skipped_import_sites
         .iter()
         .any(|s| s.name == "pthread_mutex_lock" && s.reason == SkipReason::Wrapped));
+}
+
+#[test]
+fn exit_tactics_reaching_out() {
+    let dir = temp_dir("reach");
+    let main = "int rt(int), rt8(int), filler(int), packed(int), filler2(int);
+        int main(int c, char **v) { (void)v; return rt(c) + rt8(c) + filler(c) + packed(c) + filler2(c); }";
+    let p = Planned::new(&gcc(&dir, "reach", &[("main.c", main), ("reach.s", REACH_S)], &["-O1"]), false);
+    // push rbx; mov ebx, edi; call ext (8) | mov eax, ebx; pop rbx; test; je rel32 (at +13);
+    // add eax, 1000; ret | ret
+    assert_eq!(p.exits("rt"), ["+24 Ret window at +19 len 6 ins 2", "+25 Ret retarget at +25 len 0 ins 1"]);
+    let x = p.plan.exits.iter().find(|x| x.tactic == Tactic::Retarget).expect("retarget");
+    let (_, rt) = p.function("rt");
+    assert_eq!(x.retargets, vec![(rt.address + 13, 6)]);
+    assert!(p.timed("rt"));
+    // rel8: the lone ret stays unpatched, rt8 untimed.
+    assert_eq!(
+        p.exits("rt8"),
+        [
+            "+14 Ret skipped: another exit of the function cannot be patched (fits window)",
+            "+15 Ret skipped: branch target +15"
+        ]
+    );
+    assert!(!p.timed("rt8"));
+    // packed's own entry window (push, mov, sub: 8 bytes) grows over the store to 11: its
+    // tail holds the slot of the leave; ret.
+    assert_eq!(p.exits("packed"), ["+17 Ret jmp8+slot at +16 len 2 ins 2"]);
+    let entry = p.point("packed");
+    assert_eq!((entry.window_len, entry.displaced.len()), (11, 4));
+    let x = p.plan.exits.iter().find(|x| x.function == p.function("packed").0).expect("packed exit");
+    assert_eq!(x.slot, Some(entry.address + JMP_LEN));
+    assert!(p.timed("packed"));
 }

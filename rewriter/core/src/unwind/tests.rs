@@ -253,7 +253,7 @@ fn pieces_of(data: &[u8], at: u64) -> Vec<(Piece, Vec<u64>)> {
     let mut next = at;
     let mut put_back = |initial: Initial, back: Vec<u64>, code: &dyn Fn(u64) -> crate::Result<Vec<u8>>| {
         let start = next;
-        let code = code(start).unwrap();
+        let code = code(start).unwrap_or_else(|e| panic!("piece {} at {initial:?}: {e}", pieces.len()));
         next = (start + code.len() as u64).next_multiple_of(16);
         pieces.push((Piece { start, code, initial }, back));
         start
@@ -282,10 +282,11 @@ fn pieces_of(data: &[u8], at: u64) -> Vec<(Piece, Vec<u64>)> {
             codegen::import_trampoline(&x.call, pt, env, a)
         });
     }
-    for pt in p.plan.points.iter().filter(|pt| pt.import.is_none()) {
+    // Wrappers get thunks, not trampolines (place.rs).
+    for pt in p.plan.points.iter().filter(|pt| pt.import.is_none() && pt.wrap.is_none()) {
         let back =
             if pt.emulate_call { vec![] } else { pt.displaced.last().map(|i| i.next_ip()).into_iter().collect() };
-        put_back(Initial::At(pt.address), back, &|a| codegen::trampoline(pt, env, a));
+        put_back(Initial::At(pt.address), back, &|a| codegen::trampoline(pt, env, a, None));
     }
     for x in &p.plan.exits {
         let back = x.displaced.last().filter(|i| i.flow_control() == FlowControl::UnconditionalBranch);

@@ -1,0 +1,231 @@
+// exitcov: one function per exit tactic of the planner (rewriter/core/src/plan.rs), written in
+// assembly so their shapes do not depend on the compiler; tests/it/exitcov.rs checks the
+// tactic each exit gets, and that the rewritten program counts and times every one of them.
+//
+// - tiny_ret: xor eax, eax; ret, then padding: the entry window runs over the padding and
+//   displaces the ret ("entry+exit": the entry trampoline runs the exit instrumentation).
+// - stretch_ret: mov eax, 7; add eax, edi; ret: the 5-byte entry window is stretched to the
+//   ret ("entry+exit").
+// - stretch_tail: mov esi, 3; jmp spin_c: the entry window is stretched over the tail jump.
+// - short_epi: -O0 style `call spin_a; leave; ret`, the next function right after it: the
+//   leave is a return address, so the exit has 2 bytes: `jmp rel8` to a slot ("jmp8+slot")
+//   that the entry window of prologue_fn (the next function), stretched over its stores,
+//   leaves. filler_a before it and filler_b after after_nops (40 x `add eax, 1`, no
+//   padding) keep every other dead byte out of rel8 reach.
+// - prologue_fn: push rbp; mov rbp, rsp; sub rsp, 32; stores; a branch: its entry window
+//   cannot reach an exit, but may grow over the stores (11 bytes).
+// - short_nops: `pop rbx; ret` at a jump target, the next function right after it: jmp rel8
+//   to a slot in the alignment nops inside the function ("jmp8+slot").
+// - after_nops: mov eax, edi; imul eax, eax; ret ("entry+exit").
+// - retarget_fn: a lone ret after a ret, the next function right after it, reached only by a
+//   `je rel32`: the je is retargeted to the exit trampoline ("retarget"); main calls it with
+//   0 and 1, so both rets run 50 times.
+// spin_a, spin_b and spin_c spin a fixed loop, so the functions that call them take time.
+//
+//# variants: pie-O2 nopie-O0
+//# expect: threads 1
+//# expect: main calls tiny_ret 1000
+//# expect: main calls stretch_ret 1000
+//# expect: main calls stretch_tail 100
+//# expect: main calls short_epi 100
+//# expect: main calls prologue_fn 100
+//# expect: main calls short_nops 100
+//# expect: main calls after_nops 100
+//# expect: main calls filler_a 100
+//# expect: main calls filler_b 100
+//# expect: main calls retarget_fn 100
+//# expect: main calls spin_a 200
+//# expect: main calls spin_b 100
+//# expect: main calls spin_c 100
+#include <stdio.h>
+
+int tiny_ret(void);
+int stretch_ret(int x);
+int stretch_tail(int x);
+int short_epi(int x);
+int prologue_fn(int a, int b);
+int short_nops(int x);
+int after_nops(int x);
+int filler_a(int x);
+int retarget_fn(int x);
+int filler_b(int x);
+
+static int spin(int x, int n) {
+    volatile int s = 0;
+    for (int i = 0; i < n; i++)
+        s += i ^ x;
+    return s;
+}
+
+__attribute__((noinline)) int spin_a(int x) {
+    return spin(x, 20000);
+}
+
+__attribute__((noinline)) int spin_b(int x) {
+    return spin(x, 30000);
+}
+
+__attribute__((noinline)) int spin_c(int x, int y) {
+    return spin(x + y, 40000);
+}
+
+__asm__(".intel_syntax noprefix\n"
+        ".text\n"
+        ".p2align 4\n"
+        ".globl tiny_ret\n"
+        ".type tiny_ret, @function\n"
+        "tiny_ret:\n"
+        ".cfi_startproc\n"
+        "    xor eax, eax\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size tiny_ret, .-tiny_ret\n"
+        ".p2align 4\n"
+        ".globl stretch_ret\n"
+        ".type stretch_ret, @function\n"
+        "stretch_ret:\n"
+        ".cfi_startproc\n"
+        "    mov eax, 7\n"
+        "    add eax, edi\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size stretch_ret, .-stretch_ret\n"
+        ".p2align 4\n"
+        ".globl stretch_tail\n"
+        ".type stretch_tail, @function\n"
+        "stretch_tail:\n"
+        ".cfi_startproc\n"
+        "    mov esi, 3\n"
+        "    jmp spin_c\n"
+        ".cfi_endproc\n"
+        ".size stretch_tail, .-stretch_tail\n"
+        ".p2align 4\n"
+        ".globl retarget_fn\n"
+        ".type retarget_fn, @function\n"
+        "retarget_fn:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_a\n"
+        "    mov eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    test eax, eax\n"
+        "    {disp32} je .Lrt_ret\n"
+        "    add eax, 1000\n"
+        "    ret\n"
+        ".Lrt_ret:\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size retarget_fn, .-retarget_fn\n"
+        ".globl filler_a\n"
+        ".type filler_a, @function\n"
+        "filler_a:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        ".rept 40\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size filler_a, .-filler_a\n"
+        ".globl short_epi\n"
+        ".type short_epi, @function\n"
+        "short_epi:\n"
+        ".cfi_startproc\n"
+        "    push rbp\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbp, -16\n"
+        "    mov rbp, rsp\n"
+        ".cfi_def_cfa_register rbp\n"
+        "    sub rsp, 16\n"
+        "    mov [rbp - 4], edi\n"
+        "    call spin_a\n"
+        "    leave\n"
+        ".cfi_def_cfa rsp, 8\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size short_epi, .-short_epi\n"
+        ".globl prologue_fn\n"
+        ".type prologue_fn, @function\n"
+        "prologue_fn:\n"
+        ".cfi_startproc\n"
+        "    push rbp\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbp, -16\n"
+        "    mov rbp, rsp\n"
+        ".cfi_def_cfa_register rbp\n"
+        "    sub rsp, 32\n"
+        "    mov [rbp - 20], edi\n"
+        "    mov [rbp - 24], esi\n"
+        "    cmp dword ptr [rbp - 20], 0\n"
+        "    je .Lpf_zero\n"
+        "    mov eax, [rbp - 20]\n"
+        "    add eax, [rbp - 24]\n"
+        "    leave\n"
+        ".cfi_remember_state\n"
+        ".cfi_def_cfa rsp, 8\n"
+        "    ret\n"
+        ".cfi_restore_state\n"
+        ".Lpf_zero:\n"
+        "    mov eax, -1\n"
+        "    leave\n"
+        ".cfi_def_cfa rsp, 8\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size prologue_fn, .-prologue_fn\n"
+        ".globl short_nops\n"
+        ".type short_nops, @function\n"
+        "short_nops:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_b\n"
+        "    test ebx, ebx\n"
+        "    jne .Lsn_one\n"
+        "    jmp .Lsn_out\n"
+        "    .nops 7\n"
+        ".Lsn_one:\n"
+        "    add eax, 1\n"
+        ".Lsn_out:\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size short_nops, .-short_nops\n"
+        ".globl after_nops\n"
+        ".type after_nops, @function\n"
+        "after_nops:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    imul eax, eax\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size after_nops, .-after_nops\n"
+        ".globl filler_b\n"
+        ".type filler_b, @function\n"
+        "filler_b:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        ".rept 40\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size filler_b, .-filler_b\n"
+        ".att_syntax prefix\n");
+
+int main(void) {
+    long acc = 0;
+    for (int i = 0; i < 1000; i++)
+        acc += tiny_ret() + stretch_ret(i);
+    for (int i = 0; i < 100; i++)
+        acc += stretch_tail(i) + short_epi(i) + prologue_fn(i, 2) + short_nops(i & 1) + after_nops(i) + filler_a(i)
+               + filler_b(i) + retarget_fn(i & 1);
+    printf("%ld\n", acc);
+    return 0;
+}
