@@ -27,10 +27,10 @@ use core::mem::size_of;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    baseline_offset, cct_hash, cct_index_offset, cct_nodes_offset, counter_offset, CctNode, ColumnHeader, Frame, Held, CCT_NODE_SIZE,
-    Transition, WaitEntry, BASELINE_COUNTERS, BASELINE_STATES, BASELINE_WAITS, CCT_CAP, CCT_INDEX_CAP, COUNTERS_OFFSET,
-    FRAME_SIZE, HELD_CAP, HELD_OFFSET, N_STATES, RING_CAP, RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET, WAITS_OFFSET,
-    WAIT_CAP,
+    baseline_offset, cct_hash, cct_index_offset, cct_nodes_offset, counter_offset, CctNode, ColumnHeader, Frame, Held,
+    Transition, WaitEntry, BASELINE_COUNTERS, BASELINE_STATES, BASELINE_WAITS, CCT_CAP, CCT_INDEX_CAP, CCT_NODE_SIZE,
+    COUNTERS_OFFSET, FRAME_SIZE, HELD_CAP, HELD_OFFSET, N_STATES, RING_CAP, RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET,
+    WAITS_OFFSET, WAIT_CAP,
 };
 
 const _: () = assert!(size_of::<ColumnHeader>() as u32 <= SHADOW_OFFSET);

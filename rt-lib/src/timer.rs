@@ -17,8 +17,8 @@ use crate::control;
 use crate::state::Rt;
 use crate::sys;
 use stint_layout::{
-    cct_index_offset, cct_nodes_offset, metric_bit, Frame, TimerOp, CCT_LOST, CCT_NODE_SIZE, METRIC_CPU_TIME, METRIC_WALL_TIME,
-    SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
+    cct_index_offset, cct_nodes_offset, metric_bit, Frame, TimerOp, CCT_LOST, CCT_NODE_SIZE, METRIC_CPU_TIME,
+    METRIC_WALL_TIME, SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 const TIMER_OP_ENTER: u32 = TimerOp::Enter as u32;
