@@ -4,6 +4,7 @@
 // points of their own (D19), so this measures what a timed import call costs.
 //
 //# args: 1000
+//# variants: pie-O2 nopie-O0
 //# expect: threads 1
 //# expect: main calls step 1000
 #include <stdio.h>

@@ -5,6 +5,7 @@
 // spec cost here; the behaviour tests run it with a small N.
 //
 //# args: 10000
+//# variants: pie-O2 nopie-O0
 //# cflags: -pthread
 //# expect: threads 5
 //# expect: threads from producer 2

@@ -3,6 +3,7 @@
 // (file blocks and RSS at 1, 64 and 1,000 threads).
 //
 //# args: 64
+//# variants: pie-O2 nopie-O0
 //# cflags: -pthread
 //# expect: threads 65
 //# expect: threads from worker 64

@@ -12,7 +12,7 @@ time and the spread (min–max) of each, and the median's cost against the origi
 operation and percent. Workloads:
 
 - the machine's floor: rdtsc and CLOCK_THREAD_CPUTIME_ID read costs, and whether the perf
-  page offers cap_user_time (testbins/bench_clocks.c);
+  page offers cap_user_time (tests/bench/clocks.c);
 - the call loop (testbins/bench_calls.c): off (the default rewrite, control `on: []`), calls,
   calls+wall, calls+cpu, the default spec (all);
 - matmul, 2 threads (testbins/matmul.c): calls on innerp, cpu_time on innerp, default spec;
@@ -80,7 +80,7 @@ class Bench:
     def gcc(self, src, out, extra=()):
         out = self.path(out)
         cmd = ["gcc", "-O2", "-fPIE", "-pie", "-Wall", "-Werror", "-pthread", *extra,
-               os.path.join(ROOT, "testbins", src), "-o", out]
+               os.path.join(ROOT, src if "/" in src else "testbins/" + src), "-o", out]
         subprocess.run(cmd, check=True)
         return out
 
@@ -210,7 +210,7 @@ def bench(b):
           "median wall time, min–max, and the median's cost against the original.", ""]
 
     # ---- the machine's floor ----
-    clocks = b.gcc("bench_clocks.c", "bench_clocks")
+    clocks = b.gcc("tests/bench/clocks.c", "bench_clocks")
     _, _, out = b.run([clocks, "200000" if QUICK else "1000000"])
     floor = dict(line.split() for line in out.decode().splitlines() if line.count(" ") == 1)
     rdtsc = float(floor["rdtsc_ns"])

@@ -1,10 +1,10 @@
-// bench_clocks: the machine's floor for tests/bench/perf.py: ns per rdtsc and per
+// clocks: the machine's floor for tests/bench/perf.py: ns per rdtsc and per
 // clock_gettime(CLOCK_THREAD_CPUTIME_ID) (a system call: the vDSO does not serve CPU-time
 // clocks), each the best of 5 batches of N reads (argv[1], default 1,000,000); and whether
 // the thread's perf task-clock page offers `cap_user_time` (the runtime then re-synchronises
 // its CPU clock from the page instead of the system call). Prints `rdtsc_ns X`,
 // `cputime_ns Y` and `cap_user_time Z` (-1: perf refused).
-// (Not a behaviour test: what it prints differs run to run.)
+// (Not in testbins/: what it prints differs run to run, so it is no behaviour test.)
 #include <linux/perf_event.h>
 #include <stdio.h>
 #include <stdlib.h>
