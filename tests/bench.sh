@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # What a counted call costs (STYLE 21: a benchmark printing ratios against the same program
-# uninstrumented, in one run; never a timed test).
+# uninstrumented, in one run; never a timed test). The full harness of issue 14 (medians
+# with spread, the mutex and import workloads, the rewriter, profile memory, uftrace) is
+# tests/bench/perf.py; this script stays the quick look at the call loop and lock pairs.
 #
 # Builds testbins/bench_calls.c (-O2, PIE), rewrites it with target/release/stint twice (the
 # default spec: calls, cpu_time and wall_time; and a spec with calls only), and runs the

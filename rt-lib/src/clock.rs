@@ -3,10 +3,14 @@
 //! A thread's CPU clock is `rdtsc − cpu_off`, valid while the sequence word at `seq_ptr`
 //! (the `lock` word of the thread's perf task-clock page, which the kernel moves at every
 //! sched-in) is unchanged and less than `sync_ticks` passed since the last
-//! synchronisation; otherwise it is re-synchronised with `CLOCK_THREAD_CPUTIME_ID`. Where
-//! perf is refused, `seq_ptr` points at `seq_never`, which never matches, so every timer
-//! event takes the system call. Everything here works on the calling thread's own column
-//! header.
+//! synchronisation; otherwise it is re-synchronised. Where the page offers `cap_user_time`
+//! (the kernel's sched_clock is the TSC: bare metal, most hosts) the re-synchronisation reads
+//! the page (`time_enabled` at the last sched-in, extrapolated with the page's TSC-to-ns
+//! conversion under the `lock` seqlock: no system call per context switch, issue 14);
+//! otherwise (a KVM guest whose sched_clock is kvm-clock clears the bit) it reads
+//! `CLOCK_THREAD_CPUTIME_ID`, one system call. Where perf is refused, `seq_ptr` points at
+//! `seq_never`, which never matches, so every timer event takes the system call. Everything
+//! here works on the calling thread's own column header.
 //!
 //! Layering: uses `sys` and `stint_layout` only.
 #![allow(unsafe_code)]
@@ -40,7 +44,97 @@ pub fn setup(col: &mut ColumnHeader, tsc_hz: u64) {
             col.clock_source = CLOCK_SOURCE_SYSCALL;
         }
     }
-    resync(col, tsc_hz);
+    resync_syscall(col, tsc_hz);
+    if col.clock_source == CLOCK_SOURCE_PERF_TSC {
+        // The page's task clock starts at 0 when the event is opened; the thread's CPU clock
+        // counts from its start. The difference, read with the page on both sides of the
+        // system call (the bracket's half width, some hundred ns, is the error of this
+        // constant; every measurement is a difference of two clock reads, which it cancels).
+        // 0 (no page clock at setup) keeps every later re-synchronisation on the system call,
+        // so one thread's clock never mixes the two origins.
+        if let Some(a) = page_clock(col) {
+            let s = sys::clock_ns(sys::CLOCK_THREAD_CPUTIME_ID);
+            if let Some(b) = page_clock(col) {
+                let mid = a.ns.wrapping_add(b.ns.wrapping_sub(a.ns) / 2);
+                col.perf_base_ns = s.wrapping_sub(mid).max(1);
+            }
+        }
+    }
+}
+
+/// Byte offsets in `struct perf_event_mmap_page` (include/uapi/linux/perf_event.h).
+const PAGE_LOCK: usize = 8;
+const PAGE_TIME_ENABLED: usize = 24;
+const PAGE_CAPS: usize = 40;
+const PAGE_TIME_SHIFT: usize = 50;
+const PAGE_TIME_MULT: usize = 52;
+const PAGE_TIME_OFFSET: usize = 56;
+const PAGE_TIME_CYCLES: usize = 80;
+const PAGE_TIME_MASK: usize = 88;
+/// `capabilities` bits: the page's time fields convert the TSC (`cap_user_time`), and the
+/// counter they take is `time_cycles + (tsc − time_cycles) & time_mask` (`cap_user_time_short`).
+const CAP_USER_TIME: u64 = 1 << 3;
+const CAP_USER_TIME_SHORT: u64 = 1 << 5;
+
+/// One consistent read of the perf page: the task clock now (ns), the `lock` word it was read
+/// under, and the TSC it was extrapolated to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PageClock {
+    ns: u64,
+    seq: u32,
+    tsc: u64,
+}
+
+/// The thread's task clock from its perf page, without a system call: `time_enabled` (the
+/// kernel writes it at every sched-in; a per-thread software event is enabled exactly while
+/// the thread runs) plus the ns since that write, from the TSC with the page's `time_mult`,
+/// `time_shift` and `time_offset` (the kernel's self-monitoring formula). `None` when the
+/// column has no page, the page does not offer `cap_user_time`, or no read was consistent.
+fn page_clock(col: &ColumnHeader) -> Option<PageClock> {
+    if col.clock_source != CLOCK_SOURCE_PERF_TSC {
+        return None;
+    }
+    let page = (col.seq_ptr as usize).wrapping_sub(PAGE_LOCK);
+    // Safety: for a PERF_TSC column `seq_ptr` is the lock word of the page `setup` mapped
+    // read-only for the thread's life (or, in unit tests, of a page-sized buffer); every
+    // offset read lies inside its first 96 bytes, naturally aligned.
+    let rd32 = |off: usize| unsafe { core::ptr::read_volatile((page + off) as *const u32) };
+    let rd64 = |off: usize| unsafe { core::ptr::read_volatile((page + off) as *const u64) };
+    for _ in 0..8 {
+        let seq = rd32(PAGE_LOCK);
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+        let caps = rd64(PAGE_CAPS);
+        if caps & CAP_USER_TIME == 0 {
+            return None;
+        }
+        let enabled = rd64(PAGE_TIME_ENABLED);
+        // Safety: as above (a u16 at an even offset).
+        let shift = unsafe { core::ptr::read_volatile((page + PAGE_TIME_SHIFT) as *const u16) } as u32;
+        let mult = rd32(PAGE_TIME_MULT) as u64;
+        let offset = rd64(PAGE_TIME_OFFSET);
+        let (cycles, mask) = (rd64(PAGE_TIME_CYCLES), rd64(PAGE_TIME_MASK));
+        let tsc = sys::rdtsc();
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+        if rd32(PAGE_LOCK) != seq {
+            continue;
+        }
+        let ns = enabled.wrapping_add(tsc_to_page_ns(tsc, caps, shift, mult, offset, cycles, mask)?);
+        return Some(PageClock { ns, seq, tsc });
+    }
+    None
+}
+
+/// ns since the page was written, for the TSC value `tsc` (the kernel's documented
+/// conversion: `time_offset + (cyc >> shift) * mult + ((cyc & (2^shift − 1)) * mult >> shift)`).
+/// `None` for a shift the formula cannot take.
+fn tsc_to_page_ns(tsc: u64, caps: u64, shift: u32, mult: u64, offset: u64, cycles: u64, mask: u64) -> Option<u64> {
+    if shift >= 32 {
+        return None;
+    }
+    let cyc = if caps & CAP_USER_TIME_SHORT != 0 { cycles.wrapping_add(tsc.wrapping_sub(cycles) & mask) } else { tsc };
+    let quot = cyc >> shift;
+    let rem = cyc & ((1u64 << shift) - 1);
+    Some(offset.wrapping_add(quot.wrapping_mul(mult)).wrapping_add((rem * mult) >> shift))
 }
 
 /// The sequence word the column's clock follows: the mapped perf page's lock word, or the
@@ -56,8 +150,21 @@ pub fn read_seq(col: &ColumnHeader) -> u32 {
 }
 
 /// Re-synchronise the thread's CPU clock: `cpu_off = TSC − CPU time in ticks`, read inside one
-/// scheduling period (the sequence word is unchanged across the read).
+/// scheduling period (the sequence word is unchanged across the read): from the perf page
+/// where it offers the conversion, else with the system call.
 pub fn resync(col: &mut ColumnHeader, tsc_hz: u64) {
+    if let Some(p) = page_clock(col).filter(|_| col.perf_base_ns != 0) {
+        col.cpu_off = p.tsc.wrapping_sub(ns_to_ticks(p.ns.wrapping_add(col.perf_base_ns), tsc_hz));
+        col.sync_tsc = p.tsc;
+        col.seq = p.seq;
+        col.resyncs = col.resyncs.wrapping_add(1);
+        return;
+    }
+    resync_syscall(col, tsc_hz);
+}
+
+/// [`resync`] with `CLOCK_THREAD_CPUTIME_ID`.
+fn resync_syscall(col: &mut ColumnHeader, tsc_hz: u64) {
     let mut tries = 0;
     loop {
         let s = read_seq(col);
@@ -140,6 +247,69 @@ mod tests {
         assert_eq!(ns_to_ticks(1_000_000_000, 3_000_000_000), 3_000_000_000);
         assert_eq!(ns_to_ticks(u64::MAX / 2, 4_000_000_000), ((u64::MAX / 2) as u128 * 4) as u64);
         assert_eq!(ns_to_ticks(5, 0), 0);
+    }
+
+    /// A perf page in memory (8-byte aligned, the size the reads need), as the kernel writes it.
+    struct FakePage([u64; 16]);
+    impl FakePage {
+        fn new(lock: u32, caps: u64, enabled: u64, shift: u16, mult: u32, offset: u64) -> FakePage {
+            let mut p = FakePage([0; 16]);
+            p.0[PAGE_LOCK / 8] = lock as u64; // bytes 8..12, little-endian
+            p.0[PAGE_TIME_ENABLED / 8] = enabled;
+            p.0[PAGE_CAPS / 8] = caps;
+            p.0[48 / 8] = (shift as u64) << 16 | (mult as u64) << 32;
+            p.0[PAGE_TIME_OFFSET / 8] = offset;
+            p
+        }
+        fn column(&self, base_ns: u64) -> ColumnHeader {
+            ColumnHeader {
+                clock_source: CLOCK_SOURCE_PERF_TSC,
+                seq_ptr: self.0.as_ptr() as u64 + PAGE_LOCK as u64,
+                perf_base_ns: base_ns,
+                sync_ticks: 1 << 40,
+                ..Default::default()
+            }
+        }
+    }
+
+    #[test]
+    fn the_page_formula_converts_ticks_to_ns() {
+        // mult/2^shift = 0.5 ns per tick; 2^shift − 1 low bits go through the remainder term.
+        assert_eq!(tsc_to_page_ns(2_000_000, CAP_USER_TIME, 10, 512, 0, 0, 0), Some(1_000_000));
+        assert_eq!(tsc_to_page_ns(2_000_001, CAP_USER_TIME, 10, 512, 7, 0, 0), Some(1_000_007));
+        assert_eq!(tsc_to_page_ns(1023, CAP_USER_TIME, 10, 1024, 0, 0, 0), Some(1023));
+        // time_offset is "−now": ns since the page was written.
+        assert_eq!(tsc_to_page_ns(5_000, CAP_USER_TIME, 0, 1, 3_000u64.wrapping_neg(), 0, 0), Some(2_000));
+        // cap_user_time_short: the counter is time_cycles + (tsc − time_cycles) & time_mask.
+        let short = CAP_USER_TIME | CAP_USER_TIME_SHORT;
+        assert_eq!(tsc_to_page_ns(0x1_0000_0010, short, 0, 1, 0, 0x10, 0xffff_ffff), Some(0x10));
+        assert_eq!(tsc_to_page_ns(1, CAP_USER_TIME, 40, 1, 0, 0, 0), None, "shift too large");
+    }
+
+    #[test]
+    fn a_page_with_user_time_resyncs_without_the_system_call() {
+        let hz = 1_000_000_000; // 1 tick = 1 ns, so the page's 1:1 conversion is the TSC's
+        let now = sys::rdtsc();
+        let page = FakePage::new(6, CAP_USER_TIME, 7_000_000, 0, 1, now.wrapping_neg());
+        let mut col = page.column(500_000);
+        resync(&mut col, hz);
+        assert_eq!((col.seq, col.resyncs), (6, 1));
+        let cpu = cpu_ticks_now(&mut col, hz);
+        // 7 ms at the sched-in + 0.5 ms before the event + the ticks since `now`.
+        let since = sys::rdtsc().wrapping_sub(now);
+        assert!((7_500_000..=7_500_000 + since).contains(&cpu), "{cpu} not in 7.5 ms + {since}");
+        assert_eq!(col.resyncs, 1, "the lock word did not move: no re-synchronisation");
+    }
+
+    #[test]
+    fn a_page_without_user_time_is_not_read() {
+        let page = FakePage::new(6, 0, 7_000_000, 0, 1, 0);
+        assert_eq!(page_clock(&page.column(1)), None);
+        let page = FakePage::new(6, CAP_USER_TIME, 7_000_000, 0, 1, 0);
+        assert!(page_clock(&page.column(1)).is_some());
+        let mut col = page.column(1);
+        col.clock_source = CLOCK_SOURCE_SYSCALL;
+        assert_eq!(page_clock(&col), None, "a column without a page");
     }
 
     #[test]

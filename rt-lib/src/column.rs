@@ -28,9 +28,9 @@ use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
     baseline_offset, cct_hash, cct_index_offset, cct_nodes_offset, counter_offset, CctNode, ColumnHeader, Frame, Held,
-    Transition, WaitEntry, BASELINE_COUNTERS, BASELINE_STATES, BASELINE_WAITS, CCT_CAP, CCT_INDEX_CAP, COUNTERS_OFFSET,
-    FRAME_SIZE, HELD_CAP, HELD_OFFSET, N_STATES, RING_CAP, RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET, WAITS_OFFSET,
-    WAIT_CAP,
+    Transition, WaitEntry, BASELINE_COUNTERS, BASELINE_STATES, BASELINE_WAITS, CCT_CAP, CCT_INDEX_CAP, CCT_NODE_SIZE,
+    COUNTERS_OFFSET, FRAME_SIZE, HELD_CAP, HELD_OFFSET, N_STATES, RING_CAP, RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET,
+    WAITS_OFFSET, WAIT_CAP,
 };
 
 const _: () = assert!(size_of::<ColumnHeader>() as u32 <= SHADOW_OFFSET);
@@ -42,6 +42,11 @@ pub struct Geometry {
     pub n_points: u32,
     pub n_slots: u32,
 }
+
+/// The hash index a thread's calling-context tree starts with: 256 slots (1 KiB), twice
+/// the nodes of one page of them (`timer::allocate_nodes` gives the nodes blocks a page at
+/// a time and doubles the index when they outgrow it).
+pub const CCT_INITIAL_MASK: u32 = 2 * (4096 / CCT_NODE_SIZE) - 1;
 
 /// A thread's column, borrowed exclusively for `'a`.
 pub struct Column<'a> {
@@ -158,6 +163,42 @@ impl<'a> Column<'a> {
             slot = (slot + 1) & mask;
         }
         None
+    }
+
+    /// Re-index the tree with the larger hash index `new_mask` (`2^k − 1` below
+    /// `CCT_INDEX_CAP`, at least the current mask): the slots `0..=new_mask` are cleared and
+    /// every node is put back where `cct_child` and the routines probe for it. The index
+    /// starts at [`CCT_INITIAL_MASK`] and doubles as the tree grows (`timer::allocate_nodes`),
+    /// so a thread's index costs file blocks in proportion to the paths it entered, not the
+    /// 128 KiB of the whole index (issue 14). False (nothing changed) for a bad mask.
+    pub fn cct_reindex(&mut self, new_mask: u32) -> bool {
+        if new_mask < self.h.cct_mask || new_mask >= CCT_INDEX_CAP || !(new_mask + 1).is_power_of_two() {
+            return false;
+        }
+        let index = cct_index_offset(self.geo.n_points, self.geo.n_slots) as usize;
+        for slot in 0..=new_mask {
+            // Safety: slot ≤ new_mask < CCT_INDEX_CAP: inside the index.
+            unsafe { *self.at::<u32>(index + slot as usize * 4) = 0 };
+        }
+        let n = self.h.cct_nodes.min(CCT_CAP).min(new_mask.div_ceil(2));
+        for i in 0..n {
+            // Safety: i < CCT_CAP.
+            let k = unsafe { *self.node_ptr(i) };
+            let mut slot = cct_hash(k.parent, k.point) & new_mask;
+            // At most half the slots are taken: a free one is always found.
+            for _ in 0..=new_mask {
+                let e = self.at::<u32>(index + slot as usize * 4);
+                // Safety: as above.
+                if unsafe { *e } == 0 {
+                    // Safety: as above.
+                    unsafe { *e = i + 1 };
+                    break;
+                }
+                slot = (slot + 1) & new_mask;
+            }
+        }
+        self.h.cct_mask = new_mask;
+        true
     }
 
     fn node_ptr(&self, i: u32) -> *mut CctNode {
@@ -409,5 +450,24 @@ mod tests {
         c.add_to_baseline(SLOT_WALL_TICKS, 99, 2); // out of range: nothing
         assert_eq!(c.baseline_counter(SLOT_WALL_TICKS, 2), 42);
         assert_eq!(c.counter(SLOT_WALL_TICKS, 2), Some(40), "the live counter is untouched");
+    }
+
+    #[test]
+    fn a_grown_index_finds_every_node_again() {
+        let mut buf = buffer(GEO);
+        let mut c = column(&mut buf, GEO);
+        c.h.cct_mask = 7; // room for 4 nodes
+        let keys = [(0, 1), (1, 2), (2, 3), (1, 3)];
+        let ids: Vec<_> = keys.iter().map(|&(p, q)| c.cct_child(p, q)).collect();
+        assert_eq!(ids, [Some(1), Some(2), Some(3), Some(4)]);
+        assert_eq!(c.cct_child(4, 4), None, "full at mask 7");
+        assert!(!c.cct_reindex(5), "not a power of two minus one");
+        assert!(!c.cct_reindex(3), "smaller than the current index");
+        assert!(c.cct_reindex(63));
+        assert_eq!(c.h.cct_mask, 63);
+        let again: Vec<_> = keys.iter().map(|&(p, q)| c.cct_child(p, q)).collect();
+        assert_eq!(again, ids, "the same nodes, none made twice");
+        assert_eq!(c.cct_child(4, 4), Some(5));
+        assert_eq!(c.h.cct_nodes, 5);
     }
 }

@@ -20,15 +20,13 @@
 #![allow(unsafe_code)]
 
 use crate::clock;
-use crate::column::Column;
+use crate::column::{Column, CCT_INITIAL_MASK};
 use crate::control;
 use crate::profile_file;
 use crate::state::{RegGuard, Rt};
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use stint_layout::{
-    cct_index_offset, cct_nodes_offset, ColumnHeader, COLUMN_LIVE, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, STATE_RUN,
-};
+use stint_layout::{cct_index_offset, ColumnHeader, COLUMN_LIVE, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, STATE_RUN};
 
 /// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
 fn key(rt: &Rt, tp: u64) -> u32 {
@@ -194,8 +192,9 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     // Not the tree's nodes: those get blocks a page at a time as the tree grows (timer.rs);
     // nor its index when this thread keeps no call paths.
     let geo = rt.cfg.geometry();
+    // The index starts small (`CCT_INITIAL_MASK`) and grows with the tree (timer.rs).
     let eager = if st.cct_mask() != 0 {
-        cct_nodes_offset(geo.n_points, geo.n_slots)
+        cct_index_offset(geo.n_points, geo.n_slots) + (st.cct_mask().min(CCT_INITIAL_MASK) as u64 + 1) * 4
     } else {
         cct_index_offset(geo.n_points, geo.n_slots)
     };
@@ -234,6 +233,7 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
         // Safety: an aligned u32 of the mapped header.
         unsafe { AtomicU32::from_ptr(&raw mut (*hdr).flags) }.fetch_or(FLAG_TID_KEY_VERIFIED, Ordering::Relaxed);
     }
+    h.cct_mask = h.cct_mask.min(CCT_INITIAL_MASK);
     // Safety: aligned u32 fields; release publishes the column's contents.
     unsafe {
         AtomicU32::from_ptr(&raw mut h.state).store(COLUMN_LIVE, Ordering::Release);

@@ -17,8 +17,8 @@ use crate::control;
 use crate::state::Rt;
 use crate::sys;
 use stint_layout::{
-    cct_nodes_offset, metric_bit, Frame, TimerOp, CCT_LOST, CCT_NODE_SIZE, METRIC_CPU_TIME, METRIC_WALL_TIME,
-    SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
+    cct_index_offset, cct_nodes_offset, metric_bit, Frame, TimerOp, CCT_LOST, CCT_NODE_SIZE, METRIC_CPU_TIME,
+    METRIC_WALL_TIME, SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 const TIMER_OP_ENTER: u32 = TimerOp::Enter as u32;
@@ -148,6 +148,19 @@ fn allocate_nodes(rt: &Rt, col: &mut Column) -> bool {
     let off = col_off + cct_nodes_offset(geo.n_points, geo.n_slots) + ready as u64 * CCT_NODE_SIZE as u64;
     if sys::allocate(rt.st.fd(), off, 4096).is_err() {
         return false;
+    }
+    // The hash index grows with the nodes (twice as many slots, D16): doubled, up to the
+    // size this run allows (`STINT_CALLTREE_NODES`), its blocks allocated before it is written.
+    let limit = rt.st.cct_mask();
+    let mut mask = col.h.cct_mask;
+    while mask.div_ceil(2) < ready + PAGE_NODES && mask < limit {
+        mask = (2 * (mask + 1) - 1).min(limit);
+    }
+    if mask != col.h.cct_mask {
+        let index = col_off + cct_index_offset(geo.n_points, geo.n_slots);
+        if sys::allocate(rt.st.fd(), index, (mask as u64 + 1) * 4).is_err() || !col.cct_reindex(mask) {
+            return false;
+        }
     }
     col.h.cct_ready = ready + PAGE_NODES;
     true

@@ -446,6 +446,9 @@ behaviour_tests! {
     forker: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     bench_calls: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     bench_locks: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
+    bench_mutex: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    bench_imports: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    bench_threads: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     ctl_loop: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     top_spin: [pie_o2: "pie-O2"];
     report_opts: [pie_o2: "pie-O2"];

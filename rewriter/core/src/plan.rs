@@ -34,7 +34,7 @@ use crate::analysis::{decode_at, Analysis, Function, FunctionKind, IndirectJump}
 use crate::input::InputElf;
 use crate::spec::Spec;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Minimum window: `jmp rel32`.
 pub const JMP_LEN: u64 = 5;
@@ -1023,6 +1023,16 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
         patches.insert(x.address, x.window_len);
     }
     let has_unwind = an.functions.iter().any(|f| f.has_unwind);
+    // The imports with a wrapper point, looked up per call site (a scan of every point per
+    // site made this pass quadratic: 30 % of rewriting gdb, issue 14).
+    // A process function's wrapper (D22) measures nothing: its calls stay an import.
+    let wrapped: HashSet<String> = plan
+        .points
+        .iter()
+        .filter_map(|p| p.wrap.as_ref())
+        .filter(|w| stint_layout::ProcessFn::from_u32(w.func).is_none())
+        .map(|w| w.name.clone())
+        .collect();
     // Point ids by symbol, created on the first selected call.
     let mut ids: HashMap<String, u32> = HashMap::new();
     for (fi, f) in an.functions.iter().enumerate() {
@@ -1034,9 +1044,7 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
             let Some((address, symbol)) = import_callee(an, &by_stub, x) else { continue };
             let name = crate::analysis::demangle(symbol);
             let skip = |reason| SkippedImportSite { function: fi, site: x.ip(), name: name.clone(), address, reason };
-            // A process function's wrapper (D22) measures nothing: its calls stay an import.
-            let wrapped = |w: &Wrap| w.name == symbol && stint_layout::ProcessFn::from_u32(w.func).is_none();
-            let reason = if plan.points.iter().any(|p| p.wrap.as_ref().is_some_and(wrapped)) {
+            let reason = if wrapped.contains(symbol) {
                 Some(SkipReason::Wrapped)
             } else if crate::analysis::is_noreturn_import(symbol) {
                 Some(SkipReason::NoReturn)

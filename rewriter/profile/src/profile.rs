@@ -1224,6 +1224,7 @@ mod tests {
             cct_lost: 51,
             cct_ready: 52,
             _pad_cct: 0,
+            perf_base_ns: 53,
         };
         assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 

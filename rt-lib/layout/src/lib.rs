@@ -350,6 +350,11 @@ pod_struct! {
         /// time, so a full file system stops the tree instead of raising SIGBUS).
         pub cct_ready: u32,
         pub _pad_cct: u32,
+        // ---- the CPU clock read from the perf page (issue 14) ----
+        /// `CLOCK_THREAD_CPUTIME_ID − the perf page's task clock`, ns: the thread's CPU time
+        /// before its task-clock event was opened. Where the page offers `cap_user_time`, a
+        /// re-synchronisation reads the page instead of making the system call (D11).
+        pub perf_base_ns: u64,
     }
 }
 
