@@ -87,7 +87,7 @@ const ALIVE: Observer = Observer {
 };
 
 /// The profile reader on the bytes of a profile file (`data` is the file in the [`sparse`]
-/// encoding), as a post-mortem and as a live file, in full and since the newest snapshot; an
+/// encoding): in full as a post-mortem, and since the newest snapshot as a live file; an
 /// accepted profile then goes through the views every command shares (JSON, tables, call
 /// paths).
 pub fn profile(data: &[u8]) {
@@ -95,16 +95,14 @@ pub fn profile(data: &[u8]) {
         return;
     }
     let Some(file) = sparse::decode(data) else { return };
-    for obs in [Observer::ENDED, ALIVE] {
-        for since in [false, true] {
-            let Ok(p) = profile::parse_opts(&file, &obs, since) else { continue };
-            let _ = stint_profile::report::to_json(&p);
-            let _ = stint_profile::report::to_table(&p);
-            let _ = stint_profile::report::to_lock_table(&p);
-            for t in &p.threads {
-                let _ = stint_profile::calltree::paths(t);
-                let _ = stint_profile::report::functions(&p, t);
-            }
+    for (obs, since) in [(Observer::ENDED, false), (ALIVE, true)] {
+        let Ok(p) = profile::parse_opts(&file, &obs, since) else { continue };
+        let _ = stint_profile::report::to_json(&p);
+        let _ = stint_profile::report::to_table(&p);
+        let _ = stint_profile::report::to_lock_table(&p);
+        for t in &p.threads {
+            let _ = stint_profile::calltree::paths(t);
+            let _ = stint_profile::report::functions(&p, t);
         }
     }
 }
