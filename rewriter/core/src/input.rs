@@ -125,6 +125,8 @@ pub struct InputElf<'a> {
 
 const EHDR_SIZE: usize = 64;
 const PHDR_SIZE: usize = 56;
+/// End of the x86-64 user address space (47-bit addresses): no segment is loaded above it.
+const USER_SPACE_END: u64 = 1 << 47;
 
 impl<'a> InputElf<'a> {
     /// Validate `data` as an ELF executable this version can rewrite.
@@ -185,6 +187,14 @@ impl<'a> InputElf<'a> {
                 }
                 if s.p_type == elf::PT_LOAD && s.memsz < s.filesz {
                     return Err(Error::Malformed(format!("segment {index} has p_memsz < p_filesz")));
+                }
+                // The kernel maps nothing above the user address space; everything after this
+                // computes with `vaddr + memsz`.
+                if s.p_type == elf::PT_LOAD && s.vaddr.checked_add(s.memsz).is_none_or(|e| e > USER_SPACE_END) {
+                    return Err(Error::Malformed(format!(
+                        "segment {index} (memory 0x{:x}+0x{:x}) lies outside the user address space",
+                        s.vaddr, s.memsz
+                    )));
                 }
             }
             segments.push(s);

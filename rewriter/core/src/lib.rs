@@ -33,6 +33,9 @@ pub mod rtimage;
 pub mod spec;
 pub mod unwind;
 
+#[cfg(test)]
+mod fuzz_regressions;
+
 pub use error::{Error, ErrorKind, Result};
 pub use rewrite_report::RewriteReport;
 

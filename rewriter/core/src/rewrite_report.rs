@@ -615,7 +615,8 @@ pub fn has_shadow_stack(elf: &InputElf) -> bool {
     let Some(seg) = elf.segments.iter().find(|s| s.p_type == object::elf::PT_GNU_PROPERTY) else {
         return false;
     };
-    let Some(b) = elf.data.get(seg.offset as usize..(seg.offset + seg.filesz) as usize) else {
+    let Some(b) = seg.offset.checked_add(seg.filesz).and_then(|end| elf.data.get(seg.offset as usize..end as usize))
+    else {
         return false;
     };
     let u32_at = |o: usize| b.get(o..o + 4).map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]));
