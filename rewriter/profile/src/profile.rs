@@ -149,6 +149,117 @@ pub struct Profile {
     /// The process this image ran in: arguments, lineage and end (D22).
     #[serde(default)]
     pub process: ProcessInfo,
+    /// What an instrumented event costs and whether the times were reduced by it (D21).
+    #[serde(default)]
+    pub compensation: Compensation,
+}
+
+/// Overhead compensation (D21): the runtime's calibration of what one instrumented event
+/// costs (TSC ticks × [`stint_layout::CALIB_SCALE`], `FileHeader::calib`), and what
+/// [`compensate`] did with it.
+///
+/// With call paths the subtraction is exact per node: a node's inclusive time loses
+/// `calls × inner_ticks` (its own entries and exits) plus `pair_ticks` per call of its
+/// descendants (each nested timed event, whole), and a function's flat time loses what its
+/// outermost nodes lost. Without call paths a function's time loses its own share only
+/// (`calls × inner_flat_ticks`): what its callees' events cost it stays in (approximated, and
+/// said so in the report). Counted-only calls (timers off) and thread-library wrappers are not
+/// subtracted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compensation {
+    /// A timed entry+exit with a call-path node, whole / inside the function's own span.
+    pub pair_ticks: u64,
+    pub inner_ticks: u64,
+    /// The same without call paths.
+    pub pair_flat_ticks: u64,
+    pub inner_flat_ticks: u64,
+    /// A counted, untimed entry.
+    pub count_ticks: u64,
+    /// Whether the times in this profile had the costs subtracted (`false`: raw figures).
+    pub applied: bool,
+    /// Times that would have gone below zero and were clamped to 0.
+    pub clamped: u64,
+}
+
+impl Compensation {
+    /// Whether the runtime calibrated anything (profiles of older runtimes and synthetic ones
+    /// did not).
+    pub fn calibrated(&self) -> bool {
+        self.pair_ticks != 0 || self.pair_flat_ticks != 0
+    }
+}
+
+/// Subtract the calibrated cost of the instrumentation from every time of `p` (see
+/// [`Compensation`]); never below zero (clamped, counted). Does nothing if `p` has no
+/// calibration or was compensated already.
+pub fn compensate(p: &mut Profile) {
+    let mut c = p.compensation;
+    if !c.calibrated() || c.applied {
+        return;
+    }
+    let mut clamped = 0u64;
+    // `by` is in ticks × CALIB_SCALE.
+    let mut sub = |v: &mut u64, by: u64| {
+        let by = by / stint_layout::CALIB_SCALE;
+        if *v == 0 || by == 0 {
+            return;
+        }
+        if by > *v {
+            clamped += 1;
+        }
+        *v = v.saturating_sub(by);
+    };
+    for t in &mut p.threads {
+        if t.calltree.is_empty() {
+            let calls: std::collections::BTreeMap<u32, u64> = t.counts.iter().copied().collect();
+            for (point, cpu, wall) in &mut t.times {
+                let by = calls.get(point).copied().unwrap_or(0).saturating_mul(c.inner_flat_ticks);
+                sub(cpu, by);
+                sub(wall, by);
+            }
+            continue;
+        }
+        let tree = &mut t.calltree;
+        let n = tree.len();
+        let parent = |tree: &[CallNode], i: usize| tree[i].parent.map(|p| p as usize).filter(|&p| p < i);
+        // Calls of each node's descendants: children come after their parents.
+        let mut nested = vec![0u64; n];
+        for i in (0..n).rev() {
+            if let Some(p) = parent(tree, i) {
+                nested[p] = nested[p].saturating_add(nested[i]).saturating_add(tree[i].calls);
+            }
+        }
+        let mut by_point: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        for i in 0..n {
+            let over =
+                tree[i].calls.saturating_mul(c.inner_ticks).saturating_add(nested[i].saturating_mul(c.pair_ticks));
+            // A recursive activation is inside an outer one of the same function, whose flat
+            // time already holds it.
+            let mut at = parent(tree, i);
+            let mut outermost = true;
+            while let Some(a) = at {
+                if tree[a].point == tree[i].point {
+                    outermost = false;
+                    break;
+                }
+                at = parent(tree, a);
+            }
+            if outermost {
+                let e = by_point.entry(tree[i].point).or_default();
+                *e = e.saturating_add(over);
+            }
+            sub(&mut tree[i].cpu_ticks, over);
+            sub(&mut tree[i].wall_ticks, over);
+        }
+        for (point, cpu, wall) in &mut t.times {
+            let by = by_point.get(point).copied().unwrap_or(0);
+            sub(cpu, by);
+            sub(wall, by);
+        }
+    }
+    c.applied = true;
+    c.clamped = clamped;
+    p.compensation = c;
 }
 
 /// What the header says about the process image (D22).
@@ -544,8 +655,34 @@ pub fn load_since_snapshot(path: &Path) -> Result<Profile, ProfileError> {
     Ok(p)
 }
 
-/// [`parse_with`], optionally relative to the newest snapshot (see [`load_since_snapshot`]).
+/// [`parse_with`], optionally relative to the newest snapshot (see [`load_since_snapshot`]);
+/// times compensated for the instrumentation's cost (D21, [`compensate`]).
 pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Profile, ProfileError> {
+    parse_full(b, obs, since_snapshot, false)
+}
+
+/// Read a profile as [`load`] or [`load_since_snapshot`] do, with the measured times as they
+/// are when `raw` (`stint report --raw`), compensated otherwise.
+pub fn load_opts(path: &Path, since_snapshot: bool, raw: bool) -> Result<Profile, ProfileError> {
+    let b = std::fs::read(path).map_err(ProfileError::Read)?;
+    let p = parse_full(&b, &Observer::SYSTEM, since_snapshot, raw)?;
+    if since_snapshot && p.control.last_snapshot == 0 {
+        return Err(ProfileError::Meta("no snapshot was taken (stint ctl <profile> snapshot)".into()));
+    }
+    Ok(p)
+}
+
+/// [`parse_opts`], with the raw times when `raw`.
+pub fn parse_full(b: &[u8], obs: &Observer, since_snapshot: bool, raw: bool) -> Result<Profile, ProfileError> {
+    let mut p = parse_measured(b, obs, since_snapshot)?;
+    if !raw {
+        compensate(&mut p);
+    }
+    Ok(p)
+}
+
+/// The profile with the times as measured.
+fn parse_measured(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Profile, ProfileError> {
     let h = FileHeader::parse(b, b.len() as u64)?;
     let meta_bytes = region(b, h.meta_offset, h.meta_len).ok_or(FormatError::Truncated)?;
     let meta = parse_meta(meta_bytes, &h)?;
@@ -726,6 +863,15 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
         gates: region(b, h.ctl_offset, h.n_points as u64).map(<[u8]>::to_vec).unwrap_or_default(),
         control,
         process: ProcessInfo::read(&h),
+        compensation: Compensation {
+            pair_ticks: h.calib.pair_ticks,
+            inner_ticks: h.calib.inner_ticks,
+            pair_flat_ticks: h.calib.pair_flat_ticks,
+            inner_flat_ticks: h.calib.inner_flat_ticks,
+            count_ticks: h.calib.count_ticks,
+            applied: false,
+            clamped: 0,
+        },
     })
 }
 
