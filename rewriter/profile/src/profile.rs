@@ -475,6 +475,9 @@ pub struct Observer {
     pub now_tsc: fn() -> u64,
     /// CPU time thread `tid` of process `pid` has used so far, ns (`None`: unknown).
     pub thread_cpu_ns: fn(pid: u32, tid: u32) -> Option<u64>,
+    /// Time thread `tid` has spent on a CPU and waiting on a run queue so far, ns
+    /// (`/proc/<pid>/task/<tid>/schedstat` fields 1 and 2; `None`: unknown).
+    pub thread_sched_ns: fn(pid: u32, tid: u32) -> Option<(u64, u64)>,
 }
 
 impl Observer {
@@ -484,10 +487,16 @@ impl Observer {
         process_alive: system_process_alive,
         now_tsc: system_tsc,
         thread_cpu_ns: system_thread_cpu_ns,
+        thread_sched_ns: system_thread_sched_ns,
     };
     /// Every process has ended (the file is read as a post-mortem).
-    pub const ENDED: Observer =
-        Observer { thread_alive: |_, _| false, process_alive: |_| false, now_tsc: || 0, thread_cpu_ns: |_, _| None };
+    pub const ENDED: Observer = Observer {
+        thread_alive: |_, _| false,
+        process_alive: |_| false,
+        now_tsc: || 0,
+        thread_cpu_ns: |_, _| None,
+        thread_sched_ns: |_, _| None,
+    };
 }
 
 /// `/proc/<pid>/task/<tid>/schedstat`'s first field: the time the thread ran on a CPU, ns (the
@@ -495,6 +504,13 @@ impl Observer {
 fn system_thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
     s.split_ascii_whitespace().next()?.parse().ok()
+}
+
+/// `/proc/<pid>/task/<tid>/schedstat`'s first two fields: on a CPU, waiting on a run queue, ns.
+fn system_thread_sched_ns(pid: u32, tid: u32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    let mut f = s.split_ascii_whitespace().map(str::parse::<u64>);
+    Some((f.next()?.ok()?, f.next()?.ok()?))
 }
 
 fn system_process_alive(pid: u32) -> bool {
@@ -609,11 +625,31 @@ pub struct ThreadProfile {
     /// Call-path nodes the thread could not record because its tree was full.
     #[serde(default)]
     pub calltree_lost: u64,
+    /// Time on a CPU and waiting on a run queue over the thread's life, ns: read by the
+    /// runtime as the thread ended, or now for a live thread (`None`: unknown, e.g. a main
+    /// thread that ended without a record). Splits RUN (see [`ThreadProfile::run_split`]).
+    #[serde(default)]
+    pub sched_ns: Option<(u64, u64)>,
 }
 
 impl ThreadProfile {
     pub fn total_calls(&self) -> u64 {
         self.counts.iter().fold(0u64, |s, &(_, c)| s.saturating_add(c))
+    }
+
+    /// RUN (outside wrapped thread-library calls) split into (on a CPU, off a CPU, waiting on
+    /// a run queue), TSC ticks: the thread's CPU time, its run-queue time (both capped by
+    /// RUN), and the rest of RUN, which is I/O, sleep and waits inside libraries the runtime
+    /// does not wrap. `None` without schedstat figures or a TSC rate.
+    pub fn run_split(&self, tsc_hz: u64) -> Option<(u64, u64, u64)> {
+        let (cpu_ns, runq_ns) = self.sched_ns?;
+        if tsc_hz == 0 {
+            return None;
+        }
+        let run = self.state_ticks[stint_layout::STATE_RUN as usize];
+        let cpu = ns_to_ticks(cpu_ns, tsc_hz).min(run);
+        let runq = ns_to_ticks(runq_ns, tsc_hz).min(run - cpu);
+        Some((cpu, run - cpu - runq, runq))
     }
 
     /// Whether this is the process's main thread.
@@ -835,6 +871,11 @@ fn parse_measured(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             open_frames,
             calltree,
             calltree_lost: c.cct_lost,
+            sched_ns: if thread_alive {
+                (obs.thread_sched_ns)(h.pid, c.tid)
+            } else {
+                (c.sched_read == 1).then_some((c.sched_cpu_ns, c.sched_runq_ns))
+            },
         });
     }
 
@@ -1623,6 +1664,7 @@ mod tests {
         process_alive: |_| true,
         now_tsc: || SYNTHETIC_START_TSC + 5000,
         thread_cpu_ns: |_, _| None,
+        thread_sched_ns: |_, _| None,
     };
 
     const T0: u64 = SYNTHETIC_START_TSC;

@@ -787,6 +787,11 @@ pub fn to_thread_table(p: &Profile) -> String {
     let mut head: Vec<String> =
         ["tid", "name", "start routine", "creator", "lifetime ms", "exit"].map(String::from).to_vec();
     head.extend(shown.iter().map(|&s| state_heading(s)));
+    // RUN split by the scheduler's figures (issue 12), when some thread has them.
+    let split = p.threads.iter().any(|t| t.run_split(p.tsc_hz).is_some());
+    if split {
+        head.extend(["CPU%", "OFFCPU%", "RUNQ%"].map(String::from));
+    }
     head.push("wait ms".into());
     let mut rows = vec![head];
     for t in &p.threads {
@@ -814,18 +819,32 @@ pub fn to_thread_table(p: &Profile) -> String {
             let ticks = t.state_ticks[s as usize];
             row.push(if observed == 0 { "-".into() } else { format!("{:.1}", ticks as f64 * 100.0 / observed as f64) });
         }
+        if split {
+            let pct = |ticks: u64| format!("{:.1}", ticks as f64 * 100.0 / observed as f64);
+            match t.run_split(p.tsc_hz).filter(|_| observed != 0) {
+                Some((cpu, off, runq)) => row.extend([pct(cpu), pct(off), pct(runq)]),
+                None => row.extend(["-", "-", "-"].map(String::from)),
+            }
+        }
         let wait = t.waits.iter().fold(0u64, |a, w| a.saturating_add(w.wait_ticks));
         row.push(ms(p.ticks_to_ns(wait)));
         rows.push(row);
     }
     let mut right = vec![true, false, false, true, false, false];
     right.extend(shown.iter().map(|_| true));
+    right.extend([split; 3].iter().filter(|&&s| s));
     right.push(true);
     out.push_str(&columns(&rows, &right, "  "));
     out.push_str(
         "\n*: main thread; lifetime: ms since the process started (running: the thread still runs; ?: it ended \
          unseen); states: % of the thread's observed time; wait: time blocked in thread-library calls\n",
     );
+    if split {
+        out.push_str(
+            "RUN (outside thread-library calls) = CPU% (on a CPU) + OFFCPU% (I/O, sleep, waits inside \
+             libraries) + RUNQ% (waiting for a CPU), from the kernel's schedstat\n",
+        );
+    }
     push_warnings(&mut out, p);
     out
 }
@@ -1251,6 +1270,7 @@ mod tests {
             process_alive: |_| true,
             now_tsc: || SYNTHETIC_START_TSC + 102 * MS,
             thread_cpu_ns: |_, _| None,
+            thread_sched_ns: |_, _| None,
         };
         let p = parse_with(&locks_file(), &obs).unwrap();
         assert_eq!(to_json(&p)["threads"][0]["running"], json!(true));
