@@ -15,10 +15,10 @@ use crate::sys;
 use crate::text::{copy_into, Writer};
 use crate::trap;
 use stint_layout::{
-    cct_hash, cct_index_offset, Frame, CALIB_SCALE, CCT_NODE_SIZE, SHADOW_OFFSET, cct_nodes_offset, column_size, counter_offset, metric_bit, Calibration, CctNode,
-    ColumnHeader, Pod, METRIC_CALLS, N_COUNTER_SLOTS, SLOT_CALLS, SLOT_WALL_TICKS, TIMER_BITS,
-    ProfileDir, CCT_CAP, CFG_NO_CALL_PATHS, CONFIG_MAGIC, ENV_CALLTREE_NODES, ENV_CONTROL, ENV_DIR, ENV_LOG,
-    ENV_PROFILE, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
+    cct_hash, cct_index_offset, cct_nodes_offset, column_size, counter_offset, metric_bit, Calibration, CctNode,
+    ColumnHeader, Frame, Pod, ProfileDir, CALIB_SCALE, CCT_CAP, CCT_NODE_SIZE, CFG_NO_CALL_PATHS, CONFIG_MAGIC,
+    ENV_CALLTREE_NODES, ENV_CONTROL, ENV_DIR, ENV_LOG, ENV_PROFILE, METRIC_CALLS, N_COUNTER_SLOTS, SHADOW_OFFSET,
+    SLOT_CALLS, SLOT_WALL_TICKS, TIMER_BITS, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
 };
 
 /// Start-up, from the entry stub.
@@ -244,88 +244,17 @@ unsafe fn cstr(p: *const u8) -> &'static [u8] {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_template_is_the_private_directory() {
-        let mut out = [0u8; 256];
-        let n = default_template(&mut out, Some(b"/d/x"), Some(b"/run/user/1"), b"prog");
-        assert_eq!(&out[..n], b"/d/x/prog.%p.stint", "STINT_DIR first");
-        let n = default_template(&mut out, Some(b""), Some(b"/run/user/1"), b"prog");
-        assert_eq!(&out[..n], b"/run/user/1/stint/prog.%p.stint", "empty STINT_DIR: XDG_RUNTIME_DIR");
-        let n = default_template(&mut out, None, Some(b"relative"), b"prog");
-        let uid = sys::geteuid();
-        let want = std::format!("/tmp/stint-{uid}/prog.%p.stint");
-        assert_eq!(&out[..n], want.as_bytes(), "a relative XDG_RUNTIME_DIR is ignored");
-        let n = default_template(&mut out, Some(b"/a%p"), None, b"prog");
-        assert_eq!(&out[..n], b"/a%%p/prog.%p.stint", "a % in the directory is not a pattern");
-    }
-
-    #[test]
-    fn decimal_digits() {
-        let mut b = [0u8; 10];
-        assert_eq!(decimal(0, &mut b), b"0");
-        assert_eq!(decimal(1000, &mut b), b"1000");
-        assert_eq!(decimal(u32::MAX, &mut b), b"4294967295");
-    }
-
-    #[test]
-    fn env_value_needs_the_whole_name_and_an_equals_sign() {
-        assert_eq!(env_value(b"STINT_PROFILE=/x/%p", ENV_PROFILE), Some(&b"/x/%p"[..]));
-        assert_eq!(env_value(b"STINT_PROFILE=", ENV_PROFILE), Some(&b""[..]));
-        assert_eq!(env_value(b"STINT_PROFILEX=1", ENV_PROFILE), None);
-        assert_eq!(env_value(b"STINT_PROFIL", ENV_PROFILE), None);
-        assert_eq!(calltree_nodes(None), CCT_CAP);
-        assert_eq!(calltree_nodes(Some(b"0")), 0);
-        assert_eq!(calltree_nodes(Some(b"5")), 4);
-        assert_eq!(calltree_nodes(Some(b"99999999")), CCT_CAP);
-        assert_eq!(calltree_nodes(Some(b"x")), CCT_CAP);
-    }
-
-    #[test]
-    fn scan_finds_variables_and_at_secure() {
-        let prof = b"STINT_PROFILE=/p\0";
-        let ctl = b"STINT_CONTROL=/c\0";
-        let other = b"HOME=/h\0";
-        let arg = b"prog\0";
-        // argc, argv[0], NULL, envp..., NULL, (extra NULL as in secure mode), auxv, AT_NULL.
-        let stack: Vec<usize> = vec![
-            1,
-            arg.as_ptr() as usize,
-            0,
-            other.as_ptr() as usize,
-            prof.as_ptr() as usize,
-            ctl.as_ptr() as usize,
-            0,
-            0,
-            6,
-            4096, // AT_PAGESZ
-            23,
-            1, // AT_SECURE
-            0,
-            0,
-        ];
-        // Safety: a stack laid out like the kernel's, strings NUL-terminated.
-        let env = unsafe { scan_stack(stack.as_ptr()) };
-        assert_eq!(env.profile, Some(&b"/p"[..]));
-        assert_eq!(env.control, Some(&b"/c"[..]));
-        assert_eq!(env.dir, None);
-        assert!(env.secure);
-    }
-}
-
 /// Entry/exit pairs per calibration batch, and batches per kind of event (after one warm-up
-/// batch): 20,000 calls of each kind, about a millisecond in all.
-const CALIB_PER_BATCH: u32 = 2000;
-const CALIB_BATCHES: usize = 9;
+/// batch): 8,000 calls of each of three kinds (with call paths, without, counted only), about
+/// half a millisecond at start.
+const CALIB_PER_BATCH: u32 = 1000;
+const CALIB_BATCHES: usize = 7;
 
 /// Measure what one instrumented event costs (D21): the program's own timer routines
 /// (`RtConfig::timer_enter_rel`, `timer_exit_rel`) run on a scratch column, called by a
 /// copy of the trampolines' instructions (gate test, thread check, call counter), for point
-/// 0 with its gate set to every metric for the duration. Each kind of event is the median of
-/// [`CALIB_BATCHES`] batches' least: the whole pair from TSC reads around the batch, the part inside
+/// 0 with its gate set to every metric for the duration. Each kind of event is the least of
+/// [`CALIB_BATCHES`] batches: the whole pair from TSC reads around the batch, the part inside
 /// the function's own span from what the routines added to the node (or the flat counter).
 /// All zero when the program has no timed point or the scratch column cannot be mapped.
 ///
@@ -404,7 +333,9 @@ unsafe fn calibrate(rt: &Rt) -> Calibration {
             // Safety: start-up; the scratch column is set up above, the gate is writable.
             let ticks = unsafe { calib_loop(rt, base, gate, bits, point) };
             let after = get(spent);
-            if let (Some(p), Some(i)) = (k.checked_sub(1).and_then(|k| pair.get_mut(k)), k.checked_sub(1).and_then(|k| inner.get_mut(k))) {
+            if let (Some(p), Some(i)) =
+                (k.checked_sub(1).and_then(|k| pair.get_mut(k)), k.checked_sub(1).and_then(|k| inner.get_mut(k)))
+            {
                 *p = ticks.saturating_mul(CALIB_SCALE) / CALIB_PER_BATCH as u64;
                 *i = after.wrapping_sub(before).saturating_mul(CALIB_SCALE) / CALIB_PER_BATCH as u64;
             }
@@ -413,7 +344,8 @@ unsafe fn calibrate(rt: &Rt) -> Calibration {
     };
     let all = TIMER_BITS | metric_bit(METRIC_CALLS);
     let node_wall = nodes + CCT_NODE_SIZE as usize + core::mem::offset_of!(CctNode, wall_ticks);
-    let (pair, inner) = if mask != 0 { run(&ColumnHeader { cct_mask: mask, depth: 1, ..h }, all, node_wall) } else { (0, 0) };
+    let (pair, inner) =
+        if mask != 0 { run(&ColumnHeader { cct_mask: mask, depth: 1, ..h }, all, node_wall) } else { (0, 0) };
     h.cct_mask = 0;
     h.depth = 1;
     let (pair_flat, inner_flat) = run(&h, all, wall);
@@ -566,4 +498,76 @@ unsafe fn calib_loop(rt: &Rt, col: usize, gate: *mut u8, bits: u8, point: u32) -
         );
     }
     instrumented.saturating_sub(sys::rdtsc().wrapping_sub(t0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_template_is_the_private_directory() {
+        let mut out = [0u8; 256];
+        let n = default_template(&mut out, Some(b"/d/x"), Some(b"/run/user/1"), b"prog");
+        assert_eq!(&out[..n], b"/d/x/prog.%p.stint", "STINT_DIR first");
+        let n = default_template(&mut out, Some(b""), Some(b"/run/user/1"), b"prog");
+        assert_eq!(&out[..n], b"/run/user/1/stint/prog.%p.stint", "empty STINT_DIR: XDG_RUNTIME_DIR");
+        let n = default_template(&mut out, None, Some(b"relative"), b"prog");
+        let uid = sys::geteuid();
+        let want = std::format!("/tmp/stint-{uid}/prog.%p.stint");
+        assert_eq!(&out[..n], want.as_bytes(), "a relative XDG_RUNTIME_DIR is ignored");
+        let n = default_template(&mut out, Some(b"/a%p"), None, b"prog");
+        assert_eq!(&out[..n], b"/a%%p/prog.%p.stint", "a % in the directory is not a pattern");
+    }
+
+    #[test]
+    fn decimal_digits() {
+        let mut b = [0u8; 10];
+        assert_eq!(decimal(0, &mut b), b"0");
+        assert_eq!(decimal(1000, &mut b), b"1000");
+        assert_eq!(decimal(u32::MAX, &mut b), b"4294967295");
+    }
+
+    #[test]
+    fn env_value_needs_the_whole_name_and_an_equals_sign() {
+        assert_eq!(env_value(b"STINT_PROFILE=/x/%p", ENV_PROFILE), Some(&b"/x/%p"[..]));
+        assert_eq!(env_value(b"STINT_PROFILE=", ENV_PROFILE), Some(&b""[..]));
+        assert_eq!(env_value(b"STINT_PROFILEX=1", ENV_PROFILE), None);
+        assert_eq!(env_value(b"STINT_PROFIL", ENV_PROFILE), None);
+        assert_eq!(calltree_nodes(None), CCT_CAP);
+        assert_eq!(calltree_nodes(Some(b"0")), 0);
+        assert_eq!(calltree_nodes(Some(b"5")), 4);
+        assert_eq!(calltree_nodes(Some(b"99999999")), CCT_CAP);
+        assert_eq!(calltree_nodes(Some(b"x")), CCT_CAP);
+    }
+
+    #[test]
+    fn scan_finds_variables_and_at_secure() {
+        let prof = b"STINT_PROFILE=/p\0";
+        let ctl = b"STINT_CONTROL=/c\0";
+        let other = b"HOME=/h\0";
+        let arg = b"prog\0";
+        // argc, argv[0], NULL, envp..., NULL, (extra NULL as in secure mode), auxv, AT_NULL.
+        let stack: Vec<usize> = vec![
+            1,
+            arg.as_ptr() as usize,
+            0,
+            other.as_ptr() as usize,
+            prof.as_ptr() as usize,
+            ctl.as_ptr() as usize,
+            0,
+            0,
+            6,
+            4096, // AT_PAGESZ
+            23,
+            1, // AT_SECURE
+            0,
+            0,
+        ];
+        // Safety: a stack laid out like the kernel's, strings NUL-terminated.
+        let env = unsafe { scan_stack(stack.as_ptr()) };
+        assert_eq!(env.profile, Some(&b"/p"[..]));
+        assert_eq!(env.control, Some(&b"/c"[..]));
+        assert_eq!(env.dir, None);
+        assert!(env.secure);
+    }
 }

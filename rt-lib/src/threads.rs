@@ -326,7 +326,8 @@ fn parse_schedstat(b: &[u8]) -> Option<(u64, u64)> {
     let mut fields = b.split(|&c| c == b' ' || c == b'\n').filter(|f| !f.is_empty());
     let mut num = || -> Option<u64> {
         let f = fields.next()?;
-        f.iter().try_fold(0u64, |v, &c| c.is_ascii_digit().then(|| v.saturating_mul(10).saturating_add((c - b'0') as u64)))
+        f.iter()
+            .try_fold(0u64, |v, &c| c.is_ascii_digit().then(|| v.saturating_mul(10).saturating_add((c - b'0') as u64)))
     };
     Some((num()?, num()?))
 }

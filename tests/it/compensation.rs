@@ -33,7 +33,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// `loop`'s CPU ns from a side file (`loop TID CPU_NS WALL_NS`).
 fn side_loop_cpu(path: &Path) -> f64 {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let line = text.lines().find(|l| l.starts_with("loop ")).unwrap_or_else(|| panic!("{}: no loop line", path.display()));
+    let line =
+        text.lines().find(|l| l.starts_with("loop ")).unwrap_or_else(|| panic!("{}: no loop line", path.display()));
     line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("bad line {line:?}"))
 }
 

@@ -72,6 +72,7 @@ fn redacted_number_key(key: &str) -> Option<&'static str> {
         _ if k.ends_with("_functions") => None,
         _ if k.contains("time")
             || k.ends_with("_ns")
+            || k.ends_with("_ps")
             || k.ends_with("_us")
             || k.ends_with("_ms")
             || k.ends_with("_s") =>

@@ -18,10 +18,7 @@ fn split_of(table: &str, first: &str) -> (f64, f64, f64) {
     let head = table.lines().find(|l| l.trim_start().starts_with("tid ")).unwrap_or_else(|| panic!("{table}"));
     let cols: Vec<&str> = head.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
     let at = |name: &str| cols.iter().position(|c| *c == name).unwrap_or_else(|| panic!("no {name} column: {table}"));
-    let row = table
-        .lines()
-        .find(|l| l.contains(first))
-        .unwrap_or_else(|| panic!("no row for {first}: {table}"));
+    let row = table.lines().find(|l| l.contains(first)).unwrap_or_else(|| panic!("no row for {first}: {table}"));
     let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
     let num = |name: &str| -> f64 {
         cells.get(at(name)).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("{name} of {first}: {row}"))

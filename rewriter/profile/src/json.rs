@@ -376,7 +376,13 @@ pub fn profile_json(p: &Profile) -> ProfileJson {
 /// The `compensation` key of `p` (`None` without a calibration).
 pub fn compensation_json(p: &Profile) -> Option<CompensationJson> {
     let c = &p.compensation;
-    let ps = |t: u64| if p.tsc_hz == 0 { 0 } else { (t as u128 * 1_000_000_000_000 / (p.tsc_hz as u128 * stint_layout::CALIB_SCALE as u128)) as u64 };
+    let ps = |t: u64| {
+        if p.tsc_hz == 0 {
+            0
+        } else {
+            (t as u128 * 1_000_000_000_000 / (p.tsc_hz as u128 * stint_layout::CALIB_SCALE as u128)) as u64
+        }
+    };
     c.calibrated().then(|| CompensationJson {
         applied: c.applied,
         timed_call_ps: ps(c.pair_ticks),

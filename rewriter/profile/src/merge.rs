@@ -636,6 +636,7 @@ mod tests {
             objects_lost: 0,
             warnings: vec![],
             process: Default::default(),
+            compensation: None,
         };
         Input { profile, runs: 1, merged_from: vec![format!("{program}.json")] }
     }

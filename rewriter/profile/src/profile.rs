@@ -198,64 +198,22 @@ pub fn compensate(p: &mut Profile) {
         return;
     }
     let mut clamped = 0u64;
-    // `by` is in ticks × CALIB_SCALE.
-    let mut sub = |v: &mut u64, by: u64| {
-        let by = by / stint_layout::CALIB_SCALE;
-        if *v == 0 || by == 0 {
-            return;
-        }
-        if by > *v {
-            clamped += 1;
-        }
-        *v = v.saturating_sub(by);
-    };
     for t in &mut p.threads {
         if t.calltree.is_empty() {
-            let calls: std::collections::BTreeMap<u32, u64> = t.counts.iter().copied().collect();
-            for (point, cpu, wall) in &mut t.times {
-                let by = calls.get(point).copied().unwrap_or(0).saturating_mul(c.inner_flat_ticks);
-                sub(cpu, by);
-                sub(wall, by);
-            }
+            // Each function's own share only: one root node per function with its counted
+            // calls (and no times of its own, so only `times` is reduced and counted).
+            let mut roots: Vec<CallNode> = t
+                .times
+                .iter()
+                .map(|&(point, _, _)| {
+                    let calls = t.counts.iter().find(|c| c.0 == point).map_or(0, |c| c.1);
+                    CallNode { parent: None, point, calls, ..CallNode::default() }
+                })
+                .collect();
+            clamped += crate::calltree::compensate(&mut roots, &mut t.times, c.inner_flat_ticks, 0);
             continue;
         }
-        let tree = &mut t.calltree;
-        let n = tree.len();
-        let parent = |tree: &[CallNode], i: usize| tree[i].parent.map(|p| p as usize).filter(|&p| p < i);
-        // Calls of each node's descendants: children come after their parents.
-        let mut nested = vec![0u64; n];
-        for i in (0..n).rev() {
-            if let Some(p) = parent(tree, i) {
-                nested[p] = nested[p].saturating_add(nested[i]).saturating_add(tree[i].calls);
-            }
-        }
-        let mut by_point: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
-        for i in 0..n {
-            let over =
-                tree[i].calls.saturating_mul(c.inner_ticks).saturating_add(nested[i].saturating_mul(c.pair_ticks));
-            // A recursive activation is inside an outer one of the same function, whose flat
-            // time already holds it.
-            let mut at = parent(tree, i);
-            let mut outermost = true;
-            while let Some(a) = at {
-                if tree[a].point == tree[i].point {
-                    outermost = false;
-                    break;
-                }
-                at = parent(tree, a);
-            }
-            if outermost {
-                let e = by_point.entry(tree[i].point).or_default();
-                *e = e.saturating_add(over);
-            }
-            sub(&mut tree[i].cpu_ticks, over);
-            sub(&mut tree[i].wall_ticks, over);
-        }
-        for (point, cpu, wall) in &mut t.times {
-            let by = by_point.get(point).copied().unwrap_or(0);
-            sub(cpu, by);
-            sub(wall, by);
-        }
+        clamped += crate::calltree::compensate(&mut t.calltree, &mut t.times, c.inner_ticks, c.pair_ticks);
     }
     c.applied = true;
     c.clamped = clamped;
@@ -1351,6 +1309,15 @@ mod tests {
             exec_from: [[37; 32]; 32],
             parent_profile: [[38; 32]; 32],
             load_bias: 32,
+            calib: stint_layout::Calibration {
+                pair_ticks: 39,
+                inner_ticks: 40,
+                pair_flat_ticks: 41,
+                inner_flat_ticks: 42,
+                count_ticks: 43,
+                batches: 44,
+                per_batch: 45,
+            },
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
 
@@ -1404,6 +1371,10 @@ mod tests {
             cct_lost: 51,
             cct_ready: 52,
             _pad_cct: 0,
+            sched_cpu_ns: 53,
+            sched_runq_ns: 54,
+            sched_read: 1,
+            _pad_sched: 0,
         };
         assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 

@@ -874,6 +874,34 @@ pub fn thread_heading(p: &Profile, t: &ThreadProfile) -> String {
 #[path = "report_opts_tests.rs"]
 mod opts_tests;
 
+/// The line saying whether the times are compensated for the instrumentation (D21), and by
+/// how much per timed call; `None` for a profile without a calibration.
+pub fn compensation_line(p: &Profile) -> Option<String> {
+    let c = &p.compensation;
+    if !c.calibrated() {
+        return None;
+    }
+    let ns = |t: u64| t as f64 * 1e9 / (p.tsc_hz.max(1) as f64 * stint_layout::CALIB_SCALE as f64);
+    let flat = p.threads.iter().all(|t| t.calltree.is_empty());
+    let (pair, inner) = if flat { (c.pair_flat_ticks, c.inner_flat_ticks) } else { (c.pair_ticks, c.inner_ticks) };
+    let mut line = if c.applied {
+        format!(
+            "times compensated: {:.1} ns per timed call subtracted from its callers, {:.1} ns from the function (--raw: as measured)",
+            ns(pair),
+            ns(inner)
+        )
+    } else {
+        format!("times raw: as measured, each timed call adding {:.1} ns to its callers", ns(pair))
+    };
+    if c.applied && flat {
+        line.push_str("; no call paths: callees' costs stay in their callers");
+    }
+    if c.clamped > 0 {
+        let _ = write!(line, "; {} times clamped at 0", c.clamped);
+    }
+    Some(line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1334,32 +1362,4 @@ mod tests {
         assert!(t.contains(&format!("      3  0x10     {long}\n")), "{t}");
         assert!(t.contains(&format!("      2  0x20     {longer}\n")), "{t}");
     }
-}
-
-/// The line saying whether the times are compensated for the instrumentation (D21), and by
-/// how much per timed call; `None` for a profile without a calibration.
-pub fn compensation_line(p: &Profile) -> Option<String> {
-    let c = &p.compensation;
-    if !c.calibrated() {
-        return None;
-    }
-    let ns = |t: u64| t as f64 * 1e9 / (p.tsc_hz.max(1) as f64 * stint_layout::CALIB_SCALE as f64);
-    let flat = p.threads.iter().all(|t| t.calltree.is_empty());
-    let (pair, inner) = if flat { (c.pair_flat_ticks, c.inner_flat_ticks) } else { (c.pair_ticks, c.inner_ticks) };
-    let mut line = if c.applied {
-        format!(
-            "times compensated: {:.1} ns per timed call subtracted from its callers, {:.1} ns from the function (--raw: as measured)",
-            ns(pair),
-            ns(inner)
-        )
-    } else {
-        format!("times raw: as measured, each timed call adding {:.1} ns to its callers", ns(pair))
-    };
-    if c.applied && flat {
-        line.push_str("; no call paths: callees' costs stay in their callers");
-    }
-    if c.clamped > 0 {
-        let _ = write!(line, "; {} times clamped at 0", c.clamped);
-    }
-    Some(line)
 }
