@@ -68,6 +68,8 @@ fn redacted_number_key(key: &str) -> Option<&'static str> {
         // the machine's TSC rate and how often a thread was descheduled
         "tsc_hz" => Some("[hz]"),
         "resyncs" => Some("[count]"),
+        // times the overhead compensation clamped at 0 (D21): depends on the times
+        "clamped" => Some("[count]"),
         // counts of functions (`timed_functions`), not times
         _ if k.ends_with("_functions") => None,
         _ if k.contains("time")
