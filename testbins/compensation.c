@@ -6,6 +6,7 @@
 // and wall time of the call of `loop`, measured by main. stdout does not depend on timing.
 //
 //# args: 10000000
+//# variants: pie-O2 nopie-O0
 //# expect: threads 1
 //# expect: main calls tiny 10000000
 //# expect: main calls loop 1

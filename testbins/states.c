@@ -3,6 +3,8 @@
 // split of RUN into on-CPU, off-CPU and run-queue time (tests/it/states.rs, issue 12).
 //
 //# cflags: -pthread
+//# variants: pie-O2 nopie-O0
+//# expect: main calls main 1
 //# expect: threads 3
 //# expect: threads from sleeper 1
 //# expect: threads from spinner 1
