@@ -452,6 +452,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]
     }
     hdr.flags = flags;
     hdr.load_bias = cfg.bias();
+    hdr.calib = su.calib;
     // Safety: the control page lies inside the mapped file, after the header page; not
     // published yet.
     let control = unsafe { &mut *((base + CONTROL_OFFSET as usize) as *mut Control) };

@@ -15,8 +15,10 @@ use crate::sys;
 use crate::text::{copy_into, Writer};
 use crate::trap;
 use stint_layout::{
-    ProfileDir, CCT_CAP, CFG_NO_CALL_PATHS, CONFIG_MAGIC, ENV_CALLTREE_NODES, ENV_CONTROL, ENV_DIR, ENV_LOG,
-    ENV_PROFILE, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
+    cct_hash, cct_index_offset, cct_nodes_offset, column_size, counter_offset, metric_bit, Calibration, CctNode,
+    ColumnHeader, Frame, Pod, ProfileDir, CALIB_SCALE, CCT_CAP, CCT_NODE_SIZE, CFG_NO_CALL_PATHS, CONFIG_MAGIC,
+    ENV_CALLTREE_NODES, ENV_CONTROL, ENV_DIR, ENV_LOG, ENV_PROFILE, METRIC_CALLS, N_COUNTER_SLOTS, SHADOW_OFFSET,
+    SLOT_CALLS, SLOT_WALL_TICKS, TIMER_BITS, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
 };
 
 /// Start-up, from the entry stub.
@@ -99,6 +101,9 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
     su.template_len = n as u32;
     let nodes = if cfg.flags & CFG_NO_CALL_PATHS != 0 { 0 } else { calltree_nodes(env.calltree_nodes) };
     st.set_cct_mask(if nodes == 0 { 0 } else { 2 * nodes - 1 });
+    // Safety: start-up, single-threaded, before the control region is mapped; GS points at
+    // the dummy.
+    su.calib = unsafe { calibrate(rt) };
     profile_file::create(rt, su, 0, &[]);
 }
 
@@ -266,6 +271,262 @@ unsafe fn cstr(p: *const u8) -> &'static [u8] {
         }
         core::slice::from_raw_parts(p, n)
     }
+}
+
+/// Entry/exit pairs per calibration batch, and batches per kind of event (after one warm-up
+/// batch): 8,000 calls of each of three kinds (with call paths, without, counted only), about
+/// half a millisecond at start.
+const CALIB_PER_BATCH: u32 = 1000;
+const CALIB_BATCHES: usize = 7;
+
+/// Measure what one instrumented event costs (D21): the program's own timer routines
+/// (`RtConfig::timer_enter_rel`, `timer_exit_rel`) run on a scratch column, called by a
+/// copy of the trampolines' instructions (gate test, thread check, call counter), for point
+/// 0 with its gate set to every metric for the duration. Each kind of event is the least of
+/// [`CALIB_BATCHES`] batches: the whole pair from TSC reads around the batch, the part inside
+/// the function's own span from what the routines added to the node (or the flat counter).
+/// All zero when the program has no timed point or the scratch column cannot be mapped.
+///
+/// # Safety
+/// Start-up, single-threaded, before `profile_file::create` maps the control region over the
+/// rewriter's zero pages (the gate byte written here is restored before returning); GS points
+/// at the dummy column and is put back there.
+unsafe fn calibrate(rt: &Rt) -> Calibration {
+    let cfg = &rt.cfg;
+    let none = Calibration::default();
+    if cfg.n_points == 0
+        || cfg.ctl_len == 0
+        || cfg.timer_enter_rel == 0
+        || !cfg.point_info().iter().any(|&b| b & TIMER_BITS != 0)
+    {
+        return none;
+    }
+    let geo = cfg.geometry();
+    let len = column_size(geo.n_points, N_COUNTER_SLOTS) as usize;
+    let prot = sys::PROT_READ | sys::PROT_WRITE;
+    // Safety: not MAP_FIXED: new memory only.
+    let Ok(base) = (unsafe { sys::mmap(0, len, prot, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS, -1, 0) }) else {
+        return none;
+    };
+    let point = 0u32;
+    // The word the trampolines compare with the column's key (`fs:[0]`'s low half when the
+    // program's libc is unknown: the copied check reads `fs:[tid_offset]` either way).
+    // Safety: `tid_offset` is 0 or inside glibc's thread control block (rewriter contract).
+    let key = unsafe { sys::fs_u32(cfg.tid_offset) };
+    // The column the routines see: this thread owns it, its CPU clock never needs a
+    // re-synchronisation (its sequence word is its own `seq`), one call-path node for
+    // (root, point) so that an entry is a one-probe hit.
+    let mut h = ColumnHeader {
+        self_addr: base as u64,
+        owner_tp: sys::thread_pointer(),
+        owner_key: key,
+        exit_key: key,
+        seq_ptr: (base + core::mem::offset_of!(ColumnHeader, seq)) as u64,
+        sync_tsc: sys::rdtsc(),
+        sync_ticks: u64::MAX >> 1,
+        thread_mask: u32::MAX,
+        ..ColumnHeader::default()
+    };
+    let mask = rt.st.cct_mask();
+    let index = cct_index_offset(geo.n_points, N_COUNTER_SLOTS) as usize;
+    let nodes = cct_nodes_offset(geo.n_points, N_COUNTER_SLOTS) as usize;
+    let wall = counter_offset(geo.n_points, SLOT_WALL_TICKS, point) as usize;
+    // The scratch column is written by the routines through GS between these accesses:
+    // every access here is a volatile one through the raw address, never a live reference.
+    let put = |off: usize, bytes: &[u8]| {
+        for (i, &b) in bytes.iter().enumerate() {
+            // Safety: `off + i < len` (offsets inside one column), our private mapping.
+            unsafe { core::ptr::write_volatile((base + off + i) as *mut u8, b) };
+        }
+    };
+    // Safety: as for `put`; an aligned u64 (node and counter fields are 8-aligned).
+    let get = |off: usize| unsafe { core::ptr::read_volatile((base + off) as *const u64) };
+    // The calls are nested in a caller's frame, as almost every call is: node 1 (the
+    // callee, under node 0) is the one the entries hit, and the caller's frame is on the
+    // shadow stack above the loop's stack pointer.
+    put(nodes, CctNode { parent: 0, point, ..CctNode::default() }.as_bytes());
+    put(nodes + CCT_NODE_SIZE as usize, CctNode { parent: 1, point, ..CctNode::default() }.as_bytes());
+    put(index + 4 * (cct_hash(0, point) & mask) as usize, &1u32.to_le_bytes());
+    put(index + 4 * (cct_hash(1, point) & mask) as usize, &2u32.to_le_bytes());
+    put(SHADOW_OFFSET as usize, Frame { sp: u64::MAX, point, node: 1, ..Frame::default() }.as_bytes());
+    let gate = cfg.control_region();
+    // Safety: the control region is the rewriter's writable zero pages until the profile is
+    // mapped over it; point 0 < n_points ≤ ctl_len.
+    let saved = unsafe { core::ptr::read_volatile(gate) };
+    let run = |h: &ColumnHeader, bits: u8, spent: usize| -> (u64, u64) {
+        put(0, h.as_bytes());
+        let mut pair = [0u64; CALIB_BATCHES];
+        let mut inner = [0u64; CALIB_BATCHES];
+        for k in 0..=CALIB_BATCHES {
+            let before = get(spent);
+            // Safety: start-up; the scratch column is set up above, the gate is writable.
+            let ticks = unsafe { calib_loop(rt, base, gate, bits, point) };
+            let after = get(spent);
+            if let (Some(p), Some(i)) =
+                (k.checked_sub(1).and_then(|k| pair.get_mut(k)), k.checked_sub(1).and_then(|k| inner.get_mut(k)))
+            {
+                *p = ticks.saturating_mul(CALIB_SCALE) / CALIB_PER_BATCH as u64;
+                *i = after.wrapping_sub(before).saturating_mul(CALIB_SCALE) / CALIB_PER_BATCH as u64;
+            }
+        }
+        (least(&pair), least(&inner))
+    };
+    let all = TIMER_BITS | metric_bit(METRIC_CALLS);
+    let node_wall = nodes + CCT_NODE_SIZE as usize + core::mem::offset_of!(CctNode, wall_ticks);
+    let (pair, inner) =
+        if mask != 0 { run(&ColumnHeader { cct_mask: mask, depth: 1, ..h }, all, node_wall) } else { (0, 0) };
+    h.cct_mask = 0;
+    h.depth = 1;
+    let (pair_flat, inner_flat) = run(&h, all, wall);
+    let (count, _) = run(&h, metric_bit(METRIC_CALLS), wall);
+    // Safety: as above; back to what the rewriter emitted.
+    unsafe { core::ptr::write_volatile(gate, saved) };
+    // Safety: the dummy lives in RtState for the whole run; nothing refers to the scratch
+    // column any more and GS no longer points at it.
+    unsafe {
+        let _ = sys::set_gs_base(rt.st.dummy_addr() as usize);
+        let _ = sys::munmap(base, len);
+    }
+    let (pair, inner) = if mask != 0 { (pair, inner) } else { (pair_flat, inner_flat) };
+    Calibration {
+        pair_ticks: pair,
+        inner_ticks: inner.min(pair),
+        pair_flat_ticks: pair_flat,
+        inner_flat_ticks: inner_flat.min(pair_flat),
+        count_ticks: count,
+        batches: CALIB_BATCHES as u32,
+        per_batch: CALIB_PER_BATCH,
+    }
+}
+
+/// The smallest value: a batch only gets slower than the code is (an interrupt, a busy
+/// sibling hyperthread, a preemption), never faster.
+fn least(v: &[u64]) -> u64 {
+    v.iter().copied().min().unwrap_or(0)
+}
+
+/// One batch: [`CALIB_PER_BATCH`] calls of a function entered and left through copies of the
+/// instructions an entry and an exit trampoline run (their jumps included) and the program's
+/// timer routines, for `point` with its gate set to `bits`. Returns the TSC ticks of the
+/// batch minus those of the same calls of a plain function.
+///
+/// # Safety
+/// Start-up, single-threaded; `col` is a mapped scratch column owned by this thread (its
+/// header set up as `calibrate` does), `gate` the writable gate byte of `point`. GS points at
+/// `col` on return.
+unsafe fn calib_loop(rt: &Rt, col: usize, gate: *mut u8, bits: u8, point: u32) -> u64 {
+    let cfg = &rt.cfg;
+    let enter = cfg.at::<u8>(cfg.timer_enter_rel) as u64;
+    let exit = cfg.at::<u8>(cfg.timer_exit_rel) as u64;
+    let counter = counter_offset(cfg.n_points, SLOT_CALLS, point);
+    // Safety: `col` is a column this thread owns for the loop.
+    if unsafe { sys::set_gs_base(col) }.is_err() {
+        return 0;
+    }
+    // Safety: the caller's contract (a writable gate byte at start-up).
+    unsafe { core::ptr::write_volatile(gate, bits) };
+    let tid = if cfg.tid_offset != 0 { cfg.tid_offset as u64 } else { 0 };
+    // The loop calls a function whose first instruction jumps to a copy of an entry
+    // trampoline and whose `ret` is a jump to a copy of an exit trampoline, as in the
+    // rewritten program; the same loop around a plain function is the baseline.
+    let t0 = sys::rdtsc();
+    // Safety: the timer routines save every register they use but rax and the flags (the
+    // trampolines' contract, kept here by push/pop rax); the loop steps over the red zone
+    // before it pushes or calls, and only touches the scratch column (GS) and the gate byte.
+    unsafe {
+        core::arch::asm!(
+            "lea rsp, [rsp - 128]",
+            "2:",
+            "call 3f",
+            "dec {n}",
+            "jne 2b",
+            "jmp 9f",
+            // The function: entered, it jumps to its entry trampoline.
+            "3:",
+            "jmp 4f",
+            "4:",
+            "test byte ptr [{gate}], 0xff",
+            "jne 5f",
+            "jmp 7f",
+            "5:",
+            "push rax",
+            "mov rax, qword ptr fs:[0]",
+            "cmp rax, qword ptr gs:[{tp}]",
+            "jne 6f",
+            "mov eax, dword ptr fs:[{tid}]",
+            "cmp eax, dword ptr gs:[{key}]",
+            "jne 6f",
+            "movzx eax, byte ptr [{gate}]",
+            "and eax, dword ptr gs:[{mask}]",
+            "test al, {calls}",
+            "je 22f",
+            "inc qword ptr gs:[{counter}]",
+            "22:",
+            "test al, {timers}",
+            "je 6f",
+            "mov eax, {point:e}",
+            "call {enter}",
+            "6:",
+            "pop rax",
+            "7:",
+            // Back to the function's body, whose `ret` jumps to its exit trampoline.
+            "jmp 8f",
+            "8:",
+            "jmp 23f",
+            "23:",
+            "test byte ptr [{gate}], {timers}",
+            "jne 24f",
+            "ret",
+            "24:",
+            "push rax",
+            "mov rax, qword ptr fs:[0]",
+            "cmp rax, qword ptr gs:[{tp}]",
+            "jne 25f",
+            "mov eax, dword ptr fs:[{tid}]",
+            "cmp eax, dword ptr gs:[{exit_key}]",
+            "jne 25f",
+            "mov eax, {point:e}",
+            "call {exit}",
+            "25:",
+            "pop rax",
+            "ret",
+            "9:",
+            "lea rsp, [rsp + 128]",
+            gate = in(reg) gate,
+            tp = const core::mem::offset_of!(ColumnHeader, owner_tp),
+            key = const core::mem::offset_of!(ColumnHeader, owner_key),
+            exit_key = const core::mem::offset_of!(ColumnHeader, exit_key),
+            mask = const core::mem::offset_of!(ColumnHeader, thread_mask),
+            calls = const metric_bit(METRIC_CALLS),
+            timers = const TIMER_BITS,
+            tid = in(reg) tid,
+            counter = in(reg) counter,
+            point = in(reg) point as u64,
+            enter = in(reg) enter,
+            exit = in(reg) exit,
+            n = inout(reg) CALIB_PER_BATCH as u64 => _,
+            out("rax") _,
+        );
+    }
+    let instrumented = sys::rdtsc().wrapping_sub(t0);
+    let t0 = sys::rdtsc();
+    // Safety: calls a function that only returns; the red zone is stepped over.
+    unsafe {
+        core::arch::asm!(
+            "lea rsp, [rsp - 128]",
+            "2:",
+            "call 3f",
+            "dec {n}",
+            "jne 2b",
+            "jmp 9f",
+            "3:",
+            "ret",
+            "9:",
+            "lea rsp, [rsp + 128]",
+            n = inout(reg) CALIB_PER_BATCH as u64 => _,
+        );
+    }
+    instrumented.saturating_sub(sys::rdtsc().wrapping_sub(t0))
 }
 
 #[cfg(test)]

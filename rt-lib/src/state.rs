@@ -256,6 +256,8 @@ pub struct Startup {
     pub proc_start_ticks: u64,
     /// STINT_LOG, NUL-terminated (empty: diagnostics go to stderr).
     pub log_path: [u8; LOG_PATH_MAX],
+    /// What an event costs (D21), measured once at start; a fork child's profile keeps it.
+    pub calib: stint_layout::Calibration,
 }
 
 /// The runtime's writable state, in the rewriter-reserved zero-filled pages.

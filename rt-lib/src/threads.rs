@@ -328,3 +328,42 @@ fn take_pending_name(guard: &mut RegGuard, tp: u64, name: &mut [u8; 16]) {
         p.tp = 0;
     }
 }
+
+/// Record the calling thread's `/proc/thread-self/schedstat` on its column (time on a CPU and
+/// time waiting on a run queue, ns) as it ends: one open, read and close per thread, so a
+/// reader splits its RUN time into on-CPU, waiting for a CPU and off-CPU (issue 12). Left
+/// unset (`sched_read` 0) when /proc cannot be read.
+pub fn record_schedstat(col: &mut ColumnHeader) {
+    let Ok(fd) = sys::open(b"/proc/thread-self/schedstat\0", sys::O_RDONLY | sys::O_CLOEXEC, 0) else {
+        return;
+    };
+    let mut buf = [0u8; 96];
+    let n = sys::read(fd as i32, &mut buf).unwrap_or(0);
+    sys::close(fd as i32);
+    if let Some((cpu, runq)) = parse_schedstat(buf.get(..n).unwrap_or(&[])) {
+        col.sched_cpu_ns = cpu;
+        col.sched_runq_ns = runq;
+        col.sched_read = 1;
+    }
+}
+
+/// The first two fields of a schedstat line (`cpu_ns runq_ns slices`).
+fn parse_schedstat(b: &[u8]) -> Option<(u64, u64)> {
+    let mut fields = b.split(|&c| c == b' ' || c == b'\n').filter(|f| !f.is_empty());
+    let mut num = || -> Option<u64> {
+        let f = fields.next()?;
+        f.iter()
+            .try_fold(0u64, |v, &c| c.is_ascii_digit().then(|| v.saturating_mul(10).saturating_add((c - b'0') as u64)))
+    };
+    Some((num()?, num()?))
+}
+
+#[cfg(test)]
+mod schedstat_tests {
+    #[test]
+    fn parses_the_first_two_fields() {
+        assert_eq!(super::parse_schedstat(b"123456 789 42\n"), Some((123456, 789)));
+        assert_eq!(super::parse_schedstat(b"12x 3 4\n"), None);
+        assert_eq!(super::parse_schedstat(b"5\n"), None);
+    }
+}

@@ -600,6 +600,7 @@ fn thread_end(ev: &mut Ev, kind: u32, value: u64) {
     ev.col.h.exit_kind = kind;
     ev.col.h.exit_value = value;
     ev.col.h.end_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
+    threads::record_schedstat(ev.col.h);
     transition(ev, STATE_EXITED, None, now);
     ev.col.h.last_tsc = now;
     ev.end();

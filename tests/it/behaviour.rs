@@ -441,6 +441,8 @@ behaviour_tests! {
     matmul: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     churn: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     cet: [pie_o2: "pie-O2", nopie_o2: "nopie-O2"];
+    compensation: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    states: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     proctree: [pie_o0: "pie-O0", nopie_o2: "nopie-O2"];
     proctree_end: [pie_o0: "pie-O0"];
     forker: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];

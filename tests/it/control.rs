@@ -219,6 +219,10 @@ fn enable_several_metrics_at_once() {
         let want_on = m["metric"] == "wall_time";
         assert_eq!(m["points_on"].as_u64() != Some(0), want_on, "after disabling calls and cpu_time: {m}");
     }
+    // Both disables took effect, not only the last: no more calls counted.
+    s.command("work 100", "done 100");
+    let r = s.report(&[]);
+    assert_eq!(calls(&r, "worker-a", "tick"), 100, "calls off after `disable calls cpu_time`: {r:#}");
     let err = s.finish();
     assert_eq!(err, "", "nothing on stderr");
 }

@@ -13,6 +13,7 @@
 //! | --- | --- |
 //! | `behaviour` | every `testbins/*.c` program in every variant: same behaviour rewritten, its `//# expect:` directives |
 //! | `callpaths` | calling-context trees (D16): exact calls per path and thread, self time, `--calltree`, `--callers`, `--callees`, overflow, the switch |
+//! | `compensation` | overhead compensation (D21): a tiny function's time per call and its caller's time against the uninstrumented program, `--raw` |
 //! | `control` | `stint ctl` and the control file on running programs |
 //! | `debian` | real programs from Debian packages (pigz, sqlite3, lua) |
 //! | `diff` | `stint diff` on real runs: the exact calls gate, `--min-abs`, JSON inputs and output, markdown, bad input |
@@ -28,6 +29,7 @@
 //! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
 //! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
+//! | `states` | RUN split into on a CPU, off a CPU and waiting for a CPU (schedstat): a sleeping and a spinning thread |
 //! | `suite` | a test suite in CI: `batch`, runs, `merge`, `diff` against a checked-in baseline |
 //! | `statics` | static executables (glibc `-static`, `-static-pie`, musl): exact per-thread counts, lock waits, forks; busybox; Go refused |
 //! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
@@ -41,6 +43,7 @@ mod common;
 mod behaviour;
 mod buildtrees;
 mod callpaths;
+mod compensation;
 mod control;
 mod corpus;
 mod debian;
@@ -62,6 +65,7 @@ mod runbatch;
 mod security;
 mod snapshots;
 mod statics;
+mod states;
 mod suite;
 mod timers;
 mod tools;

@@ -68,10 +68,13 @@ fn redacted_number_key(key: &str) -> Option<&'static str> {
         // the machine's TSC rate and how often a thread was descheduled
         "tsc_hz" => Some("[hz]"),
         "resyncs" => Some("[count]"),
+        // times the overhead compensation clamped at 0 (D21): depends on the times
+        "clamped" => Some("[count]"),
         // counts of functions (`timed_functions`), not times
         _ if k.ends_with("_functions") => None,
         _ if k.contains("time")
             || k.ends_with("_ns")
+            || k.ends_with("_ps")
             || k.ends_with("_us")
             || k.ends_with("_ms")
             || k.ends_with("_s") =>

@@ -154,6 +154,7 @@ pub enum By {
     stint report /tmp/pigz.1234.stint --callers deflate        # who calls deflate, how often, how long\n  \
     stint report /tmp/pigz.1234.stint --callees compress_thread\n  \
     stint report /tmp/pigz.1234.stint --sort self --top 10     # where the time goes itself\n  \
+    stint report /tmp/pigz.1234.stint --raw           # times as measured, instrumentation cost included\n  \
     stint report /tmp/pigz.1234.stint --symbols ./pigz.debug  # names from this debug file\n\n\
     Names of a stripped program (sub_<hex>, lock addresses) come from its debug info, looked\n\
     up by build-id in /usr/lib/debug/.build-id (or the :-separated $STINT_DEBUG_ROOT), by\n\
@@ -201,6 +202,11 @@ pub struct ReportArgs {
     /// Only what happened after the newest `stint ctl <profile> snapshot`.
     #[arg(long)]
     pub since_snapshot: bool,
+    /// Times as measured: without subtracting what the instrumentation itself costs (by
+    /// default every inclusive and self time loses the calibrated cost of the timed calls
+    /// nested in it, and the report says "compensated").
+    #[arg(long)]
+    pub raw: bool,
     /// The calling-context tree of each thread, top down: calls, inclusive and self times,
     /// % of the thread's time per call path (siblings in --sort order).
     #[arg(long, conflicts_with_all = ["callers", "callees"])]

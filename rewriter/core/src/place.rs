@@ -201,6 +201,8 @@ impl Placement {
             info_rel: rel(self.info),
             names_rel: rel(self.names),
             names_len: data.names.len() as u64,
+            timer_enter_rel: rel(self.targets.timer_enter),
+            timer_exit_rel: rel(self.targets.timer_exit),
         }
     }
 

@@ -121,6 +121,62 @@ pub fn paths(t: &ThreadProfile) -> Vec<PathSample> {
     out
 }
 
+/// Subtract the instrumentation's cost from a thread's tree and flat times (D21): node `i`
+/// loses `calls × inner` (its own events, inside its span) plus `pair` per call of its
+/// descendants (each nested timed call, whole); a point's flat time (`times`: point, CPU,
+/// wall, outermost activations only) loses what its outermost nodes lost. Costs are in ticks
+/// × [`stint_layout::CALIB_SCALE`]. A time that would go below zero is clamped at 0; returns
+/// how many were.
+pub fn compensate(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], inner: u64, pair: u64) -> u64 {
+    let mut clamped = 0u64;
+    let mut sub = |v: &mut u64, by: u64| {
+        let by = by / stint_layout::CALIB_SCALE;
+        if *v == 0 || by == 0 {
+            return;
+        }
+        if by > *v {
+            clamped += 1;
+        }
+        *v = v.saturating_sub(by);
+    };
+    let n = tree.len();
+    let parent = |tree: &[CallNode], i: usize| tree[i].parent.map(|p| p as usize).filter(|&p| p < i);
+    // Calls of each node's descendants: children come after their parents.
+    let mut nested = vec![0u64; n];
+    for i in (0..n).rev() {
+        if let Some(p) = parent(tree, i) {
+            nested[p] = nested[p].saturating_add(nested[i]).saturating_add(tree[i].calls);
+        }
+    }
+    let mut by_point: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    for i in 0..n {
+        let over = tree[i].calls.saturating_mul(inner).saturating_add(nested[i].saturating_mul(pair));
+        // A recursive activation is inside an outer one of the same function, whose flat
+        // time already holds it.
+        let mut at = parent(tree, i);
+        let mut outermost = true;
+        while let Some(a) = at {
+            if tree[a].point == tree[i].point {
+                outermost = false;
+                break;
+            }
+            at = parent(tree, a);
+        }
+        if outermost {
+            let e = by_point.entry(tree[i].point).or_default();
+            *e = e.saturating_add(over);
+        }
+        sub(&mut tree[i].cpu_ticks, over);
+        sub(&mut tree[i].wall_ticks, over);
+    }
+    for (point, cpu, wall) in times.iter_mut() {
+        let by = by_point.get(point).copied().unwrap_or(0);
+        sub(cpu, by);
+        sub(wall, by);
+    }
+    clamped
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +197,35 @@ mod tests {
         ];
         assert_eq!(self_ticks(&tree), vec![(10, 90), (10, 20), (30, 30), (5, 0), (45, 70)]);
         assert_eq!(stack_of(&tree, 4), vec![0, 3, 2]);
+    }
+
+    #[test]
+    fn compensation_takes_each_nested_call_whole_and_the_own_share() {
+        const S: u64 = stint_layout::CALIB_SCALE;
+        // main(0) → loop(1) → tiny(2) × 1000; main → rec(3) → rec(3) (recursion).
+        let mut tree = vec![
+            node(None, 0, 1, 100_000, 200_000),
+            node(Some(0), 1, 1, 90_000, 90_000),
+            node(Some(1), 2, 1000, 30_000, 30_000),
+            node(Some(0), 3, 1, 500, 500),
+            node(Some(3), 3, 1, 200, 0),
+        ];
+        let mut times = vec![(0, 100_000, 200_000), (1, 90_000, 90_000), (2, 30_000, 30_000), (3, 500, 500)];
+        // inner 10 ticks, pair 50 ticks per event.
+        let clamped = compensate(&mut tree, &mut times, 10 * S, 50 * S);
+        // main: own 10 + 1003 nested calls (loop, 1000 tiny, 2 rec) × 50.
+        assert_eq!(tree[0].cpu_ticks, 100_000 - 10 - 1003 * 50);
+        // loop: own 10 + 1000 × 50; tiny: 1000 × 10.
+        assert_eq!((tree[1].cpu_ticks, tree[2].cpu_ticks), (90_000 - 10 - 50_000, 30_000 - 10_000));
+        // rec: 10 + 50 for the inner rec; the inner one has 0 wall: stays 0, not clamped.
+        assert_eq!((tree[3].cpu_ticks, tree[4].cpu_ticks, tree[4].wall_ticks), (500 - 60, 190, 0));
+        // Flat: the outermost rec node only; main's and loop's as their nodes.
+        assert_eq!(times, vec![(0, 49_840, 149_840), (1, 39_990, 39_990), (2, 20_000, 20_000), (3, 440, 440)]);
+        assert_eq!(clamped, 0);
+        // A cost above the time: 0, counted (cpu and wall of the one node).
+        let mut tree = vec![node(None, 0, 10, 50, 60)];
+        assert_eq!(compensate(&mut tree, &mut [], 10 * S, 0), 2);
+        assert_eq!((tree[0].cpu_ticks, tree[0].wall_ticks), (0, 0));
     }
 
     #[test]

@@ -619,6 +619,7 @@ mod tests {
             objects_lost: 0,
             warnings: vec![],
             process: Default::default(),
+            compensation: None,
         }
     }
 

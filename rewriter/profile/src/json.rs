@@ -69,6 +69,27 @@ pub struct ProfileJson {
     /// (D22); keys at the top level.
     #[serde(flatten)]
     pub process: ProcessJson,
+    /// What one instrumented event costs and whether the times here had it subtracted
+    /// (D21); absent when the runtime did not calibrate (older runtimes, merged documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensation: Option<CompensationJson>,
+}
+
+/// The `compensation` key: the calibrated cost per event, in picoseconds, and whether `cpu_ns`,
+/// `wall_ns` and the call tree's figures are compensated (`false`: `stint report --raw`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompensationJson {
+    pub applied: bool,
+    /// A timed call (entry and exit) as its caller pays it, with call paths / without.
+    pub timed_call_ps: u64,
+    pub timed_call_flat_ps: u64,
+    /// The part of it inside the called function's own time, with / without call paths.
+    pub inside_ps: u64,
+    pub inside_flat_ps: u64,
+    /// A counted, untimed call (not subtracted).
+    pub counted_call_ps: u64,
+    /// Times that went below zero and were clamped to 0.
+    pub clamped: u64,
 }
 
 /// The process keys of the document (D22). Absent in documents of older versions (read as
@@ -408,7 +429,29 @@ pub fn profile_json(p: &Profile) -> ProfileJson {
         objects_lost: p.objects_lost,
         warnings: p.warnings.clone(),
         process: process_json(p),
+        compensation: compensation_json(p),
     }
+}
+
+/// The `compensation` key of `p` (`None` without a calibration).
+pub fn compensation_json(p: &Profile) -> Option<CompensationJson> {
+    let c = &p.compensation;
+    let ps = |t: u64| {
+        if p.tsc_hz == 0 {
+            0
+        } else {
+            (t as u128 * 1_000_000_000_000 / (p.tsc_hz as u128 * stint_layout::CALIB_SCALE as u128)) as u64
+        }
+    };
+    c.calibrated().then(|| CompensationJson {
+        applied: c.applied,
+        timed_call_ps: ps(c.pair_ticks),
+        timed_call_flat_ps: ps(c.pair_flat_ticks),
+        inside_ps: ps(c.inner_ticks),
+        inside_flat_ps: ps(c.inner_flat_ticks),
+        counted_call_ps: ps(c.count_ticks),
+        clamped: c.clamped,
+    })
 }
 
 fn thread_json(p: &Profile, t: &ThreadProfile) -> ThreadJson {

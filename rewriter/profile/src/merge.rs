@@ -360,6 +360,7 @@ fn merge_program(group: &[&Input]) -> MergedJson {
             objects_lost: sum(|p| p.objects_lost),
             warnings,
             process: Default::default(),
+            compensation: None,
         },
         runs,
         merged_from: group.iter().flat_map(|i| i.merged_from.iter().cloned()).collect(),
@@ -635,6 +636,7 @@ mod tests {
             objects_lost: 0,
             warnings: vec![],
             process: Default::default(),
+            compensation: None,
         };
         Input { profile, runs: 1, merged_from: vec![format!("{program}.json")] }
     }

@@ -573,8 +573,13 @@ mod tests {
         Metric, SyncObject, WaitEntry, CLOCK_SOURCE_SYSCALL, OBJ_CONDVAR, STATE_BLOCKED_MUTEX, STATE_RUN, TIMER_BITS,
     };
 
-    const LIVE: Observer =
-        Observer { thread_alive: |_, _| true, process_alive: |_| true, now_tsc: || 0, thread_cpu_ns: |_, _| None };
+    const LIVE: Observer = Observer {
+        thread_alive: |_, _| true,
+        process_alive: |_| true,
+        now_tsc: || 0,
+        thread_cpu_ns: |_, _| None,
+        thread_sched_ns: |_, _| None,
+    };
 
     /// A program `srv` with main (pid 4242) and two workers; function `hot` takes the most
     /// CPU, `many` has the most calls; a mutex first used in `worker` is contended.

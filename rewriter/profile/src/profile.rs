@@ -149,6 +149,75 @@ pub struct Profile {
     /// The process this image ran in: arguments, lineage and end (D22).
     #[serde(default)]
     pub process: ProcessInfo,
+    /// What an instrumented event costs and whether the times were reduced by it (D21).
+    #[serde(default)]
+    pub compensation: Compensation,
+}
+
+/// Overhead compensation (D21): the runtime's calibration of what one instrumented event
+/// costs (TSC ticks × [`stint_layout::CALIB_SCALE`], `FileHeader::calib`), and what
+/// [`compensate`] did with it.
+///
+/// With call paths the subtraction is exact per node: a node's inclusive time loses
+/// `calls × inner_ticks` (its own entries and exits) plus `pair_ticks` per call of its
+/// descendants (each nested timed event, whole), and a function's flat time loses what its
+/// outermost nodes lost. Without call paths a function's time loses its own share only
+/// (`calls × inner_flat_ticks`): what its callees' events cost it stays in (approximated, and
+/// said so in the report). Counted-only calls (timers off) and thread-library wrappers are not
+/// subtracted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compensation {
+    /// A timed entry+exit with a call-path node, whole / inside the function's own span.
+    pub pair_ticks: u64,
+    pub inner_ticks: u64,
+    /// The same without call paths.
+    pub pair_flat_ticks: u64,
+    pub inner_flat_ticks: u64,
+    /// A counted, untimed entry.
+    pub count_ticks: u64,
+    /// Whether the times in this profile had the costs subtracted (`false`: raw figures).
+    pub applied: bool,
+    /// Times that would have gone below zero and were clamped to 0.
+    pub clamped: u64,
+}
+
+impl Compensation {
+    /// Whether the runtime calibrated anything (profiles of older runtimes and synthetic ones
+    /// did not).
+    pub fn calibrated(&self) -> bool {
+        self.pair_ticks != 0 || self.pair_flat_ticks != 0
+    }
+}
+
+/// Subtract the calibrated cost of the instrumentation from every time of `p` (see
+/// [`Compensation`]); never below zero (clamped, counted). Does nothing if `p` has no
+/// calibration or was compensated already.
+pub fn compensate(p: &mut Profile) {
+    let mut c = p.compensation;
+    if !c.calibrated() || c.applied {
+        return;
+    }
+    let mut clamped = 0u64;
+    for t in &mut p.threads {
+        if t.calltree.is_empty() {
+            // Each function's own share only: one root node per function with its counted
+            // calls (and no times of its own, so only `times` is reduced and counted).
+            let mut roots: Vec<CallNode> = t
+                .times
+                .iter()
+                .map(|&(point, _, _)| {
+                    let calls = t.counts.iter().find(|c| c.0 == point).map_or(0, |c| c.1);
+                    CallNode { parent: None, point, calls, ..CallNode::default() }
+                })
+                .collect();
+            clamped += crate::calltree::compensate(&mut roots, &mut t.times, c.inner_flat_ticks, 0);
+            continue;
+        }
+        clamped += crate::calltree::compensate(&mut t.calltree, &mut t.times, c.inner_ticks, c.pair_ticks);
+    }
+    c.applied = true;
+    c.clamped = clamped;
+    p.compensation = c;
 }
 
 /// What the header says about the process image (D22).
@@ -368,6 +437,9 @@ pub struct Observer {
     pub now_tsc: fn() -> u64,
     /// CPU time thread `tid` of process `pid` has used so far, ns (`None`: unknown).
     pub thread_cpu_ns: fn(pid: u32, tid: u32) -> Option<u64>,
+    /// Time thread `tid` has spent on a CPU and waiting on a run queue so far, ns
+    /// (`/proc/<pid>/task/<tid>/schedstat` fields 1 and 2; `None`: unknown).
+    pub thread_sched_ns: fn(pid: u32, tid: u32) -> Option<(u64, u64)>,
 }
 
 impl Observer {
@@ -377,10 +449,16 @@ impl Observer {
         process_alive: system_process_alive,
         now_tsc: system_tsc,
         thread_cpu_ns: system_thread_cpu_ns,
+        thread_sched_ns: system_thread_sched_ns,
     };
     /// Every process has ended (the file is read as a post-mortem).
-    pub const ENDED: Observer =
-        Observer { thread_alive: |_, _| false, process_alive: |_| false, now_tsc: || 0, thread_cpu_ns: |_, _| None };
+    pub const ENDED: Observer = Observer {
+        thread_alive: |_, _| false,
+        process_alive: |_| false,
+        now_tsc: || 0,
+        thread_cpu_ns: |_, _| None,
+        thread_sched_ns: |_, _| None,
+    };
 }
 
 /// `/proc/<pid>/task/<tid>/schedstat`'s first field: the time the thread ran on a CPU, ns (the
@@ -388,6 +466,13 @@ impl Observer {
 fn system_thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
     s.split_ascii_whitespace().next()?.parse().ok()
+}
+
+/// `/proc/<pid>/task/<tid>/schedstat`'s first two fields: on a CPU, waiting on a run queue, ns.
+fn system_thread_sched_ns(pid: u32, tid: u32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    let mut f = s.split_ascii_whitespace().map(str::parse::<u64>);
+    Some((f.next()?.ok()?, f.next()?.ok()?))
 }
 
 fn system_process_alive(pid: u32) -> bool {
@@ -502,11 +587,31 @@ pub struct ThreadProfile {
     /// Call-path nodes the thread could not record because its tree was full.
     #[serde(default)]
     pub calltree_lost: u64,
+    /// Time on a CPU and waiting on a run queue over the thread's life, ns: read by the
+    /// runtime as the thread ended, or now for a live thread (`None`: unknown, e.g. a main
+    /// thread that ended without a record). Splits RUN (see [`ThreadProfile::run_split`]).
+    #[serde(default)]
+    pub sched_ns: Option<(u64, u64)>,
 }
 
 impl ThreadProfile {
     pub fn total_calls(&self) -> u64 {
         self.counts.iter().fold(0u64, |s, &(_, c)| s.saturating_add(c))
+    }
+
+    /// RUN (outside wrapped thread-library calls) split into (on a CPU, off a CPU, waiting on
+    /// a run queue), TSC ticks: the thread's CPU time, its run-queue time (both capped by
+    /// RUN), and the rest of RUN, which is I/O, sleep and waits inside libraries the runtime
+    /// does not wrap. `None` without schedstat figures or a TSC rate.
+    pub fn run_split(&self, tsc_hz: u64) -> Option<(u64, u64, u64)> {
+        let (cpu_ns, runq_ns) = self.sched_ns?;
+        if tsc_hz == 0 {
+            return None;
+        }
+        let run = self.state_ticks[stint_layout::STATE_RUN as usize];
+        let cpu = ns_to_ticks(cpu_ns, tsc_hz).min(run);
+        let runq = ns_to_ticks(runq_ns, tsc_hz).min(run - cpu);
+        Some((cpu, run - cpu - runq, runq))
     }
 
     /// Whether this is the process's main thread.
@@ -548,8 +653,34 @@ pub fn load_since_snapshot(path: &Path) -> Result<Profile, ProfileError> {
     Ok(p)
 }
 
-/// [`parse_with`], optionally relative to the newest snapshot (see [`load_since_snapshot`]).
+/// [`parse_with`], optionally relative to the newest snapshot (see [`load_since_snapshot`]);
+/// times compensated for the instrumentation's cost (D21, [`compensate`]).
 pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Profile, ProfileError> {
+    parse_full(b, obs, since_snapshot, false)
+}
+
+/// Read a profile as [`load`] or [`load_since_snapshot`] do, with the measured times as they
+/// are when `raw` (`stint report --raw`), compensated otherwise.
+pub fn load_opts(path: &Path, since_snapshot: bool, raw: bool) -> Result<Profile, ProfileError> {
+    let b = std::fs::read(path).map_err(ProfileError::Read)?;
+    let p = parse_full(&b, &Observer::SYSTEM, since_snapshot, raw)?;
+    if since_snapshot && p.control.last_snapshot == 0 {
+        return Err(ProfileError::Meta("no snapshot was taken (stint ctl <profile> snapshot)".into()));
+    }
+    Ok(p)
+}
+
+/// [`parse_opts`], with the raw times when `raw`.
+pub fn parse_full(b: &[u8], obs: &Observer, since_snapshot: bool, raw: bool) -> Result<Profile, ProfileError> {
+    let mut p = parse_measured(b, obs, since_snapshot)?;
+    if !raw {
+        compensate(&mut p);
+    }
+    Ok(p)
+}
+
+/// The profile with the times as measured.
+fn parse_measured(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Profile, ProfileError> {
     let h = FileHeader::parse(b, b.len() as u64)?;
     let meta_bytes = region(b, h.meta_offset, h.meta_len).ok_or(FormatError::Truncated)?;
     let meta = parse_meta(meta_bytes, &h)?;
@@ -703,6 +834,11 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             open_frames,
             calltree,
             calltree_lost: c.cct_lost,
+            sched_ns: if thread_alive {
+                (obs.thread_sched_ns)(h.pid, c.tid)
+            } else {
+                (c.sched_read == 1).then_some((c.sched_cpu_ns, c.sched_runq_ns))
+            },
         });
     }
 
@@ -731,6 +867,15 @@ pub fn parse_opts(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
         gates: region(b, h.ctl_offset, h.n_points as u64).map(<[u8]>::to_vec).unwrap_or_default(),
         control,
         process: ProcessInfo::read(&h),
+        compensation: Compensation {
+            pair_ticks: h.calib.pair_ticks,
+            inner_ticks: h.calib.inner_ticks,
+            pair_flat_ticks: h.calib.pair_flat_ticks,
+            inner_flat_ticks: h.calib.inner_flat_ticks,
+            count_ticks: h.calib.count_ticks,
+            applied: false,
+            clamped: 0,
+        },
     })
 }
 
@@ -1171,6 +1316,15 @@ mod tests {
             load_bias: 32,
             end_status: 39,
             _pad_end: 0,
+            calib: stint_layout::Calibration {
+                pair_ticks: 39,
+                inner_ticks: 40,
+                pair_flat_ticks: 41,
+                inner_flat_ticks: 42,
+                count_ticks: 43,
+                batches: 44,
+                per_batch: 45,
+            },
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
 
@@ -1225,6 +1379,10 @@ mod tests {
             cct_ready: 52,
             _pad_cct: 0,
             perf_base_ns: 53,
+            sched_cpu_ns: 53,
+            sched_runq_ns: 54,
+            sched_read: 1,
+            _pad_sched: 0,
         };
         assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 
@@ -1485,6 +1643,7 @@ mod tests {
         process_alive: |_| true,
         now_tsc: || SYNTHETIC_START_TSC + 5000,
         thread_cpu_ns: |_, _| None,
+        thread_sched_ns: |_, _| None,
     };
 
     const T0: u64 = SYNTHETIC_START_TSC;

@@ -453,6 +453,12 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
         out.push_str(&line);
         out.push('\n');
     }
+    if timed {
+        if let Some(line) = compensation_line(p) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
 
     let mut calls_only = 0usize;
     let mut off = 0usize;
@@ -781,6 +787,11 @@ pub fn to_thread_table(p: &Profile) -> String {
     let mut head: Vec<String> =
         ["tid", "name", "start routine", "creator", "lifetime ms", "exit"].map(String::from).to_vec();
     head.extend(shown.iter().map(|&s| state_heading(s)));
+    // RUN split by the scheduler's figures (issue 12), when some thread has them.
+    let split = p.threads.iter().any(|t| t.run_split(p.tsc_hz).is_some());
+    if split {
+        head.extend(["CPU%", "OFFCPU%", "RUNQ%"].map(String::from));
+    }
     head.push("wait ms".into());
     let mut rows = vec![head];
     for t in &p.threads {
@@ -808,18 +819,32 @@ pub fn to_thread_table(p: &Profile) -> String {
             let ticks = t.state_ticks[s as usize];
             row.push(if observed == 0 { "-".into() } else { format!("{:.1}", ticks as f64 * 100.0 / observed as f64) });
         }
+        if split {
+            let pct = |ticks: u64| format!("{:.1}", ticks as f64 * 100.0 / observed as f64);
+            match t.run_split(p.tsc_hz).filter(|_| observed != 0) {
+                Some((cpu, off, runq)) => row.extend([pct(cpu), pct(off), pct(runq)]),
+                None => row.extend(["-", "-", "-"].map(String::from)),
+            }
+        }
         let wait = t.waits.iter().fold(0u64, |a, w| a.saturating_add(w.wait_ticks));
         row.push(ms(p.ticks_to_ns(wait)));
         rows.push(row);
     }
     let mut right = vec![true, false, false, true, false, false];
     right.extend(shown.iter().map(|_| true));
+    right.extend([split; 3].iter().filter(|&&s| s));
     right.push(true);
     out.push_str(&columns(&rows, &right, "  "));
     out.push_str(
         "\n*: main thread; lifetime: ms since the process started (running: the thread still runs; ?: it ended \
          unseen); states: % of the thread's observed time; wait: time blocked in thread-library calls\n",
     );
+    if split {
+        out.push_str(
+            "RUN (outside thread-library calls) = CPU% (on a CPU) + OFFCPU% (I/O, sleep, waits inside \
+             libraries) + RUNQ% (waiting for a CPU), from the kernel's schedstat\n",
+        );
+    }
     push_warnings(&mut out, p);
     out
 }
@@ -848,6 +873,34 @@ pub fn thread_heading(p: &Profile, t: &ThreadProfile) -> String {
 #[cfg(test)]
 #[path = "report_opts_tests.rs"]
 mod opts_tests;
+
+/// The line saying whether the times are compensated for the instrumentation (D21), and by
+/// how much per timed call; `None` for a profile without a calibration.
+pub fn compensation_line(p: &Profile) -> Option<String> {
+    let c = &p.compensation;
+    if !c.calibrated() {
+        return None;
+    }
+    let ns = |t: u64| t as f64 * 1e9 / (p.tsc_hz.max(1) as f64 * stint_layout::CALIB_SCALE as f64);
+    let flat = p.threads.iter().all(|t| t.calltree.is_empty());
+    let (pair, inner) = if flat { (c.pair_flat_ticks, c.inner_flat_ticks) } else { (c.pair_ticks, c.inner_ticks) };
+    let mut line = if c.applied {
+        format!(
+            "times compensated: {:.1} ns per timed call subtracted from its callers, {:.1} ns from the function (--raw: as measured)",
+            ns(pair),
+            ns(inner)
+        )
+    } else {
+        format!("times raw: as measured, each timed call adding {:.1} ns to its callers", ns(pair))
+    };
+    if c.applied && flat {
+        line.push_str("; no call paths: callees' costs stay in their callers");
+    }
+    if c.clamped > 0 {
+        let _ = write!(line, "; {} times clamped at 0", c.clamped);
+    }
+    Some(line)
+}
 
 #[cfg(test)]
 mod tests {
@@ -1245,6 +1298,7 @@ mod tests {
             process_alive: |_| true,
             now_tsc: || SYNTHETIC_START_TSC + 102 * MS,
             thread_cpu_ns: |_, _| None,
+            thread_sched_ns: |_, _| None,
         };
         let p = parse_with(&locks_file(), &obs).unwrap();
         assert_eq!(to_json(&p)["threads"][0]["running"], json!(true));

@@ -84,7 +84,7 @@ pub const PAGE: u64 = 4096;
 /// `FileHeader::magic` once the runtime has finished writing the header.
 pub const FILE_MAGIC: [u8; 8] = *b"STINTPRF";
 /// Layout version of the profile file. Bump on any incompatible change.
-pub const FILE_VERSION: u32 = 5;
+pub const FILE_VERSION: u32 = 6;
 
 /// `FileHeader::flags`: `fs:[tid_offset]` held the kernel tid in the main thread at start,
 /// so the hot-path key includes the libc thread id (otherwise it is the thread pointer only).
@@ -187,8 +187,40 @@ pod_struct! {
         /// zero-filled).
         pub end_status: u32,
         pub _pad_end: u32,
+        // ---- Overhead compensation (D21); version 6. ----
+        /// What the instrumentation costs, calibrated at start by running the program's own
+        /// timer routines ([`Calibration`]); all zero when not calibrated.
+        pub calib: Calibration,
     }
 }
+
+pod_struct! {
+    /// The cost of one instrumented event in TSC ticks × [`CALIB_SCALE`] (an event costs tens of
+    /// ticks; whole ticks would be off by up to 4 % per event), measured at start on the main thread
+    /// with the program's own timer routines and a copy of its trampolines' instructions
+    /// (the least of several batches). Readers subtract it per nested event (D21).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Calibration {
+        /// A timed entry and exit of a function that keeps a call-path node (a node hit),
+        /// whole: what the caller's inclusive time absorbs per timed call.
+        pub pair_ticks: u64,
+        /// The part of [`Self::pair_ticks`] between the two clock reads: what the function's
+        /// own inclusive time absorbs per call.
+        pub inner_ticks: u64,
+        /// The same two for a thread without call paths.
+        pub pair_flat_ticks: u64,
+        pub inner_flat_ticks: u64,
+        /// A counted, untimed entry (calls on, timers off).
+        pub count_ticks: u64,
+        /// Batches measured (0: not calibrated).
+        pub batches: u32,
+        /// Entry/exit pairs per batch.
+        pub per_batch: u32,
+    }
+}
+
+/// [`Calibration`] costs are in ticks × this.
+pub const CALIB_SCALE: u64 = 1024;
 
 /// A NUL-padded byte string field of the header (1 KiB; an array of arrays so that it keeps
 /// `Default`).
@@ -355,6 +387,14 @@ pod_struct! {
         /// before its task-clock event was opened. Where the page offers `cap_user_time`, a
         /// re-synchronisation reads the page instead of making the system call (D11).
         pub perf_base_ns: u64,
+        // ---- on or off a CPU (issue 12) ----
+        /// `/proc/thread-self/schedstat` when the thread ended: time on a CPU and time
+        /// waiting on a run queue, ns, valid with `sched_read` = 1 (a live thread's are read
+        /// by the reader).
+        pub sched_cpu_ns: u64,
+        pub sched_runq_ns: u64,
+        pub sched_read: u32,
+        pub _pad_sched: u32,
     }
 }
 
@@ -1046,13 +1086,17 @@ pod_struct! {
         /// Point names, NUL-terminated, in point order (for control-file globs), relative.
         pub names_rel: i64,
         pub names_len: u64,
+        /// The shared timer routines (enter, exit), relative: the runtime calibrates the cost
+        /// of an event with them at start (D21).
+        pub timer_enter_rel: i64,
+        pub timer_exit_rel: i64,
     }
 }
 
 pub const CONFIG_MAGIC: [u8; 8] = *b"STINTCFG";
 /// `RtConfig::flags`: the spec turned call paths off (`call_paths: false`, D16).
 pub const CFG_NO_CALL_PATHS: u32 = 1 << 0;
-pub const CONFIG_VERSION: u32 = 4;
+pub const CONFIG_VERSION: u32 = 5;
 
 pod_struct! {
     /// A site patched with `int3` (the trap tactic): the runtime's SIGTRAP handler resumes

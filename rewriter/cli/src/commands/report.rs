@@ -25,8 +25,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         ([one], _) if is_profile_file(one)? => one.clone(),
         (many, _) => return run_merged(&a, many),
     };
-    let mut p = if a.since_snapshot { profile::load_since_snapshot(&path) } else { profile::load(&path) }
-        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let mut p = profile::load_opts(&path, a.since_snapshot, a.raw).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     p.resolve_names(&a.names.resolver());
     let sort = match a.sort {
         None => None,

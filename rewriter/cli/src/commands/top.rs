@@ -981,6 +981,7 @@ mod tests {
             process_alive: |_| true,
             now_tsc: || SYNTHETIC_START_TSC, // no open state interval
             thread_cpu_ns: |_, _| None,
+            thread_sched_ns: |_, _| None,
         };
         let mut profile = parse_with(b, &obs).unwrap();
         for t in &mut profile.threads {
