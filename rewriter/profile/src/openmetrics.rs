@@ -435,7 +435,7 @@ impl Source {
 
     /// The candidate files, sorted, each with its profile when listing them already read it,
     /// and the errors of listing them: (path, line).
-    fn files(&self) -> (Vec<(PathBuf, Option<Profile>)>, Vec<(PathBuf, String)>) {
+    fn files(&self) -> (Vec<Candidate>, Vec<(PathBuf, String)>) {
         match self {
             Source::Live => {
                 let (found, errors) = crate::discover::scan_profiles(false);
@@ -444,7 +444,7 @@ impl Source {
             }
             Source::Glob { dir, pattern } => match std::fs::read_dir(dir) {
                 Ok(rd) => {
-                    let mut v: Vec<(PathBuf, Option<Profile>)> = rd
+                    let mut v: Vec<Candidate> = rd
                         .flatten()
                         .filter(|e| {
                             stint_layout::glob::glob_match(pattern.as_bytes(), e.file_name().as_encoded_bytes())
@@ -461,6 +461,9 @@ impl Source {
         }
     }
 }
+
+/// A file a scrape reads, with its profile if listing it read it already.
+type Candidate = (PathBuf, Option<Profile>);
 
 /// The result of one scrape.
 #[derive(Debug)]
