@@ -393,7 +393,14 @@ mod noplt_counts {
     fn like_plt() {
         let (noplt, plt) = (c(true), c(false));
         check_same_output(&plt);
-        assert_eq!(signatures(&noplt.report), signatures(&plt.report), "{} vs {}", noplt.label, plt.label);
+        // Whether the shared mutex was found busy depends on the scheduling of the run; the
+        // private mutexes' contention is the program's own (timedlock on a held mutex).
+        let exact = |r: &Value| {
+            let mut v = signatures(r);
+            v.iter_mut().flat_map(|s| s.4.iter_mut()).filter(|w| w.0 == "shared").for_each(|w| w.2 = 0);
+            v
+        };
+        assert_eq!(exact(&noplt.report), exact(&plt.report), "{} vs {}", noplt.label, plt.label);
         assert!(got_rows(&plt.inspect).is_empty(), "{}: GOT wrap sites in a PLT build", plt.label);
         assert!(!got_rows(&noplt.inspect).is_empty(), "{}: no GOT wrap sites", noplt.label);
         assert!(!noplt.inspect_text.contains("warning:"), "{}: inspect warns:\n{}", noplt.label, noplt.inspect_text);
