@@ -84,6 +84,7 @@ const ALIVE: Observer = Observer {
     process_alive: |_| true,
     now_tsc: || u64::MAX / 2,
     thread_cpu_ns: |_, _| Some(1 << 40),
+    thread_sched_ns: |_, _| Some((1 << 40, 1 << 30)),
 };
 
 /// The profile reader on the bytes of a profile file (`data` is the file in the [`sparse`]
