@@ -304,6 +304,22 @@ pub struct TrampolineEnv {
 
 const CALLS_BIT: u8 = metric_bit(METRIC_CALLS);
 
+/// What this thread measures at the point: the gate ANDed with the thread's mask (`stint ctl
+/// --thread`) into eax (al keeps it for the timer tests after), then `calls += 1` when the
+/// point counts calls and the gate says so. Entry and import trampolines share it.
+fn gated_count(b: &mut Block, bits: u8, env: TrampolineEnv) -> Result<()> {
+    b.op(Instruction::with2(Code::Movzx_r32_rm8, Register::EAX, rip(env.gate)))?;
+    b.op(Instruction::with2(Code::And_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_THREAD_MASK_OFFSET)))?;
+    if bits & CALLS_BIT != 0 {
+        let skip = b.label();
+        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, CALLS_BIT as u32))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, skip).map_err(internal)?);
+        b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
+        b.bind(skip);
+    }
+    Ok(())
+}
+
 /// Encode the entry trampoline of `point` at address `at` (see the module doc; with timer
 /// bits, `.count` also calls the shared `timer_enter` routine when a timer gate is on).
 ///
@@ -347,18 +363,8 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64, exit: Option<u64>)
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?; // scratch
     thread_check(&mut b, env.tid_offset, COL_OWNER_KEY_OFFSET, slow)?;
     b.bind(count);
-    // What this thread measures here: the gate ANDed with the thread's mask (`stint ctl
-    // --thread`); al keeps it across the counter update.
-    b.op(Instruction::with2(Code::Movzx_r32_rm8, Register::EAX, rip(env.gate)))?;
-    b.op(Instruction::with2(Code::And_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_THREAD_MASK_OFFSET)))?;
+    gated_count(&mut b, point.bits, env)?;
     let timers = point.bits & TIMER_BITS != 0;
-    if point.bits & CALLS_BIT != 0 {
-        let skip = b.label();
-        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, CALLS_BIT as u32))?;
-        b.add(Instruction::with_branch(Code::Je_rel32_64, skip).map_err(internal)?);
-        b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
-        b.bind(skip);
-    }
     if timers {
         let done = b.label();
         b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, TIMER_BITS as u32))?;
@@ -498,15 +504,7 @@ pub fn import_trampoline(call: &Instruction, point: &Point, env: TrampolineEnv, 
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
     thread_check(&mut b, env.tid_offset, COL_OWNER_KEY_OFFSET, slow)?;
     b.bind(count);
-    b.op(Instruction::with2(Code::Movzx_r32_rm8, Register::EAX, rip(env.gate)))?;
-    b.op(Instruction::with2(Code::And_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_THREAD_MASK_OFFSET)))?;
-    if point.bits & CALLS_BIT != 0 {
-        let skip = b.label();
-        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, CALLS_BIT as u32))?;
-        b.add(Instruction::with_branch(Code::Je_rel32_64, skip).map_err(internal)?);
-        b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, env.counter)))?; // calls += 1
-        b.bind(skip);
-    }
+    gated_count(&mut b, point.bits, env)?;
     if point.bits & TIMER_BITS != 0 {
         b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, TIMER_BITS as u32))?;
         b.add(Instruction::with_branch(Code::Je_rel32_64, plain).map_err(internal)?);
