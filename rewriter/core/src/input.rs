@@ -27,6 +27,18 @@ pub enum ElfKind {
     StaticPie,
 }
 
+/// How `inspect` names the kind: "PIE", "non-PIE", "static", "static-PIE".
+impl std::fmt::Display for ElfKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ElfKind::Exec => "non-PIE",
+            ElfKind::Pie => "PIE",
+            ElfKind::Static => "static",
+            ElfKind::StaticPie => "static-PIE",
+        })
+    }
+}
+
 impl ElfKind {
     /// Loaded at a base chosen by the kernel (addresses in the file are offsets).
     pub fn is_position_independent(self) -> bool {
@@ -488,5 +500,12 @@ mod tests {
         assert!(ElfKind::StaticPie.is_position_independent() && ElfKind::StaticPie.is_static());
         assert!(!ElfKind::Static.is_position_independent() && ElfKind::Static.is_static());
         assert!(ElfKind::Pie.is_position_independent() && !ElfKind::Pie.is_static());
+    }
+
+    #[test]
+    fn kinds_are_named_as_users_say_them() {
+        let names: Vec<String> =
+            [ElfKind::Exec, ElfKind::Pie, ElfKind::Static, ElfKind::StaticPie].iter().map(|k| k.to_string()).collect();
+        assert_eq!(names, ["non-PIE", "PIE", "static", "static-PIE"]);
     }
 }

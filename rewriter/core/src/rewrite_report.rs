@@ -444,7 +444,7 @@ impl RewriteReport {
         let mut out = String::new();
         let by_source: Vec<String> = s.by_source.iter().map(|(k, v)| format!("{v} from {k}")).collect();
         out += &format!(
-            "{}: {:?} executable, {} functions ({}), {} cold parts\n",
+            "{}: {} executable, {} functions ({}), {} cold parts\n",
             self.program,
             self.kind,
             s.functions,

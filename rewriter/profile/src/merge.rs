@@ -25,8 +25,8 @@
 //!   object is summed into the wait on the merged one.
 //! - The top level: `pid`/`ppid` of the first input when one run is merged, else `0`;
 //!   `fork_child` only if every input is one; `skipped_reentrant`, `lost_threads`,
-//!   `objects_lost` summed; `tsc_hz` the first non-zero; warnings kept, prefixed with their
-//!   input. Two fields are added after the contract's: `runs` (how many runs were summed; a
+//!   `objects_lost` summed; `tsc_hz` the first non-zero; each warning kept once, prefixed
+//!   with the inputs it came from unless every input has it. Two fields are added after the contract's: `runs` (how many runs were summed; a
 //!   merged input counts its own `runs`) and `merged_from` (the input files; a merged input
 //!   contributes its own list).
 
@@ -339,11 +339,7 @@ fn merge_program(group: &[&Input]) -> MergedJson {
         t.waits.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(b.count.cmp(&a.count)));
     }
 
-    let mut warnings = Vec::new();
-    for i in group {
-        let from = i.merged_from.first().cloned().unwrap_or_default();
-        warnings.extend(i.profile.warnings.iter().map(|w| if single { w.clone() } else { format!("{from}: {w}") }));
-    }
+    let warnings = merged_warnings(group);
     let sum = |f: fn(&ProfileJson) -> u64| group.iter().fold(0u64, |s, i| add(s, f(&i.profile)));
     MergedJson {
         profile: ProfileJson {
@@ -565,6 +561,39 @@ pub fn to_table(m: &MergedJson, top: Option<usize>) -> String {
     out
 }
 
+/// The warnings of a group, each text once, in order of first appearance: a warning every
+/// input has (the rewriter's notes about the program, the same in each of its profiles) is
+/// kept as it is; one only some inputs have is prefixed with the profiles it came from.
+fn merged_warnings(group: &[&Input]) -> Vec<String> {
+    let mut texts: Vec<(&str, Vec<String>)> = Vec::new();
+    for i in group {
+        let from = i.merged_from.first().cloned().unwrap_or_default();
+        for w in &i.profile.warnings {
+            match texts.iter_mut().find(|(t, _)| *t == w.as_str()) {
+                Some((_, froms)) => {
+                    if !froms.contains(&from) {
+                        froms.push(from.clone())
+                    }
+                }
+                None => texts.push((w, vec![from.clone()])),
+            }
+        }
+    }
+    let everyone = group.iter().filter_map(|i| i.merged_from.first()).collect::<std::collections::BTreeSet<_>>().len();
+    texts
+        .into_iter()
+        .map(|(w, froms)| {
+            if group.len() == 1 || froms.len() >= everyone {
+                w.to_owned()
+            } else if froms.len() <= 3 {
+                format!("{}: {w}", froms.join(", "))
+            } else {
+                format!("{} of {everyone} profiles: {w}", froms.len())
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,6 +688,26 @@ mod tests {
         t.functions = functions;
         t.waits = waits;
         t
+    }
+
+    #[test]
+    fn a_warning_every_run_has_is_kept_once() {
+        let inputs: Vec<Input> = (0..3)
+            .map(|k| {
+                let mut d = doc("pigz", vec![thread(7, true, None, vec![], vec![])], vec![]);
+                d.merged_from = vec![format!("pigz.{k}.stint")];
+                d.profile.warnings.push("pthread_mutex_lock is imported but no wrapper sees it".into());
+                if k == 1 {
+                    d.profile.warnings.push("objects lost".into());
+                }
+                d
+            })
+            .collect();
+        let merged = merge(&inputs);
+        assert_eq!(
+            merged[0].profile.warnings,
+            ["pthread_mutex_lock is imported but no wrapper sees it", "pigz.1.stint: objects lost"]
+        );
     }
 
     #[test]
