@@ -1053,7 +1053,7 @@ pub fn entry_stub(at: u64, config: u64, rt_init: u64, original_entry: u64) -> Re
 mod tests {
     use super::*;
     use crate::plan::Tactic;
-    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter, Mnemonic};
 
     fn disasm(code: &[u8], at: u64) -> Vec<String> {
         let mut f = IntelFormatter::new();
@@ -1101,6 +1101,50 @@ mod tests {
         assert!(text.contains("inc qword ptr gs:[98h]"), "{text}");
         assert!(text.contains("jmp 0000000000401008h"), "{text}");
         assert!(text.contains("call 0000000000600000h"), "{text}");
+    }
+
+    /// The gate test's taken branch lands on a 16-byte boundary wherever the piece starts,
+    /// and the bytes skipped to get there are `int3`s after the off path's jump back.
+    #[test]
+    fn measuring_path_starts_16_aligned_after_unreached_padding() {
+        let code = [0x48, 0x8d, 0x47, 0x01, 0xc3]; // lea rax, [rdi+1]; ret
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
+        let p = Point {
+            id: 2,
+            function: 0,
+            address: 0x401000,
+            window_len: 5,
+            displaced,
+            emulate_call: false,
+            tactic: Tactic::Window,
+            bits: 1,
+            wrap: None,
+            import: None,
+        };
+        let env = TrampolineEnv {
+            gate: 0x500000,
+            counter: 152,
+            tid_offset: 0x2d0,
+            slow_stub: 0x600000,
+            timer_enter: 0x610000,
+            timer_exit: 0x620000,
+        };
+        let mut pads = std::collections::BTreeSet::new();
+        for at in 0x700000..0x700000 + 16 {
+            let out = trampoline(&p, env, at, None).unwrap();
+            let ins: Vec<_> = Decoder::with_ip(64, &out, at, DecoderOptions::NONE).into_iter().collect();
+            assert_eq!(ins[1].mnemonic(), Mnemonic::Jne, "at 0x{at:x}");
+            let on = ins[1].near_branch_target();
+            assert_eq!(on % ON_ALIGN, 0, "at 0x{at:x}");
+            // test, jne, lea, ret: the off path; then int3 up to the target, then push rax.
+            let off_end = ins[3].next_ip();
+            assert_eq!(ins[3].mnemonic(), Mnemonic::Ret, "at 0x{at:x}");
+            let pad = &out[(off_end - at) as usize..(on - at) as usize];
+            assert!(pad.iter().all(|&b| b == 0xcc), "at 0x{at:x}: {pad:x?}");
+            assert_eq!(out[(on - at) as usize], 0x50, "at 0x{at:x}: push rax");
+            pads.insert(pad.len());
+        }
+        assert_eq!(pads.len(), 16, "every padding from 0 to 15 bytes: {pads:?}");
     }
 
     #[test]
