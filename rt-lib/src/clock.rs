@@ -24,20 +24,39 @@ use stint_layout::{ColumnHeader, CLOCK_SOURCE_NONE, CLOCK_SOURCE_PERF_TSC, CLOCK
 /// window at most.
 const SYNC_MS: u64 = 1;
 
-/// Give a new column its CPU clock: a perf task-clock page whose `lock` word moves at every
-/// scheduling of the thread, or (perf refused) a sequence pointer that never matches.
-pub fn setup(col: &mut ColumnHeader, tsc_hz: u64) {
+/// The calling thread's perf task-clock page, opened before the registration lock is taken:
+/// `perf_event_open` can take milliseconds (the first event of a quiet system switches the
+/// kernel's scheduler hooks on), and every other thread registering would spin on the lock
+/// meanwhile (issue 14). Unmapped on drop unless [`setup`] took it.
+pub struct CpuPage(Option<usize>);
+
+impl CpuPage {
+    pub fn open() -> CpuPage {
+        CpuPage(sys::perf_task_clock_page().ok())
+    }
+}
+
+impl Drop for CpuPage {
+    fn drop(&mut self) {
+        if let Some(page) = self.0.take() {
+            // Safety: the page was mapped by `open` and nothing refers to it.
+            let _ = unsafe { sys::munmap(page, 4096) };
+        }
+    }
+}
+
+/// Give a new column its CPU clock: the thread's perf task-clock page ([`CpuPage::open`]),
+/// whose `lock` word moves at every scheduling of the thread, or (perf refused) a sequence
+/// pointer that never matches.
+pub fn setup(col: &mut ColumnHeader, tsc_hz: u64, mut page: CpuPage) {
     col.sync_ticks = tsc_hz / 1000 * SYNC_MS;
-    match sys::perf_task_clock_page() {
-        Ok(page) if tsc_hz != 0 => {
+    match page.0.take() {
+        Some(page) if tsc_hz != 0 => {
             col.seq_ptr = (page + sys::PERF_PAGE_LOCK_OFFSET) as u64;
             col.clock_source = CLOCK_SOURCE_PERF_TSC;
         }
         other => {
-            if let Ok(page) = other {
-                // Safety: the page was mapped just now and nothing refers to it.
-                let _ = unsafe { sys::munmap(page, 4096) };
-            }
+            drop(CpuPage(other));
             col.seq_never = 1;
             col.seq = 0;
             col.seq_ptr = &col.seq_never as *const u32 as u64;

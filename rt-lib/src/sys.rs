@@ -104,6 +104,7 @@ const SYS_FSTAT: usize = 5;
 const SYS_MMAP: usize = 9;
 const SYS_MUNMAP: usize = 11;
 const SYS_SCHED_YIELD: usize = 24;
+const SYS_MADVISE: usize = 28;
 const SYS_GETPID: usize = 39;
 const SYS_FTRUNCATE: usize = 77;
 const SYS_MKDIR: usize = 83;
@@ -142,6 +143,8 @@ pub const MAP_PRIVATE: usize = 0x02;
 pub const MAP_FIXED: usize = 0x10;
 pub const MAP_ANONYMOUS: usize = 0x20;
 pub const MAP_NORESERVE: usize = 0x4000;
+/// madvise: page faults in the range read no pages around the faulting one.
+pub const MADV_RANDOM: usize = 1;
 
 const ARCH_SET_GS: usize = 0x1001;
 const ARCH_SET_FS: usize = 0x1002;
@@ -263,6 +266,12 @@ pub unsafe fn mmap(addr: usize, len: usize, prot: usize, flags: usize, fd: i32, 
 /// thread's GS base may point into it.
 pub unsafe fn munmap(addr: usize, len: usize) -> SysResult {
     syscall!(SYS_MUNMAP, addr, len)
+}
+
+/// madvise with an advice that only changes how the kernel pages the range in (never its
+/// contents).
+pub fn madvise(addr: usize, len: usize, advice: usize) -> SysResult {
+    syscall!(SYS_MADVISE, addr, len, advice)
 }
 
 pub fn sched_yield() {

@@ -169,6 +169,7 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
         return false;
     }
     let Some(hdr) = rt.file_header() else { return false };
+    let page = clock::CpuPage::open();
     let Some(mut guard) = rt.lock_registration(tid) else {
         // Safety: aligned u64 in the mapping.
         unsafe { AtomicU64::from_ptr(&raw mut (*hdr).skipped_reentrant) }.fetch_add(1, Ordering::Relaxed);
@@ -215,7 +216,7 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     h.pid = pid;
     h.first_point = point;
     h.registered_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
-    clock::setup(h, st.tsc_hz());
+    clock::setup(h, st.tsc_hz(), page);
     // The thread record: running since now, named by its comm (or a name given to it
     // before it got here; we hold the registration lock, which `pthread_setname_np`'s
     // wrapper takes).

@@ -16,6 +16,8 @@ operation and percent. Workloads:
 - the call loop (testbins/bench_calls.c): off (the default rewrite, control `on: []`), calls,
   calls+wall, calls+cpu, the default spec (all);
 - matmul, 2 threads (testbins/matmul.c): calls on innerp, cpu_time on innerp, default spec;
+  at N = 480 (0.05 s), at N = 960 (about 0.45 s, nearer the issue's 0.78 s run), and at
+  N = 2 (the fixed start-up and per-thread costs alone, in µs per run);
 - the mutex workload (testbins/bench_mutex.c, 4 threads, 10^6 items): off, calls, lock
   metrics (lock_wait + lock_hold), default spec;
 - uncontended lock/unlock pairs (testbins/bench_locks.c): calls, lock metrics, default spec;
@@ -154,11 +156,13 @@ class Bench:
             t = times[label]
             m = statistics.median(t)
             med[label] = m
+            # A whole run's cost reads better in microseconds.
+            scale, per = (1e6, "µs") if unit == "run" else (1e9, "ns")
             if label == variants[0][0]:
-                cost = f"{m / ops * 1e9:.2f} ns/{unit}"
+                cost = f"{m / ops * scale:.2f} {per}/{unit}"
                 pct = "–"
             else:
-                cost = f"{(m - base) / ops * 1e9:+.2f} ns/{unit}"
+                cost = f"{(m - base) / ops * scale:+.2f} {per}/{unit}"
                 pct = f"{(m / base - 1) * 100:+.1f} %"
             self.rows.append(f"| {title} | {label} | {m:.3f} s | {min(t):.3f}–{max(t):.3f} | {cost} | {pct} |")
         return med
@@ -202,6 +206,7 @@ def machine():
 def bench(b):
     n_calls = 10_000_000 if QUICK else 100_000_000
     mm_n = 240 if QUICK else 480
+    mm_big = 480 if QUICK else 960
     mutex_n = 200_000 if QUICK else 1_000_000
     lock_n = 2_000_000 if QUICK else 20_000_000
     imp_n = 1_000_000 if QUICK else 10_000_000
@@ -245,6 +250,17 @@ def bench(b):
          *b.variants("cpu_time on innerp", mm, "cpu", INNERP_CPU, mm_args, b.measured("mu")),
          *b.variants("default (all)", mm, "all", None, mm_args, b.measured("ma"))]
     b.interleave(f"matmul, 2 threads, {mm_n * mm_n} innerp calls", mm_n * mm_n, "call", v)
+    # The same at a size whose run (about 0.45 s) is closer to the 0.78 s: what one
+    # run costs at start-up and per thread (profile file, TSC calibration, the timer
+    # calibration, each thread's column and perf page) weighs 10x less than above.
+    big = ["2", str(mm_big)]
+    v = [("original", [mm, *big], None),
+         *[(label, [argv[0], *big], env) for label, argv, env in v[1:]]]
+    b.interleave(f"matmul, 2 threads, {mm_big * mm_big} innerp calls", mm_big * mm_big, "call", v)
+    # ... and those fixed costs alone: 2 x 2 matrices, 4 innerp calls.
+    v = [("original", [mm, "2", "2"], None),
+         *[(label, [argv[0], "2", "2"], env) for label, argv, env in v[1:]]]
+    b.interleave("matmul start-up, 2 threads, 4 innerp calls", 1, "run", v)
 
     # ---- the mutex workload ----
     mx = b.gcc("bench_mutex.c", "bench_mutex")

@@ -21,6 +21,7 @@
 //! .displaced
 //!        <window instructions, relocated>
 //!        jmp   <end of window>            ; (none if they end in ret/jmp)
+//!        int3 × 0–15                      ; never reached: .on starts 16-aligned (ON_ALIGN)
 //! .on    push  rax                        ; at a function entry nothing lives below rsp
 //!        mov   rax, fs:[0]                ; thread pointer (psABI)
 //!        cmp   rax, gs:[owner_tp]         ; GS → this thread's column?  (D8)
@@ -355,10 +356,17 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64, exit: Option<u64>)
         }
     };
     // Only the bits this point can measure: a stray bit set on the page changes nothing.
-    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), point.bits as u32))?; // any gate on?
-    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?); // off: fall through
-    b.bind(displaced);
-    program_code(&mut b)?; // the program's own instructions, then back
+    let off_path = |b: &mut Block, on: u64, displaced: u64| -> Result<()> {
+        b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), point.bits as u32))?; // any gate on?
+        b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?); // off: fall through
+        b.bind(displaced);
+        program_code(b) // the program's own instructions, then back
+    };
+    // With the exit tactic the off path jumps to the end of the piece: its size is not known
+    // here, and the alignment is left out (a few functions).
+    let pad = if exit_at.is_none() { on_padding(at, &off_path)? } else { 0 };
+    off_path(&mut b, on, displaced)?;
+    int3_padding(&mut b, pad)?;
     b.bind(on);
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?; // scratch
     thread_check(&mut b, env.tid_offset, COL_OWNER_KEY_OFFSET, slow)?;
@@ -394,6 +402,43 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64, exit: Option<u64>)
         b.add(last);
     }
     b.encode(at)
+}
+
+/// Where the measuring path of a trampoline starts: the target of the gate test's taken
+/// branch. At some places modulo 64 bytes that branch costs a call on the AMD EPYC guest
+/// +0.82 ns instead of +0.55 (issue 14: 9 of 16 start offsets of one trampoline were slow,
+/// 1 of 16 with the target 16-aligned; `docs/PERFORMANCE.md`).
+const ON_ALIGN: u64 = 16;
+
+/// How many `int3` bytes after the off path (which never falls through: it ends in the jump
+/// back or an exit instruction) put the measuring path at an [`ON_ALIGN`] boundary, for a
+/// piece at `at`. `off_path` emits the off path with its branch to the label given; its
+/// encoding is measured with the padding in place, as the branch's size can depend on it.
+fn on_padding(at: u64, off_path: &dyn Fn(&mut Block, u64, u64) -> Result<()>) -> Result<usize> {
+    let mut pad = 0u64;
+    for _ in 0..3 {
+        let mut b = Block::new();
+        let (on, displaced) = (b.label(), b.label());
+        off_path(&mut b, on, displaced)?;
+        int3_padding(&mut b, pad as usize)?;
+        b.bind(on);
+        b.op(Ok(Instruction::with(Code::Int3)))?;
+        let start = at + b.encode(at)?.len() as u64 - 1;
+        let more = (ON_ALIGN - start % ON_ALIGN) % ON_ALIGN;
+        if more == 0 {
+            break;
+        }
+        pad = (pad + more) % ON_ALIGN;
+    }
+    Ok(pad as usize)
+}
+
+/// `n` bytes of `int3` that no path reaches.
+fn int3_padding(b: &mut Block, n: usize) -> Result<()> {
+    for _ in 0..n {
+        b.op(Ok(Instruction::with(Code::Int3)))?;
+    }
+    Ok(())
 }
 
 /// `fs:[0]` and the libc tid word against the column GS points at; jumps to `miss` when the
@@ -465,13 +510,14 @@ pub fn exit_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u
 ///        test  byte [rip+gate], <bits>
 ///        jne   .on
 /// .off   <the call, emulated>             ; pushes the program's own return address (D1)
+///        int3 × 0–15                      ; never reached: .on starts 16-aligned (ON_ALIGN)
 /// .on    push  rax                        ; nothing lives below rsp at a call
 ///        <thread check> → .slow
 /// .count movzx eax, byte [rip+gate]
 ///        and   eax, gs:[thread_mask]
 ///        test  al, CALLS / inc qword gs:[counter]
-///        test  al, TIMER_BITS
-///        je    .plain
+///        test  al, TIMER_BITS             ; (these up to .plain only with timer bits:
+///        je    .plain                     ; without, the count falls through to .plain)
 ///        mov   eax, <point id>
 ///        call  timer_enter                ; frame at the call's rsp
 ///        pop   rax
@@ -496,10 +542,15 @@ pub fn exit_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u
 pub fn import_trampoline(call: &Instruction, point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
     let mut b = Block::new();
     let (on, count, off, slow, plain, done) = (b.label(), b.label(), b.label(), b.label(), b.label(), b.label());
-    b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), point.bits as u32))?;
-    b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
-    b.bind(off);
-    emulate_call(&mut b, call)?;
+    let off_path = |b: &mut Block, on: u64, off: u64| -> Result<()> {
+        b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), point.bits as u32))?;
+        b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
+        b.bind(off);
+        emulate_call(b, call) // ends in the jump to the callee
+    };
+    let pad = on_padding(at, &off_path)?;
+    off_path(&mut b, on, off)?;
+    int3_padding(&mut b, pad)?;
     b.bind(on);
     b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
     thread_check(&mut b, env.tid_offset, COL_OWNER_KEY_OFFSET, slow)?;
@@ -519,10 +570,8 @@ pub fn import_trampoline(call: &Instruction, point: &Point, env: TrampolineEnv, 
         b.bind(done);
         b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
         b.add(Instruction::with_branch(Code::Jmp_rel32_64, call.next_ip()).map_err(internal)?);
-    } else {
-        b.add(Instruction::with_branch(Code::Jmp_rel32_64, plain).map_err(internal)?);
-    }
-    b.bind(plain);
+        b.bind(plain);
+    } // without timers the count falls through to the plain call: no taken jump
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     emulate_call(&mut b, call)?;
     b.bind(slow);
@@ -1004,7 +1053,7 @@ pub fn entry_stub(at: u64, config: u64, rt_init: u64, original_entry: u64) -> Re
 mod tests {
     use super::*;
     use crate::plan::Tactic;
-    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter, Mnemonic};
 
     fn disasm(code: &[u8], at: u64) -> Vec<String> {
         let mut f = IntelFormatter::new();
@@ -1052,6 +1101,50 @@ mod tests {
         assert!(text.contains("inc qword ptr gs:[98h]"), "{text}");
         assert!(text.contains("jmp 0000000000401008h"), "{text}");
         assert!(text.contains("call 0000000000600000h"), "{text}");
+    }
+
+    /// The gate test's taken branch lands on a 16-byte boundary wherever the piece starts,
+    /// and the bytes skipped to get there are `int3`s after the off path's jump back.
+    #[test]
+    fn measuring_path_starts_16_aligned_after_unreached_padding() {
+        let code = [0x48, 0x8d, 0x47, 0x01, 0xc3]; // lea rax, [rdi+1]; ret
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
+        let p = Point {
+            id: 2,
+            function: 0,
+            address: 0x401000,
+            window_len: 5,
+            displaced,
+            emulate_call: false,
+            tactic: Tactic::Window,
+            bits: 1,
+            wrap: None,
+            import: None,
+        };
+        let env = TrampolineEnv {
+            gate: 0x500000,
+            counter: 152,
+            tid_offset: 0x2d0,
+            slow_stub: 0x600000,
+            timer_enter: 0x610000,
+            timer_exit: 0x620000,
+        };
+        let mut pads = std::collections::BTreeSet::new();
+        for at in 0x700000..0x700000 + 16 {
+            let out = trampoline(&p, env, at, None).unwrap();
+            let ins: Vec<_> = Decoder::with_ip(64, &out, at, DecoderOptions::NONE).into_iter().collect();
+            assert_eq!(ins[1].mnemonic(), Mnemonic::Jne, "at 0x{at:x}");
+            let on = ins[1].near_branch_target();
+            assert_eq!(on % ON_ALIGN, 0, "at 0x{at:x}");
+            // test, jne, lea, ret: the off path; then int3 up to the target, then push rax.
+            let off_end = ins[3].next_ip();
+            assert_eq!(ins[3].mnemonic(), Mnemonic::Ret, "at 0x{at:x}");
+            let pad = &out[(off_end - at) as usize..(on - at) as usize];
+            assert!(pad.iter().all(|&b| b == 0xcc), "at 0x{at:x}: {pad:x?}");
+            assert_eq!(out[(on - at) as usize], 0x50, "at 0x{at:x}: push rax");
+            pads.insert(pad.len());
+        }
+        assert_eq!(pads.len(), 16, "every padding from 0 to 15 bytes: {pads:?}");
     }
 
     #[test]
