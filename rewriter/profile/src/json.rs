@@ -88,6 +88,17 @@ pub struct CompensationJson {
     pub inside_flat_ps: u64,
     /// A counted, untimed call (not subtracted).
     pub counted_call_ps: u64,
+    /// `timed_call_ps` / `inside_ps` of a tiny function whose entry trampoline runs its exit
+    /// (tactic `entry+exit`), and of a call into an import timed at its call site; 0 when the
+    /// runtime did not measure them (then the figures above stand in).
+    #[serde(default)]
+    pub timed_call_entry_exit_ps: u64,
+    #[serde(default)]
+    pub inside_entry_exit_ps: u64,
+    #[serde(default)]
+    pub timed_call_import_ps: u64,
+    #[serde(default)]
+    pub inside_import_ps: u64,
     /// Times that went below zero and were clamped to 0.
     pub clamped: u64,
 }
@@ -450,6 +461,10 @@ pub fn compensation_json(p: &Profile) -> Option<CompensationJson> {
         inside_ps: ps(c.inner_ticks),
         inside_flat_ps: ps(c.inner_flat_ticks),
         counted_call_ps: ps(c.count_ticks),
+        timed_call_entry_exit_ps: ps(c.pair_ee_ticks),
+        inside_entry_exit_ps: ps(c.inner_ee_ticks),
+        timed_call_import_ps: ps(c.pair_import_ticks),
+        inside_import_ps: ps(c.inner_import_ticks),
         clamped: c.clamped,
     })
 }

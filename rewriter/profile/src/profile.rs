@@ -159,12 +159,16 @@ pub struct Profile {
 /// [`compensate`] did with it.
 ///
 /// With call paths the subtraction is exact per node: a node's inclusive time loses
-/// `calls × inner_ticks` (its own entries and exits) plus `pair_ticks` per call of its
-/// descendants (each nested timed event, whole), and a function's flat time loses what its
-/// outermost nodes lost. Without call paths a function's time loses its own share only
-/// (`calls × inner_flat_ticks`): what its callees' events cost it stays in (approximated, and
-/// said so in the report). Counted-only calls (timers off) and thread-library wrappers are not
-/// subtracted.
+/// `calls × inner` (its own entries and exits) plus `pair` per call of its descendants (each
+/// nested timed event, whole), and a function's flat time loses what its outermost nodes
+/// lost. `inner` and `pair` are those of the point's kind of trampoline ([`Self::cost`]): a
+/// function with separate entry and exit trampolines, a tiny one whose entry trampoline runs
+/// its exit (`entry+exit`), a call into an import timed at its call site. Without call paths
+/// a function's time loses its own share only (`calls × inner_flat_ticks`, the separate
+/// trampolines' figure for every point): what its callees' events cost it stays in
+/// (approximated, and said so in the report). Counted-only calls (timers off) and
+/// thread-library wrappers are not subtracted: nothing records which timed function made
+/// them (the counter is per point and thread, not per call path).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compensation {
     /// A timed entry+exit with a call-path node, whole / inside the function's own span.
@@ -175,6 +179,17 @@ pub struct Compensation {
     pub inner_flat_ticks: u64,
     /// A counted, untimed entry.
     pub count_ticks: u64,
+    /// `pair_ticks` / `inner_ticks` of a tiny function whose entry trampoline runs its exit
+    /// (`entry+exit`), and of a call into an import timed at its call site; 0 from runtimes
+    /// before the emitted calibration routine (then `pair_ticks`/`inner_ticks` stand in).
+    #[serde(default)]
+    pub pair_ee_ticks: u64,
+    #[serde(default)]
+    pub inner_ee_ticks: u64,
+    #[serde(default)]
+    pub pair_import_ticks: u64,
+    #[serde(default)]
+    pub inner_import_ticks: u64,
     /// Whether the times in this profile had the costs subtracted (`false`: raw figures).
     pub applied: bool,
     /// Times that would have gone below zero and were clamped to 0.
@@ -186,6 +201,17 @@ impl Compensation {
     /// did not).
     pub fn calibrated(&self) -> bool {
         self.pair_ticks != 0 || self.pair_flat_ticks != 0
+    }
+
+    /// (inner, pair) of a timed event of `point` with call paths, by its kind of trampoline.
+    pub fn cost(&self, point: Option<&PointMeta>) -> (u64, u64) {
+        let ee = point.is_some_and(|p| p.entry_exit) && self.pair_ee_ticks != 0;
+        let import = point.is_some_and(|p| p.kind == stint_layout::meta::POINT_IMPORT) && self.pair_import_ticks != 0;
+        match (ee, import) {
+            (true, _) => (self.inner_ee_ticks, self.pair_ee_ticks),
+            (_, true) => (self.inner_import_ticks, self.pair_import_ticks),
+            _ => (self.inner_ticks, self.pair_ticks),
+        }
     }
 }
 
@@ -210,10 +236,13 @@ pub fn compensate(p: &mut Profile) {
                     CallNode { parent: None, point, calls, ..CallNode::default() }
                 })
                 .collect();
-            clamped += crate::calltree::compensate(&mut roots, &mut t.times, c.inner_flat_ticks, 0);
+            clamped += crate::calltree::compensate(&mut roots, &mut t.times, |_| (c.inner_flat_ticks, 0));
             continue;
         }
-        clamped += crate::calltree::compensate(&mut t.calltree, &mut t.times, c.inner_ticks, c.pair_ticks);
+        let points = &p.points;
+        clamped += crate::calltree::compensate(&mut t.calltree, &mut t.times, |point| {
+            c.cost(points.get(point as usize).filter(|m| m.id == point))
+        });
     }
     c.applied = true;
     c.clamped = clamped;
@@ -873,6 +902,10 @@ fn parse_measured(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             pair_flat_ticks: h.calib.pair_flat_ticks,
             inner_flat_ticks: h.calib.inner_flat_ticks,
             count_ticks: h.calib.count_ticks,
+            pair_ee_ticks: h.calib.pair_ee_ticks,
+            inner_ee_ticks: h.calib.inner_ee_ticks,
+            pair_import_ticks: h.calib.pair_import_ticks,
+            inner_import_ticks: h.calib.inner_import_ticks,
             applied: false,
             clamped: 0,
         },
@@ -1546,6 +1579,7 @@ mod tests {
             bits: stint_layout::TIMER_BITS | 1,
             size: 40,
             tail_jumps_to: Vec::new(),
+            entry_exit: false,
         }];
         let meta = serde_json::to_string(&stint_layout::meta::Meta::new("prog", points.clone())).unwrap();
         let p = parse_with(&write_synthetic(&meta, &[(100, vec![(0, 9)])]), &Observer::ENDED).unwrap();
