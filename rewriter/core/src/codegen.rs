@@ -1058,7 +1058,8 @@ pub fn calibration(at: u64, env: TrampolineEnv, bits: u8) -> Result<Vec<u8>> {
     let t_entry = next(trampoline(&split, env, at + out.len() as u64, None)?, &mut out);
     let t_exit = next(exit_trampoline(&exit, env, at + out.len() as u64)?, &mut out);
     let t_ee = next(trampoline(&ee, env, at + out.len() as u64, Some(g + 5))?, &mut out);
-    let t_import = next(import_trampoline(&call, &point(p, Vec::new(), Tactic::Window), env, at + out.len() as u64)?, &mut out);
+    let t_import =
+        next(import_trampoline(&call, &point(p, Vec::new(), Tactic::Window), env, at + out.len() as u64)?, &mut out);
     // The fixed places, each encoded where it stands.
     let mut put = |off: u64, code: Vec<u8>, room: u64| -> Result<()> {
         if code.len() as u64 > room {

@@ -643,6 +643,22 @@ impl ThreadProfile {
         Some((cpu, run - cpu - runq, runq))
     }
 
+    /// Ticks in every state but `EXITED`: what the thread was observed for.
+    pub fn observed_ticks(&self) -> u64 {
+        (0..stint_layout::N_STATES)
+            .filter(|&s| s != stint_layout::STATE_EXITED)
+            .fold(0u64, |a, s| a.saturating_add(self.state_ticks[s as usize]))
+    }
+
+    /// [`Self::run_split`] as % of [`Self::observed_ticks`] (CPU%, OFFCPU%, RUNQ%), the
+    /// figures `report --by thread`, the JSON and `top` show.
+    pub fn run_split_pct(&self, tsc_hz: u64) -> Option<(f64, f64, f64)> {
+        let observed = self.observed_ticks();
+        let (cpu, off, runq) = self.run_split(tsc_hz).filter(|_| observed != 0)?;
+        let pct = |t: u64| t as f64 * 100.0 / observed as f64;
+        Some((pct(cpu), pct(off), pct(runq)))
+    }
+
     /// Whether this is the process's main thread.
     pub fn is_main(&self, p: &Profile) -> bool {
         self.tid == p.pid
@@ -1357,6 +1373,10 @@ mod tests {
                 count_ticks: 43,
                 batches: 44,
                 per_batch: 45,
+                pair_ee_ticks: 46,
+                inner_ee_ticks: 47,
+                pair_import_ticks: 48,
+                inner_import_ticks: 49,
             },
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
@@ -1565,6 +1585,39 @@ mod tests {
         assert_eq!(err(&b), "meta: point at index 3 has id 7");
         let b = write_synthetic(&meta5().replace("\"slot\":0", "\"slot\":9"), &[]);
         assert_eq!(err(&b), "meta: metric calls uses counter slot 9, but columns have 4 slots");
+    }
+
+    /// Each point is compensated with the calibration of its kind of trampoline: separate
+    /// entry and exit, entry+exit (meta `entry_exit`), a call into an import; a runtime that
+    /// did not measure a kind (0) leaves the separate trampolines' figures standing in.
+    #[test]
+    fn each_point_costs_what_its_trampolines_cost() {
+        let c = Compensation {
+            pair_ticks: 100,
+            inner_ticks: 50,
+            pair_ee_ticks: 90,
+            inner_ee_ticks: 45,
+            pair_import_ticks: 80,
+            inner_import_ticks: 40,
+            ..Compensation::default()
+        };
+        let point = |kind: &str, entry_exit: bool| PointMeta {
+            id: 0,
+            kind: kind.into(),
+            function: "f".into(),
+            address: "0x1000".into(),
+            bits: stint_layout::TIMER_BITS,
+            size: 0,
+            tail_jumps_to: Vec::new(),
+            entry_exit,
+        };
+        assert_eq!(c.cost(Some(&point(POINT_ENTRY, false))), (50, 100));
+        assert_eq!(c.cost(Some(&point(POINT_ENTRY, true))), (45, 90));
+        assert_eq!(c.cost(Some(&point(stint_layout::meta::POINT_IMPORT, false))), (40, 80));
+        assert_eq!(c.cost(None), (50, 100), "a point the meta does not describe");
+        let old = Compensation { pair_ee_ticks: 0, pair_import_ticks: 0, ..c };
+        assert_eq!(old.cost(Some(&point(POINT_ENTRY, true))), (50, 100));
+        assert_eq!(old.cost(Some(&point(stint_layout::meta::POINT_IMPORT, false))), (50, 100));
     }
 
     /// The meta as the rewriter writes it (`Meta::new`: every metric, lock metrics without a
