@@ -1189,6 +1189,61 @@ mod tests {
         assert!(text.contains("call 0000000000600000h"), "{text}");
     }
 
+    /// The calibration routine: each loop calls its callee `rdi` times; the split callee enters
+    /// a real entry trampoline (which jumps back behind its window) and leaves through a real
+    /// exit trampoline, both calling the shared timer routines for point 0; the import loop's
+    /// call site enters an import trampoline that comes back to the loop.
+    #[test]
+    fn calibration_routine_runs_real_trampolines() {
+        let env = TrampolineEnv {
+            gate: 0x500000,
+            counter: 152,
+            tid_offset: 0x2d0,
+            slow_stub: 0x600000,
+            timer_enter: 0x610000,
+            timer_exit: 0x620000,
+        };
+        let at = 0x700000u64;
+        let code = calibration(at, env, TIMER_BITS | CALLS_BIT).unwrap();
+        let first = |off: u64| {
+            let d = &code[off as usize..];
+            Decoder::with_ip(64, d, at + off, DecoderOptions::NONE).decode()
+        };
+        let loop_at = |off: u64| disasm(&code[off as usize..off as usize + 16], at + off).join("; ");
+        for (off, callee) in [
+            (stint_layout::CALIB_SPLIT_OFFSET, CALIB_SPLIT_FN),
+            (stint_layout::CALIB_PLAIN_OFFSET, CALIB_PLAIN_FN),
+            (stint_layout::CALIB_ENTRY_EXIT_OFFSET, CALIB_EE_FN),
+        ] {
+            let text = loop_at(off);
+            let want = format!("call {:016X}h; dec rdi; jne short {:016X}h; ret", at + callee, at + off);
+            assert!(text.starts_with(&want), "+{off}: {text}");
+        }
+        assert_eq!(code[CALIB_PLAIN_FN as usize], 0xc3, "the plain function returns");
+        // The split callee: jmp to the entry trampoline, whose displaced nop jumps back to
+        // callee+5, which jumps to the exit trampoline.
+        let t_entry = first(CALIB_SPLIT_FN).near_branch_target();
+        let t_exit = first(CALIB_SPLIT_FN + 5).near_branch_target();
+        let entry = disasm(&code[(t_entry - at) as usize..(t_exit - at) as usize], t_entry).join("\n");
+        assert!(entry.starts_with("test byte ptr [500000h],"), "{entry}");
+        assert!(entry.contains("inc qword ptr gs:[98h]"), "{entry}");
+        assert!(entry.contains("mov eax,0\ncall 0000000000610000h"), "{entry}");
+        assert!(entry.contains(&format!("jmp {:016X}h", at + CALIB_SPLIT_FN + 5)), "{entry}");
+        let exit = disasm(&code[(t_exit - at) as usize..], t_exit).join("\n");
+        assert!(exit.contains("call 0000000000620000h\npop rax\nret"), "{exit}");
+        // The entry+exit callee's one trampoline calls both routines and returns itself.
+        let t_ee = first(CALIB_EE_FN).near_branch_target();
+        let ee = disasm(&code[(t_ee - at) as usize..], t_ee).join("\n");
+        assert!(ee.contains("call 0000000000610000h") && ee.contains("call 0000000000620000h"), "{ee}");
+        // The import call site: its trampoline calls the plain function and returns behind it.
+        let import = stint_layout::CALIB_IMPORT_OFFSET;
+        let t_import = first(import).near_branch_target();
+        let text = disasm(&code[(t_import - at) as usize..], t_import).join("\n");
+        assert!(text.contains(&format!("call {:016X}h", at + CALIB_PLAIN_FN)), "{text}");
+        assert!(text.contains(&format!("jmp {:016X}h", at + import + 5)), "{text}");
+        assert!(loop_at(import + 5).starts_with(&format!("dec rdi; jne short {:016X}h; ret", at + import)));
+    }
+
     #[test]
     fn emulated_call_pushes_original_return_address() {
         // push rbx; call 0x402000  at 0x401000 (call ends at 0x401006)
