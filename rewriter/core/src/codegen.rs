@@ -1050,7 +1050,7 @@ pub fn calibration(at: u64, env: TrampolineEnv, bits: u8) -> Result<Vec<u8>> {
     let next = |code: Vec<u8>, out: &mut Vec<u8>| -> u64 {
         let here = at + out.len() as u64;
         out.extend_from_slice(&code);
-        while out.len() % 16 != 0 {
+        while !out.len().is_multiple_of(16) {
             out.push(0xcc);
         }
         here

@@ -552,14 +552,13 @@ impl Screen {
         );
 
         // Threads.
-        let split_shown;
         let trows = thread_rows(prev, cur);
         let mask_column = trows.iter().any(|r| r.mask as u8 & all_metrics() != all_metrics());
         let mut head = vec!["TID", "STATE", "CPU%", "RUN%"];
         let mut right = vec![false, false, true, true];
         // RUN split (issue 12), when the kernel's figures are there for some thread.
         let split = trows.iter().any(|r| r.offcpu_pct.is_some());
-        split_shown = split;
+        let split_shown = split;
         if split {
             head.extend(["OFFCPU%", "RUNQ%"]);
             right.extend([true, true]);
