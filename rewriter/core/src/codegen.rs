@@ -44,7 +44,7 @@
 //! never touched.
 
 use crate::error::{Error, Result};
-use crate::plan::{Exit, Plan, Point};
+use crate::plan::{Exit, Plan, Point, Tactic};
 use crate::rtimage;
 use crate::unwind::{Initial, Piece};
 use iced_x86::{
@@ -151,6 +151,8 @@ pub enum PieceKind {
     ExitTrampoline(usize),
     /// The trampoline of `plan.import_sites[i]` ([`import_trampoline`]).
     ImportTrampoline(usize),
+    /// The calibration routine ([`calibration`]), for point 0.
+    Calibration,
 }
 
 /// A piece of generated code and the place the layout pass gave it.
@@ -254,6 +256,7 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
             let p = point(x.point as usize)?;
             import_trampoline(&x.call, p, t.trampoline_env(p.id), at)
         }
+        PieceKind::Calibration => calibration(at, t.trampoline_env(0), TIMER_BITS | CALLS_BIT),
     }
 }
 
@@ -1030,6 +1033,138 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
     a.assemble(at)
 }
 
+/// Fixed places inside the calibration piece after its four loops (`CALIB_*_OFFSET`):
+/// the plain function, the split callee, the entry+exit callee; the trampolines follow.
+const CALIB_PLAIN_FN: u64 = 128;
+const CALIB_SPLIT_FN: u64 = 144;
+const CALIB_EE_FN: u64 = 160;
+const CALIB_TRAMPOLINES: u64 = 192;
+
+/// One instruction decoded from `bytes` as if it stood at `ip` in the program.
+fn decoded(bytes: &[u8], ip: u64) -> Result<Instruction> {
+    let i = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE).decode();
+    if i.is_invalid() || i.len() != bytes.len() {
+        return Err(Error::Internal(format!("calibration: cannot decode {bytes:02x?}")));
+    }
+    Ok(i)
+}
+
+/// Encode the calibration routine (D21) at `at`: a program in miniature whose points are made
+/// by the very functions that make the program's ([`trampoline`], [`exit_trampoline`],
+/// [`import_trampoline`]), for point 0 with `env` (its gate, counter and the shared timer
+/// routines), so that what the runtime measures at start is what a timed call costs here.
+/// ```text
+/// +0   split:  call f / dec rdi / jne split / ret          ; CALIB_SPLIT_OFFSET
+/// +32  plain:  call p / dec rdi / jne plain / ret          ; the baseline
+/// +64  import: jmp T_import (the patched `call p`) / dec rdi / jne import / ret
+/// +96  ee:     call g / dec rdi / jne ee / ret
+/// +128 p:      ret
+/// +144 f:      jmp T_entry (window: a 5-byte nop) / jmp T_exit (the patched `ret`)
+/// +160 g:      jmp T_ee (window: a 5-byte nop and the `ret`, entry+exit tactic)
+/// +192 T_entry, T_exit, T_ee, T_import, each 16-aligned, as the layout pass packs pieces
+/// ```
+/// `bits` are the point's metric bits (what the runtime may set in the gate).
+pub fn calibration(at: u64, env: TrampolineEnv, bits: u8) -> Result<Vec<u8>> {
+    let nop5 = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+    let (f, g, p) = (at + CALIB_SPLIT_FN, at + CALIB_EE_FN, at + CALIB_PLAIN_FN);
+    let point = |address: u64, displaced: Vec<Instruction>, tactic: Tactic| Point {
+        id: 0,
+        function: usize::MAX,
+        address,
+        window_len: 5,
+        displaced,
+        emulate_call: false,
+        tactic,
+        bits,
+        wrap: None,
+        import: None,
+    };
+    let split = point(f, vec![decoded(&nop5, f)?], Tactic::Window);
+    let ee = point(g, vec![decoded(&nop5, g)?, decoded(&[0xc3], g + 5)?], Tactic::Window);
+    let import_at = at + stint_layout::CALIB_IMPORT_OFFSET;
+    let call = decoded(&call_rel32(import_at, p), import_at)?;
+    let exit = Exit {
+        point: 0,
+        function: usize::MAX,
+        site: f + 5,
+        kind: crate::plan::ExitKind::Ret,
+        address: f + 5,
+        window_len: 5,
+        displaced: vec![decoded(&[0xc3], f + 5)?],
+        tactic: Tactic::Window,
+        slot: None,
+        retargets: Vec::new(),
+    };
+    let mut out = vec![0xcc; CALIB_TRAMPOLINES as usize];
+    let next = |code: Vec<u8>, out: &mut Vec<u8>| -> u64 {
+        let here = at + out.len() as u64;
+        out.extend_from_slice(&code);
+        while !out.len().is_multiple_of(16) {
+            out.push(0xcc);
+        }
+        here
+    };
+    let t_entry = next(trampoline(&split, env, at + out.len() as u64, None)?, &mut out);
+    let t_exit = next(exit_trampoline(&exit, env, at + out.len() as u64)?, &mut out);
+    let t_ee = next(trampoline(&ee, env, at + out.len() as u64, Some(g + 5))?, &mut out);
+    let t_import =
+        next(import_trampoline(&call, &point(p, Vec::new(), Tactic::Window), env, at + out.len() as u64)?, &mut out);
+    // The fixed places, each encoded where it stands.
+    let mut put = |off: u64, code: Vec<u8>, room: u64| -> Result<()> {
+        if code.len() as u64 > room {
+            return Err(Error::Internal(format!("calibration: {} bytes at +{off} (room {room})", code.len())));
+        }
+        out[off as usize..off as usize + code.len()].copy_from_slice(&code);
+        Ok(())
+    };
+    let jmp = |from: u64, to: u64| -> Result<Vec<u8>> {
+        let mut b = Block::new();
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, to).map_err(internal)?);
+        b.encode(from)
+    };
+    for (off, callee) in [
+        (stint_layout::CALIB_SPLIT_OFFSET, f),
+        (stint_layout::CALIB_PLAIN_OFFSET, p),
+        (stint_layout::CALIB_ENTRY_EXIT_OFFSET, g),
+    ] {
+        put(off, calib_loop(at + off, Some(callee))?, 32)?;
+    }
+    put(stint_layout::CALIB_IMPORT_OFFSET, jmp(import_at, t_import)?, 5)?;
+    put(stint_layout::CALIB_IMPORT_OFFSET + 5, calib_loop_tail(import_at + 5, import_at)?, 27)?;
+    put(CALIB_PLAIN_FN, vec![0xc3], 16)?;
+    put(CALIB_SPLIT_FN, jmp(f, t_entry)?, 5)?;
+    put(CALIB_SPLIT_FN + 5, jmp(f + 5, t_exit)?, 11)?;
+    put(CALIB_EE_FN, jmp(g, t_ee)?, 5)?;
+    Ok(out)
+}
+
+/// `call rel32` from `at` to `to`, as bytes.
+fn call_rel32(at: u64, to: u64) -> [u8; 5] {
+    let rel = (to as i64 - (at as i64 + 5)) as i32;
+    let r = rel.to_le_bytes();
+    [0xe8, r[0], r[1], r[2], r[3]]
+}
+
+/// `top: call callee / dec rdi / jne top / ret` at `at`.
+fn calib_loop(at: u64, callee: Option<u64>) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    if let Some(c) = callee {
+        b.add(Instruction::with_branch(Code::Call_rel32_64, c).map_err(internal)?);
+    }
+    let mut code = b.encode(at)?;
+    code.extend(calib_loop_tail(at + code.len() as u64, at)?);
+    Ok(code)
+}
+
+/// `dec rdi / jne top / ret` at `at`.
+fn calib_loop_tail(at: u64, top: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    b.op(Instruction::with1(Code::Dec_rm64, Register::RDI))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, top).map_err(internal)?);
+    b.op(Ok(Instruction::with(Code::Retnq)))?;
+    b.encode(at)
+}
+
 /// The new `e_entry`: initialise the runtime, then continue at the program's entry with
 /// the registers the kernel and ld.so set (rsp → argc, rdx → ld.so's fini function).
 pub fn entry_stub(at: u64, config: u64, rt_init: u64, original_entry: u64) -> Result<Vec<u8>> {
@@ -1145,6 +1280,61 @@ mod tests {
             pads.insert(pad.len());
         }
         assert_eq!(pads.len(), 16, "every padding from 0 to 15 bytes: {pads:?}");
+    }
+
+    /// The calibration routine: each loop calls its callee `rdi` times; the split callee enters
+    /// a real entry trampoline (which jumps back behind its window) and leaves through a real
+    /// exit trampoline, both calling the shared timer routines for point 0; the import loop's
+    /// call site enters an import trampoline that comes back to the loop.
+    #[test]
+    fn calibration_routine_runs_real_trampolines() {
+        let env = TrampolineEnv {
+            gate: 0x500000,
+            counter: 152,
+            tid_offset: 0x2d0,
+            slow_stub: 0x600000,
+            timer_enter: 0x610000,
+            timer_exit: 0x620000,
+        };
+        let at = 0x700000u64;
+        let code = calibration(at, env, TIMER_BITS | CALLS_BIT).unwrap();
+        let first = |off: u64| {
+            let d = &code[off as usize..];
+            Decoder::with_ip(64, d, at + off, DecoderOptions::NONE).decode()
+        };
+        let loop_at = |off: u64| disasm(&code[off as usize..off as usize + 16], at + off).join("; ");
+        for (off, callee) in [
+            (stint_layout::CALIB_SPLIT_OFFSET, CALIB_SPLIT_FN),
+            (stint_layout::CALIB_PLAIN_OFFSET, CALIB_PLAIN_FN),
+            (stint_layout::CALIB_ENTRY_EXIT_OFFSET, CALIB_EE_FN),
+        ] {
+            let text = loop_at(off);
+            let want = format!("call {:016X}h; dec rdi; jne short {:016X}h; ret", at + callee, at + off);
+            assert!(text.starts_with(&want), "+{off}: {text}");
+        }
+        assert_eq!(code[CALIB_PLAIN_FN as usize], 0xc3, "the plain function returns");
+        // The split callee: jmp to the entry trampoline, whose displaced nop jumps back to
+        // callee+5, which jumps to the exit trampoline.
+        let t_entry = first(CALIB_SPLIT_FN).near_branch_target();
+        let t_exit = first(CALIB_SPLIT_FN + 5).near_branch_target();
+        let entry = disasm(&code[(t_entry - at) as usize..(t_exit - at) as usize], t_entry).join("\n");
+        assert!(entry.starts_with("test byte ptr [500000h],"), "{entry}");
+        assert!(entry.contains("inc qword ptr gs:[98h]"), "{entry}");
+        assert!(entry.contains("mov eax,0\ncall 0000000000610000h"), "{entry}");
+        assert!(entry.contains(&format!("jmp {:016X}h", at + CALIB_SPLIT_FN + 5)), "{entry}");
+        let exit = disasm(&code[(t_exit - at) as usize..], t_exit).join("\n");
+        assert!(exit.contains("call 0000000000620000h\npop rax\nret"), "{exit}");
+        // The entry+exit callee's one trampoline calls both routines and returns itself.
+        let t_ee = first(CALIB_EE_FN).near_branch_target();
+        let ee = disasm(&code[(t_ee - at) as usize..], t_ee).join("\n");
+        assert!(ee.contains("call 0000000000610000h") && ee.contains("call 0000000000620000h"), "{ee}");
+        // The import call site: its trampoline calls the plain function and returns behind it.
+        let import = stint_layout::CALIB_IMPORT_OFFSET;
+        let t_import = first(import).near_branch_target();
+        let text = disasm(&code[(t_import - at) as usize..], t_import).join("\n");
+        assert!(text.contains(&format!("call {:016X}h", at + CALIB_PLAIN_FN)), "{text}");
+        assert!(text.contains(&format!("jmp {:016X}h", at + import + 5)), "{text}");
+        assert!(loop_at(import + 5).starts_with(&format!("dec rdi; jne short {:016X}h; ret", at + import)));
     }
 
     #[test]

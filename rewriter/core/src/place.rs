@@ -149,6 +149,8 @@ pub struct Placement {
     pub targets: Targets,
     pub entry_stub: u64,
     pub trap_stub: u64,
+    /// The calibration routine (`PieceKind::Calibration`; 0: none, a program without points).
+    pub calibration: u64,
     /// Where the per-point pieces begin.
     pub trampolines: u64,
     /// Every piece of code, in address order.
@@ -201,8 +203,7 @@ impl Placement {
             info_rel: rel(self.info),
             names_rel: rel(self.names),
             names_len: data.names.len() as u64,
-            timer_enter_rel: rel(self.targets.timer_enter),
-            timer_exit_rel: rel(self.targets.timer_exit),
+            calib_rel: if self.calibration == 0 { 0 } else { rel(self.calibration) },
         }
     }
 
@@ -308,6 +309,8 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
     t.timer_enter = c.code(plan, PieceKind::TimerEnter, &t, &mut pieces)?;
     t.timer_exit = c.code(plan, PieceKind::TimerExit, &t, &mut pieces)?;
     let trap_stub = c.code(plan, PieceKind::TrapStub, &t, &mut pieces)?;
+    c.align(64);
+    let calibration = if n_points > 0 { c.code(plan, PieceKind::Calibration, &t, &mut pieces)? } else { 0 };
     let trampolines = c.base + c.len;
 
     let mut sites = Vec::with_capacity(plan.points.len() + plan.exits.len());
@@ -414,6 +417,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         targets: t,
         entry_stub,
         trap_stub,
+        calibration,
         trampolines,
         pieces,
         wrap_sites,

@@ -576,6 +576,7 @@ pub fn meta_json(p: &Planned, program: &str, input: Option<&str>) -> String {
                 bits: pt.bits,
                 size,
                 tail_jumps_to: tails,
+                entry_exit: p.plan.entry_exits.contains_key(&pt.id),
             }
         })
         .collect();

@@ -122,12 +122,13 @@ pub fn paths(t: &ThreadProfile) -> Vec<PathSample> {
 }
 
 /// Subtract the instrumentation's cost from a thread's tree and flat times (D21): node `i`
-/// loses `calls × inner` (its own events, inside its span) plus `pair` per call of its
-/// descendants (each nested timed call, whole); a point's flat time (`times`: point, CPU,
+/// loses `calls × inner` (its own events, inside its span) plus, per call of each of its
+/// descendants, that descendant's `pair` (each nested timed call, whole); `cost(point)` is
+/// (inner, pair) of a point's events; a point's flat time (`times`: point, CPU,
 /// wall, outermost activations only) loses what its outermost nodes lost. Costs are in ticks
 /// × [`stint_layout::CALIB_SCALE`]. A time that would go below zero is clamped at 0; returns
 /// how many were.
-pub fn compensate(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], inner: u64, pair: u64) -> u64 {
+pub fn compensate(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], cost: impl Fn(u32) -> (u64, u64)) -> u64 {
     let mut clamped = 0u64;
     let mut sub = |v: &mut u64, by: u64| {
         let by = by / stint_layout::CALIB_SCALE;
@@ -141,16 +142,17 @@ pub fn compensate(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], inner: u
     };
     let n = tree.len();
     let parent = |tree: &[CallNode], i: usize| tree[i].parent.map(|p| p as usize).filter(|&p| p < i);
-    // Calls of each node's descendants: children come after their parents.
+    // What the calls of each node's descendants cost it: children come after their parents.
     let mut nested = vec![0u64; n];
     for i in (0..n).rev() {
         if let Some(p) = parent(tree, i) {
-            nested[p] = nested[p].saturating_add(nested[i]).saturating_add(tree[i].calls);
+            let own = tree[i].calls.saturating_mul(cost(tree[i].point).1);
+            nested[p] = nested[p].saturating_add(nested[i]).saturating_add(own);
         }
     }
     let mut by_point: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
     for i in 0..n {
-        let over = tree[i].calls.saturating_mul(inner).saturating_add(nested[i].saturating_mul(pair));
+        let over = tree[i].calls.saturating_mul(cost(tree[i].point).0).saturating_add(nested[i]);
         // A recursive activation is inside an outer one of the same function, whose flat
         // time already holds it.
         let mut at = parent(tree, i);
@@ -212,7 +214,7 @@ mod tests {
         ];
         let mut times = vec![(0, 100_000, 200_000), (1, 90_000, 90_000), (2, 30_000, 30_000), (3, 500, 500)];
         // inner 10 ticks, pair 50 ticks per event.
-        let clamped = compensate(&mut tree, &mut times, 10 * S, 50 * S);
+        let clamped = compensate(&mut tree, &mut times, |_| (10 * S, 50 * S));
         // main: own 10 + 1003 nested calls (loop, 1000 tiny, 2 rec) × 50.
         assert_eq!(tree[0].cpu_ticks, 100_000 - 10 - 1003 * 50);
         // loop: own 10 + 1000 × 50; tiny: 1000 × 10.
@@ -224,7 +226,7 @@ mod tests {
         assert_eq!(clamped, 0);
         // A cost above the time: 0, counted (cpu and wall of the one node).
         let mut tree = vec![node(None, 0, 10, 50, 60)];
-        assert_eq!(compensate(&mut tree, &mut [], 10 * S, 0), 2);
+        assert_eq!(compensate(&mut tree, &mut [], |_| (10 * S, 0)), 2);
         assert_eq!((tree[0].cpu_ticks, tree[0].wall_ticks), (0, 0));
     }
 

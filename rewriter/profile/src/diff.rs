@@ -598,6 +598,7 @@ mod tests {
             states: StateTimes::default(),
             waits: vec![],
             wrap_skipped: 0,
+            run_split: None,
             transitions: vec![],
             calltree: vec![],
             calltree_lost: 0,

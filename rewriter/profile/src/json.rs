@@ -88,9 +88,40 @@ pub struct CompensationJson {
     pub inside_flat_ps: u64,
     /// A counted, untimed call (not subtracted).
     pub counted_call_ps: u64,
+    /// `timed_call_ps` / `inside_ps` of a tiny function whose entry trampoline runs its exit
+    /// (tactic `entry+exit`), and of a call into an import timed at its call site; 0 when the
+    /// runtime did not measure them (then the figures above stand in).
+    #[serde(default)]
+    pub timed_call_entry_exit_ps: u64,
+    #[serde(default)]
+    pub inside_entry_exit_ps: u64,
+    #[serde(default)]
+    pub timed_call_import_ps: u64,
+    #[serde(default)]
+    pub inside_import_ps: u64,
     /// Times that went below zero and were clamped to 0.
     pub clamped: u64,
 }
+
+/// A thread's RUN time split by the scheduler's figures (issue 12): ns, and % of the thread's
+/// observed time (every state but `EXITED`), as `report --by thread` shows them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSplitJson {
+    /// On a CPU.
+    pub on_cpu_ns: Option<u64>,
+    /// Neither on a CPU nor in a wrapped thread-library call: I/O, sleep, waits inside
+    /// libraries the runtime does not wrap.
+    pub off_cpu_ns: Option<u64>,
+    /// Runnable, waiting for a CPU.
+    pub run_queue_ns: Option<u64>,
+    pub cpu_pct: f64,
+    pub offcpu_pct: f64,
+    pub runq_pct: f64,
+}
+
+/// The shares are finite (never NaN: they exist only for a thread observed for some time), so
+/// `==` is an equivalence and the document stays `Eq`.
+impl Eq for RunSplitJson {}
 
 /// The process keys of the document (D22). Absent in documents of older versions (read as
 /// their defaults).
@@ -263,6 +294,10 @@ pub struct ThreadJson {
     pub waits: Vec<WaitJson>,
     /// Wrapped calls not recorded (the thread was inside the runtime).
     pub wrap_skipped: u64,
+    /// RUN split by the kernel's schedstat figures (on a CPU, off a CPU, waiting for a CPU);
+    /// absent without them (a main thread that ended unseen, older runtimes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_split: Option<RunSplitJson>,
     /// The last state transitions (the ring); absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transitions: Vec<TransitionJson>,
@@ -450,7 +485,24 @@ pub fn compensation_json(p: &Profile) -> Option<CompensationJson> {
         inside_ps: ps(c.inner_ticks),
         inside_flat_ps: ps(c.inner_flat_ticks),
         counted_call_ps: ps(c.count_ticks),
+        timed_call_entry_exit_ps: ps(c.pair_ee_ticks),
+        inside_entry_exit_ps: ps(c.inner_ee_ticks),
+        timed_call_import_ps: ps(c.pair_import_ticks),
+        inside_import_ps: ps(c.inner_import_ticks),
         clamped: c.clamped,
+    })
+}
+
+fn run_split_json(p: &Profile, t: &ThreadProfile) -> Option<RunSplitJson> {
+    let (cpu, off, runq) = t.run_split(p.tsc_hz)?;
+    let (cpu_pct, offcpu_pct, runq_pct) = t.run_split_pct(p.tsc_hz)?;
+    Some(RunSplitJson {
+        on_cpu_ns: p.ticks_to_ns(cpu),
+        off_cpu_ns: p.ticks_to_ns(off),
+        run_queue_ns: p.ticks_to_ns(runq),
+        cpu_pct,
+        offcpu_pct,
+        runq_pct,
     })
 }
 
@@ -483,6 +535,7 @@ fn thread_json(p: &Profile, t: &ThreadProfile) -> ThreadJson {
         start_ns: start_ns(p, t),
         end_ns: end_ns(p, t),
         exit: exit_kind_name(t.exit_kind).to_owned(),
+        run_split: run_split_json(p, t),
         exit_value: (t.exit_kind != EXIT_UNKNOWN).then_some(t.exit_value),
         state: state_label(t.thread_state).to_owned(),
         states: StateTimes(

@@ -39,7 +39,8 @@ use stint_layout::FILE_MAGIC;
 use thiserror::Error;
 
 use crate::json::{
-    profile_json, CallNodeJson, FunctionJson, ObjectJson, ProfileJson, StateTimes, ThreadJson, WaitJson, SCHEMA,
+    profile_json, CallNodeJson, CompensationJson, FunctionJson, ObjectJson, ProfileJson, StateTimes, ThreadJson,
+    WaitJson, SCHEMA,
 };
 use crate::profile::{parse, ProfileError};
 use crate::symbols::Resolver;
@@ -356,11 +357,38 @@ fn merge_program(group: &[&Input]) -> MergedJson {
             objects_lost: sum(|p| p.objects_lost),
             warnings,
             process: Default::default(),
-            compensation: None,
+            compensation: merged_compensation(group),
         },
         runs,
         merged_from: group.iter().flat_map(|i| i.merged_from.iter().cloned()).collect(),
     }
+}
+
+/// The `compensation` key of a merged document: kept when every input has one and all agree
+/// on `applied` (every time compensated, or every time raw), so that the sums are of one kind;
+/// the per-event costs are the inputs' means (each run calibrated its own), `clamped` their
+/// sum. `None` when an input was not calibrated or the inputs mix compensated and raw times.
+fn merged_compensation(group: &[&Input]) -> Option<CompensationJson> {
+    let all: Vec<&CompensationJson> = group.iter().map(|i| i.profile.compensation.as_ref()).collect::<Option<_>>()?;
+    let first = *all.first()?;
+    if all.iter().any(|c| c.applied != first.applied) {
+        return None;
+    }
+    let n = all.len() as u64;
+    let mean = |f: fn(&CompensationJson) -> u64| all.iter().fold(0u64, |s, c| s.saturating_add(f(c))) / n;
+    Some(CompensationJson {
+        applied: first.applied,
+        timed_call_ps: mean(|c| c.timed_call_ps),
+        timed_call_flat_ps: mean(|c| c.timed_call_flat_ps),
+        inside_ps: mean(|c| c.inside_ps),
+        inside_flat_ps: mean(|c| c.inside_flat_ps),
+        counted_call_ps: mean(|c| c.counted_call_ps),
+        timed_call_entry_exit_ps: mean(|c| c.timed_call_entry_exit_ps),
+        inside_entry_exit_ps: mean(|c| c.inside_entry_exit_ps),
+        timed_call_import_ps: mean(|c| c.timed_call_import_ps),
+        inside_import_ps: mean(|c| c.inside_import_ps),
+        clamped: all.iter().fold(0u64, |s, c| s.saturating_add(c.clamped)),
+    })
 }
 
 /// Add thread `t` (of another run, same role) into `m`.
@@ -708,6 +736,36 @@ mod tests {
             merged[0].profile.warnings,
             ["pthread_mutex_lock is imported but no wrapper sees it", "pigz.1.stint: objects lost"]
         );
+    }
+
+    #[test]
+    fn compensation_is_kept_when_every_run_agrees() {
+        let comp = |applied: bool, ps: u64| CompensationJson {
+            applied,
+            timed_call_ps: ps,
+            inside_ps: ps / 2,
+            clamped: 1,
+            ..CompensationJson::default()
+        };
+        let with = |cs: &[Option<CompensationJson>]| -> Vec<Input> {
+            cs.iter()
+                .enumerate()
+                .map(|(k, c)| {
+                    let mut i = run(100 + k as u32, &[(100 + k as u32, vec![(0, 1)])]);
+                    i.profile.compensation = c.clone();
+                    i
+                })
+                .collect()
+        };
+        let m = merge(&with(&[Some(comp(true, 18_000)), Some(comp(true, 19_000))]));
+        let c = m[0].profile.compensation.as_ref().expect("both compensated: kept");
+        assert_eq!((c.applied, c.timed_call_ps, c.inside_ps, c.clamped), (true, 18_500, 9_250, 2));
+        let m = merge(&with(&[Some(comp(false, 18_000)), Some(comp(false, 18_000))]));
+        assert_eq!(m[0].profile.compensation.as_ref().map(|c| c.applied), Some(false), "both raw: kept, raw");
+        let m = merge(&with(&[Some(comp(true, 18_000)), Some(comp(false, 18_000))]));
+        assert_eq!(m[0].profile.compensation, None, "compensated and raw mixed");
+        let m = merge(&with(&[Some(comp(true, 18_000)), None]));
+        assert_eq!(m[0].profile.compensation, None, "one run not calibrated");
     }
 
     #[test]

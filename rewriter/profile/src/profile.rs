@@ -159,12 +159,16 @@ pub struct Profile {
 /// [`compensate`] did with it.
 ///
 /// With call paths the subtraction is exact per node: a node's inclusive time loses
-/// `calls × inner_ticks` (its own entries and exits) plus `pair_ticks` per call of its
-/// descendants (each nested timed event, whole), and a function's flat time loses what its
-/// outermost nodes lost. Without call paths a function's time loses its own share only
-/// (`calls × inner_flat_ticks`): what its callees' events cost it stays in (approximated, and
-/// said so in the report). Counted-only calls (timers off) and thread-library wrappers are not
-/// subtracted.
+/// `calls × inner` (its own entries and exits) plus `pair` per call of its descendants (each
+/// nested timed event, whole), and a function's flat time loses what its outermost nodes
+/// lost. `inner` and `pair` are those of the point's kind of trampoline ([`Self::cost`]): a
+/// function with separate entry and exit trampolines, a tiny one whose entry trampoline runs
+/// its exit (`entry+exit`), a call into an import timed at its call site. Without call paths
+/// a function's time loses its own share only (`calls × inner_flat_ticks`, the separate
+/// trampolines' figure for every point): what its callees' events cost it stays in
+/// (approximated, and said so in the report). Counted-only calls (timers off) and
+/// thread-library wrappers are not subtracted: nothing records which timed function made
+/// them (the counter is per point and thread, not per call path).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compensation {
     /// A timed entry+exit with a call-path node, whole / inside the function's own span.
@@ -175,6 +179,17 @@ pub struct Compensation {
     pub inner_flat_ticks: u64,
     /// A counted, untimed entry.
     pub count_ticks: u64,
+    /// `pair_ticks` / `inner_ticks` of a tiny function whose entry trampoline runs its exit
+    /// (`entry+exit`), and of a call into an import timed at its call site; 0 from runtimes
+    /// before the emitted calibration routine (then `pair_ticks`/`inner_ticks` stand in).
+    #[serde(default)]
+    pub pair_ee_ticks: u64,
+    #[serde(default)]
+    pub inner_ee_ticks: u64,
+    #[serde(default)]
+    pub pair_import_ticks: u64,
+    #[serde(default)]
+    pub inner_import_ticks: u64,
     /// Whether the times in this profile had the costs subtracted (`false`: raw figures).
     pub applied: bool,
     /// Times that would have gone below zero and were clamped to 0.
@@ -186,6 +201,17 @@ impl Compensation {
     /// did not).
     pub fn calibrated(&self) -> bool {
         self.pair_ticks != 0 || self.pair_flat_ticks != 0
+    }
+
+    /// (inner, pair) of a timed event of `point` with call paths, by its kind of trampoline.
+    pub fn cost(&self, point: Option<&PointMeta>) -> (u64, u64) {
+        let ee = point.is_some_and(|p| p.entry_exit) && self.pair_ee_ticks != 0;
+        let import = point.is_some_and(|p| p.kind == stint_layout::meta::POINT_IMPORT) && self.pair_import_ticks != 0;
+        match (ee, import) {
+            (true, _) => (self.inner_ee_ticks, self.pair_ee_ticks),
+            (_, true) => (self.inner_import_ticks, self.pair_import_ticks),
+            _ => (self.inner_ticks, self.pair_ticks),
+        }
     }
 }
 
@@ -210,10 +236,13 @@ pub fn compensate(p: &mut Profile) {
                     CallNode { parent: None, point, calls, ..CallNode::default() }
                 })
                 .collect();
-            clamped += crate::calltree::compensate(&mut roots, &mut t.times, c.inner_flat_ticks, 0);
+            clamped += crate::calltree::compensate(&mut roots, &mut t.times, |_| (c.inner_flat_ticks, 0));
             continue;
         }
-        clamped += crate::calltree::compensate(&mut t.calltree, &mut t.times, c.inner_ticks, c.pair_ticks);
+        let points = &p.points;
+        clamped += crate::calltree::compensate(&mut t.calltree, &mut t.times, |point| {
+            c.cost(points.get(point as usize).filter(|m| m.id == point))
+        });
     }
     c.applied = true;
     c.clamped = clamped;
@@ -614,6 +643,22 @@ impl ThreadProfile {
         Some((cpu, run - cpu - runq, runq))
     }
 
+    /// Ticks in every state but `EXITED`: what the thread was observed for.
+    pub fn observed_ticks(&self) -> u64 {
+        (0..stint_layout::N_STATES)
+            .filter(|&s| s != stint_layout::STATE_EXITED)
+            .fold(0u64, |a, s| a.saturating_add(self.state_ticks[s as usize]))
+    }
+
+    /// [`Self::run_split`] as % of [`Self::observed_ticks`] (CPU%, OFFCPU%, RUNQ%), the
+    /// figures `report --by thread`, the JSON and `top` show.
+    pub fn run_split_pct(&self, tsc_hz: u64) -> Option<(f64, f64, f64)> {
+        let observed = self.observed_ticks();
+        let (cpu, off, runq) = self.run_split(tsc_hz).filter(|_| observed != 0)?;
+        let pct = |t: u64| t as f64 * 100.0 / observed as f64;
+        Some((pct(cpu), pct(off), pct(runq)))
+    }
+
     /// Whether this is the process's main thread.
     pub fn is_main(&self, p: &Profile) -> bool {
         self.tid == p.pid
@@ -873,6 +918,10 @@ fn parse_measured(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             pair_flat_ticks: h.calib.pair_flat_ticks,
             inner_flat_ticks: h.calib.inner_flat_ticks,
             count_ticks: h.calib.count_ticks,
+            pair_ee_ticks: h.calib.pair_ee_ticks,
+            inner_ee_ticks: h.calib.inner_ee_ticks,
+            pair_import_ticks: h.calib.pair_import_ticks,
+            inner_import_ticks: h.calib.inner_import_ticks,
             applied: false,
             clamped: 0,
         },
@@ -1324,6 +1373,10 @@ mod tests {
                 count_ticks: 43,
                 batches: 44,
                 per_batch: 45,
+                pair_ee_ticks: 46,
+                inner_ee_ticks: 47,
+                pair_import_ticks: 48,
+                inner_import_ticks: 49,
             },
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
@@ -1534,6 +1587,39 @@ mod tests {
         assert_eq!(err(&b), "meta: metric calls uses counter slot 9, but columns have 4 slots");
     }
 
+    /// Each point is compensated with the calibration of its kind of trampoline: separate
+    /// entry and exit, entry+exit (meta `entry_exit`), a call into an import; a runtime that
+    /// did not measure a kind (0) leaves the separate trampolines' figures standing in.
+    #[test]
+    fn each_point_costs_what_its_trampolines_cost() {
+        let c = Compensation {
+            pair_ticks: 100,
+            inner_ticks: 50,
+            pair_ee_ticks: 90,
+            inner_ee_ticks: 45,
+            pair_import_ticks: 80,
+            inner_import_ticks: 40,
+            ..Compensation::default()
+        };
+        let point = |kind: &str, entry_exit: bool| PointMeta {
+            id: 0,
+            kind: kind.into(),
+            function: "f".into(),
+            address: "0x1000".into(),
+            bits: stint_layout::TIMER_BITS,
+            size: 0,
+            tail_jumps_to: Vec::new(),
+            entry_exit,
+        };
+        assert_eq!(c.cost(Some(&point(POINT_ENTRY, false))), (50, 100));
+        assert_eq!(c.cost(Some(&point(POINT_ENTRY, true))), (45, 90));
+        assert_eq!(c.cost(Some(&point(stint_layout::meta::POINT_IMPORT, false))), (40, 80));
+        assert_eq!(c.cost(None), (50, 100), "a point the meta does not describe");
+        let old = Compensation { pair_ee_ticks: 0, pair_import_ticks: 0, ..c };
+        assert_eq!(old.cost(Some(&point(POINT_ENTRY, true))), (50, 100));
+        assert_eq!(old.cost(Some(&point(stint_layout::meta::POINT_IMPORT, false))), (50, 100));
+    }
+
     /// The meta as the rewriter writes it (`Meta::new`: every metric, lock metrics without a
     /// counter slot, bits and sizes) reads back, and its counters come from the calls slot.
     #[test]
@@ -1546,6 +1632,7 @@ mod tests {
             bits: stint_layout::TIMER_BITS | 1,
             size: 40,
             tail_jumps_to: Vec::new(),
+            entry_exit: false,
         }];
         let meta = serde_json::to_string(&stint_layout::meta::Meta::new("prog", points.clone())).unwrap();
         let p = parse_with(&write_synthetic(&meta, &[(100, vec![(0, 9)])]), &Observer::ENDED).unwrap();

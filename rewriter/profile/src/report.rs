@@ -820,9 +820,8 @@ pub fn to_thread_table(p: &Profile) -> String {
             row.push(if observed == 0 { "-".into() } else { format!("{:.1}", ticks as f64 * 100.0 / observed as f64) });
         }
         if split {
-            let pct = |ticks: u64| format!("{:.1}", ticks as f64 * 100.0 / observed as f64);
-            match t.run_split(p.tsc_hz).filter(|_| observed != 0) {
-                Some((cpu, off, runq)) => row.extend([pct(cpu), pct(off), pct(runq)]),
+            match t.run_split_pct(p.tsc_hz) {
+                Some((cpu, off, runq)) => row.extend([cpu, off, runq].map(|v| format!("{v:.1}"))),
                 None => row.extend(["-", "-", "-"].map(String::from)),
             }
         }

@@ -37,6 +37,7 @@ fn timed_meta(funcs: &[Func], with_timers: bool) -> String {
                 bits: metric_bit(0) | if timed && with_timers { TIMER_BITS } else { 0 },
                 size: 0,
                 tail_jumps_to: Vec::new(),
+                entry_exit: false,
             })
             .collect(),
         unwrapped: Vec::new(),

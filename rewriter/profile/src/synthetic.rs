@@ -63,6 +63,7 @@ pub fn synthetic_meta_points(program: &str, points: &[(&str, &str, &str, u64)]) 
                 bits: 0,
                 size,
                 tail_jumps_to: Vec::new(),
+                entry_exit: false,
             })
             .collect(),
         unwrapped: Vec::new(),

@@ -216,6 +216,14 @@ pod_struct! {
         pub batches: u32,
         /// Entry/exit pairs per batch.
         pub per_batch: u32,
+        /// [`Self::pair_ticks`] and [`Self::inner_ticks`] of a tiny function whose entry
+        /// trampoline also runs its exit (tactic `entry+exit`), with call paths. 0 in files
+        /// of runtimes before the emitted calibration routine.
+        pub pair_ee_ticks: u64,
+        pub inner_ee_ticks: u64,
+        /// The same two for a call timed at its call site into an import (D19).
+        pub pair_import_ticks: u64,
+        pub inner_import_ticks: u64,
     }
 }
 
@@ -1086,17 +1094,30 @@ pod_struct! {
         /// Point names, NUL-terminated, in point order (for control-file globs), relative.
         pub names_rel: i64,
         pub names_len: u64,
-        /// The shared timer routines (enter, exit), relative: the runtime calibrates the cost
-        /// of an event with them at start (D21).
-        pub timer_enter_rel: i64,
-        pub timer_exit_rel: i64,
+        /// The calibration routine the rewriter emits from the same trampoline code as the
+        /// program's points (D21), relative; 0: none. Its entries are at the
+        /// `CALIB_*_OFFSET`s below; the runtime runs them at start.
+        pub calib_rel: i64,
     }
 }
+
+/// Entries of the calibration routine (`RtConfig::calib_rel`), each called with the number of
+/// calls in `rdi`; every one returns with rax, rdi and the flags clobbered. Each calls its
+/// callee `rdi` times from a loop; the gate of point 0 says what is measured.
+/// A callee entered through an entry trampoline and left through an exit trampoline (the
+/// program's tactic `window`).
+pub const CALIB_SPLIT_OFFSET: u64 = 0;
+/// The same loop around a plain function that only returns: the baseline.
+pub const CALIB_PLAIN_OFFSET: u64 = 32;
+/// A call site of an import, through an import trampoline (D19), into a plain function.
+pub const CALIB_IMPORT_OFFSET: u64 = 64;
+/// A callee whose entry trampoline also runs its exit (tactic `entry+exit`, tiny functions).
+pub const CALIB_ENTRY_EXIT_OFFSET: u64 = 96;
 
 pub const CONFIG_MAGIC: [u8; 8] = *b"STINTCFG";
 /// `RtConfig::flags`: the spec turned call paths off (`call_paths: false`, D16).
 pub const CFG_NO_CALL_PATHS: u32 = 1 << 0;
-pub const CONFIG_VERSION: u32 = 5;
+pub const CONFIG_VERSION: u32 = 6;
 
 pod_struct! {
     /// A site patched with `int3` (the trap tactic): the runtime's SIGTRAP handler resumes

@@ -137,6 +137,10 @@ pub struct PointMeta {
     /// not when the import returns (D17); a report says so next to its times.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tail_jumps_to: Vec<String>,
+    /// The entry trampoline also runs the exit (tactic `entry+exit`, tiny functions): a
+    /// timed call costs what the calibration's entry+exit callee measured (D21).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub entry_exit: bool,
 }
 
 impl PointMeta {
@@ -145,6 +149,10 @@ impl PointMeta {
         let hex = self.address.strip_prefix("0x").or_else(|| self.address.strip_prefix("0X"))?;
         u64::from_str_radix(hex, 16).ok()
     }
+}
+
+fn is_false(x: &bool) -> bool {
+    !*x
 }
 
 fn is_zero_u8(x: &u8) -> bool {

@@ -198,6 +198,11 @@ pub struct ThreadRow {
     pub cpu_pct: Option<f64>,
     /// Share of the thread's observed time (interval, else total) in RUN.
     pub run_pct: Option<f64>,
+    /// RUN split by the kernel's schedstat: off a CPU (I/O, sleep, waits inside libraries)
+    /// and waiting for a CPU, % of the thread's observed time (interval, else total);
+    /// `None` without schedstat figures (at either reading).
+    pub offcpu_pct: Option<f64>,
+    pub runq_pct: Option<f64>,
     /// The BLOCKED_* state with the biggest share, and the share.
     pub blocked: Option<(u32, f64)>,
     pub calls_per_s: Option<f64>,
@@ -235,6 +240,14 @@ pub fn thread_rows(prev: Option<&Reading>, cur: &Reading) -> Vec<ThreadRow> {
             let then = prev.cpu_ns.get(&t.tid).copied().unwrap_or(0);
             Some(now.saturating_sub(then) as f64 / 1e9 / secs * 100.0)
         });
+        // The split over the interval: what it is now minus what it was.
+        let split = match (t.run_split(p.tsc_hz), old.map(|o| o.run_split(p.tsc_hz))) {
+            (Some(now), None) => Some(now),
+            (Some(now), Some(Some(then))) => {
+                Some((now.0.saturating_sub(then.0), now.1.saturating_sub(then.1), now.2.saturating_sub(then.2)))
+            }
+            _ => None,
+        };
         let calls = t.total_calls();
         let state = if t.alive || t.thread_state == STATE_EXITED {
             state_name(t.thread_state).unwrap_or("unknown")
@@ -249,6 +262,8 @@ pub fn thread_rows(prev: Option<&Reading>, cur: &Reading) -> Vec<ThreadRow> {
             alive: t.alive,
             cpu_pct,
             run_pct: pct(ticks(STATE_RUN)),
+            offcpu_pct: split.and_then(|s| pct(s.1)),
+            runq_pct: split.and_then(|s| pct(s.2)),
             blocked,
             calls_per_s: iv.map(|(_, secs)| calls.saturating_sub(old.map_or(0, |o| o.total_calls())) as f64 / secs),
             calls,
@@ -539,8 +554,17 @@ impl Screen {
         // Threads.
         let trows = thread_rows(prev, cur);
         let mask_column = trows.iter().any(|r| r.mask as u8 & all_metrics() != all_metrics());
-        let mut head = vec!["TID", "STATE", "CPU%", "RUN%", "BLOCKED%", "BLOCKED", "CALLS/S", "CALLS"];
-        let mut right = vec![false, false, true, true, true, false, true, true];
+        let mut head = vec!["TID", "STATE", "CPU%", "RUN%"];
+        let mut right = vec![false, false, true, true];
+        // RUN split (issue 12), when the kernel's figures are there for some thread.
+        let split = trows.iter().any(|r| r.offcpu_pct.is_some());
+        let split_shown = split;
+        if split {
+            head.extend(["OFFCPU%", "RUNQ%"]);
+            right.extend([true, true]);
+        }
+        head.extend(["BLOCKED%", "BLOCKED", "CALLS/S", "CALLS"]);
+        right.extend([true, false, true, true]);
         if mask_column {
             head.push("MASK");
             right.push(false);
@@ -557,16 +581,11 @@ impl Screen {
                     }
                     None => ("-".into(), "-".into()),
                 };
-                let mut row = vec![
-                    r.tid.to_string(),
-                    r.state.to_string(),
-                    fmt_pct(r.cpu_pct),
-                    fmt_pct(r.run_pct),
-                    blocked_pct,
-                    blocked,
-                    fmt_rate(r.calls_per_s),
-                    r.calls.to_string(),
-                ];
+                let mut row = vec![r.tid.to_string(), r.state.to_string(), fmt_pct(r.cpu_pct), fmt_pct(r.run_pct)];
+                if split {
+                    row.extend([fmt_pct(r.offcpu_pct), fmt_pct(r.runq_pct)]);
+                }
+                row.extend([blocked_pct, blocked, fmt_rate(r.calls_per_s), r.calls.to_string()]);
                 if mask_column {
                     let m = r.mask as u8 & all_metrics();
                     row.push(if m == all_metrics() { "all".into() } else { metric_names(m).replace(' ', ",") });
@@ -640,6 +659,11 @@ impl Screen {
                  summed over threads; -MS: totals since the start"
             ),
             None => "one reading: totals since the start; rates need two readings".into(),
+        };
+        let legend = if split_shown {
+            format!("{legend}; OFFCPU%: in RUN but off a CPU (I/O, sleep), RUNQ%: waiting for a CPU (schedstat)")
+        } else {
+            legend
         };
         Screen {
             header: vec![line1, line2, line3],

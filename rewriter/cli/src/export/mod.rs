@@ -288,6 +288,7 @@ pub(crate) mod testing {
                 bits: 0,
                 size: 0x80,
                 tail_jumps_to: Vec::new(),
+                entry_exit: false,
             })
             .collect();
         let tree = vec![
