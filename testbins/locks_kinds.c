@@ -1,7 +1,8 @@
 // locks_kinds: every kind of mutex through the wrappers' paths, with exact numbers
 // (tests/locks.rs `mutex_kinds*`: counts, contended, calls and hold times per mutex, the
-// same under the default spec, under lock metrics only, whose uncontended locks and unlocks
-// take the fast path, and under calls only, which the thunk counts by itself).
+// same under the default spec, whose uncontended locks and unlocks take the wrappers' fast
+// path, with state_trace on, which keeps them on the full path, and with calls on and the
+// lock metrics off, which the thunks count by themselves).
 //
 // main, on its own (no other thread holds any of these mutexes while main uses them):
 //   for each mutex M of normal, errorcheck, recursive, robust, pi (PTHREAD_PRIO_INHERIT):

@@ -11,7 +11,15 @@
 //! `stint_rt_wrap` is an ordinary function of the caller: it records, calls the real
 //! function through the GOT slot (so lazy binding keeps working: an unresolved slot leads to
 //! the resolver, which fixes the slot and runs the function), records again and returns to
-//! the caller. Nothing on the program's stack is changed (D1); unwinding through the
+//! the caller.
+//!
+//! Two fast paths of a dynamic program's synchronisation functions skip most of that
+//! (`codegen::wrap_thunk` in the rewriter): when the registered thread measures only
+//! `calls` at the point, the thunk counts the call itself and jumps to the real function
+//! (no runtime call); when it measures only `calls`, `lock_wait` and `lock_hold` at a mutex
+//! lock or unlock, the thunk jumps to `stint_rt_wrap_lock` ([`wrap_lock`]), which handles
+//! the uncontended case with one TSC read and a look into the thread's own wait table, and
+//! hands everything else to [`wrap`]. Nothing on the program's stack is changed (D1); unwinding through the
 //! wrapper's frame (pthread_cancel, pthread_exit) uses rt-lib's FDEs (D5).
 //!
 //! # What is recorded (only on the calling thread's own column, no atomics)

@@ -61,7 +61,7 @@
 //! | `cancel_cleanup::*` | `locks_cancel.c` | `pthread_cancel` in `pthread_cond_wait`, cleanup handler; exit `canceled` |
 //! | `cancel_destructor::*` | `locks_cancelpp.cpp` | the same in C++: a destructor runs in the forced unwinding through the wrapper |
 //! | `mutex_call_counts::*` | `locks_counts.c` | exact calls of lock/trylock/timedlock/unlock per thread, exact `contended` |
-//! | `mutex_kinds::*`, `mutex_kinds_fast::*`, `mutex_kinds_calls::*` | `locks_kinds.c` | normal, error-checking, recursive, robust and PI mutexes: exact counts, `contended` and calls, holds, under the default spec (full path), calls and lock metrics (the fast path) and calls only (counted in the thunk) |
+//! | `mutex_kinds::*`, `mutex_kinds_traced::*`, `mutex_kinds_calls::*` | `locks_kinds.c` | normal, error-checking, recursive, robust and PI mutexes: exact counts, `contended` and calls, holds, under the default spec (the fast path), with `state_trace` on (the full path) and calls with the lock metrics off (counted in the thunk) |
 //! | `lock_metrics_off_at_start::*` | `locks_mutex.c` | spec with lock_wait, lock_hold, state_trace off at start: no waits, same output |
 //! | `pigz_locks` | `/usr/bin/pigz` | a real program: identical output, mutex and condvar objects, waits; prints `--by lock` |
 //! | `originals_behave` | all | needs no rewriter: every original builds, runs deterministically and writes its side file |
@@ -134,10 +134,11 @@ enum SpecChoice {
     Default,
     /// The default spec with `lock_wait`, `lock_hold` and `state_trace` off at start.
     LocksOff,
-    /// `calls`, `lock_wait` and `lock_hold` (no `state_trace`): uncontended mutex locks and
-    /// unlocks take the wrappers' fast path.
-    LockMetrics,
-    /// `calls` only: the thunks of the synchronisation functions count by themselves.
+    /// `calls`, `lock_wait`, `lock_hold` and `state_trace`: every mutex call takes the
+    /// wrappers' full path (the fast path records no state transitions).
+    Traced,
+    /// `calls` on, `lock_wait` and `lock_hold` defined but off at start: the wrappers are
+    /// there, and their thunks count the calls by themselves.
     CallsOnly,
 }
 
@@ -146,12 +147,17 @@ fn spec_file(choice: SpecChoice, dir: &Path) -> Option<PathBuf> {
     let text = match choice {
         SpecChoice::Default => return None,
         SpecChoice::LocksOff => return Some(locks_off_spec(dir)),
-        SpecChoice::LockMetrics => {
+        SpecChoice::Traced => {
             "metrics:\n  - {name: calls, kind: counter, at: entry, on_at_start: true}\n  \
              - {name: lock_wait, kind: wait, at: sync_calls, on_at_start: true}\n  \
-             - {name: lock_hold, kind: wait, at: sync_calls, on_at_start: true}\n"
+             - {name: lock_hold, kind: wait, at: sync_calls, on_at_start: true}\n  \
+             - {name: state_trace, kind: trace, at: sync_calls, on_at_start: true}\n"
         }
-        SpecChoice::CallsOnly => "metrics: [{name: calls, kind: counter, at: entry, on_at_start: true}]\n",
+        SpecChoice::CallsOnly => {
+            "metrics:\n  - {name: calls, kind: counter, at: entry, on_at_start: true}\n  \
+             - {name: lock_wait, kind: wait, at: sync_calls, on_at_start: false}\n  \
+             - {name: lock_hold, kind: wait, at: sync_calls, on_at_start: false}\n"
+        }
     };
     let out = dir.join(format!("{choice:?}.yaml"));
     std::fs::write(&out, text).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
@@ -289,8 +295,8 @@ fn run_case(name: &str, variant: Variant, spec: SpecChoice) -> Case {
     let ctx = match spec {
         SpecChoice::Default => format!("{name} {variant}"),
         SpecChoice::LocksOff => format!("{name} {variant} (lock metrics off at start)"),
-        SpecChoice::LockMetrics => format!("{name} {variant} (calls and lock metrics, no state_trace)"),
-        SpecChoice::CallsOnly => format!("{name} {variant} (calls only)"),
+        SpecChoice::Traced => format!("{name} {variant} (calls, lock metrics and state_trace)"),
+        SpecChoice::CallsOnly => format!("{name} {variant} (calls on, lock metrics off)"),
     };
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
     let _turn = cpu_turn();
@@ -1433,9 +1439,9 @@ const KIND_CALLS: [(&str, u64); 4] = [
     ("pthread_mutex_unlock", 5786),
 ];
 
-/// locks_kinds.c with the lock metrics on (the default spec, whose `state_trace` keeps
-/// every call on the full path, or calls and lock metrics only, whose uncontended locks and
-/// unlocks take the fast path): the same exact counts either way.
+/// locks_kinds.c with the lock metrics on: the default spec (`state_trace` off at start),
+/// whose uncontended mutex locks and unlocks take the fast path, or with `state_trace` on,
+/// which keeps every call on the full path: the same exact counts either way.
 fn check_kinds(case: &Case) -> Findings {
     let mut c = Checker::new(case);
     let side = &case.side;
@@ -1486,7 +1492,8 @@ fn check_kinds(case: &Case) -> Findings {
     c.finish()
 }
 
-/// locks_kinds.c with calls only: the thunks count every call, nothing else is recorded.
+/// locks_kinds.c with calls on and the lock metrics off: the thunks count every call,
+/// nothing else is recorded.
 fn check_kinds_calls(case: &Case) -> Findings {
     let mut c = Checker::new(case);
     c.section("threads_found");
@@ -1746,7 +1753,7 @@ lock_tests! {
         [threads_found, worker_calls, private_mutex_waits, shared_mutex_waits, worker_threads, objects, main_thread];
     mutex_kinds: "locks_kinds" Default => check_kinds [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
         [threads_found, calls, kind_waits, kind_holds];
-    mutex_kinds_fast: "locks_kinds" LockMetrics => check_kinds [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+    mutex_kinds_traced: "locks_kinds" Traced => check_kinds [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
         [threads_found, calls, kind_waits, kind_holds];
     mutex_kinds_calls: "locks_kinds" CallsOnly => check_kinds_calls [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
         [threads_found, calls, no_waits];
