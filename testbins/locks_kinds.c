@@ -35,7 +35,10 @@
 //# cflags: -pthread
 //# variants: pie-O2 nopie-O0
 //# expect: threads 2
+//# expect: threads from dier 1
+//# expect: thread dier calls dier 1
 //# expect: main calls main 1
+//# expect: main calls pairs 5
 #define _GNU_SOURCE
 #include "timing.h"
 #include <errno.h>
