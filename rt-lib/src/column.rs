@@ -48,6 +48,11 @@ pub struct Geometry {
 /// a time and doubles the index when they outgrow it).
 pub const CCT_INITIAL_MASK: u32 = 2 * (4096 / CCT_NODE_SIZE) - 1;
 
+/// The first wait-table slot of the object at address `home`.
+fn wait_home(home: u64) -> u32 {
+    ((home >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as u32 % WAIT_CAP
+}
+
 /// A thread's column, borrowed exclusively for `'a`.
 pub struct Column<'a> {
     /// The header: owner key, virtual timer, shadow-stack depth, thread record.
@@ -216,13 +221,15 @@ impl<'a> Column<'a> {
         Some(unsafe { &mut *self.node_ptr(i) })
     }
 
-    /// The wait-table entry for sync object `obj` (an index of the file's object table),
-    /// claimed with `kind` if new. `None` when the table is full, counted in `wrap_skipped`.
-    pub fn wait_entry(&mut self, obj: u32, kind: u32) -> Option<&mut WaitEntry> {
-        let start = (obj.wrapping_mul(0x9e37_79b1) >> 8) % WAIT_CAP;
+    /// The wait-table entry of sync object `obj` (`kind`), claimed if new; `None` when the
+    /// table is full (counted in `wrap_skipped`). Open addressing from the slot of `home`,
+    /// the object's address: the wrappers' fast path ([`Column::find_wait`]) finds a mutex's
+    /// entry from the mutex's address alone, without the shared object table.
+    pub fn wait_entry(&mut self, obj: u32, kind: u32, home: u64) -> Option<&mut WaitEntry> {
+        let start = wait_home(home);
         for k in 0..WAIT_CAP {
             let i = (start + k) % WAIT_CAP;
-            let e = self.at::<WaitEntry>(WAITS_OFFSET as usize + i as usize * size_of::<WaitEntry>());
+            let e = self.wait_at(i);
             // Safety: i < WAIT_CAP: inside the wait table.
             let object = unsafe { (*e).object };
             if object == obj.wrapping_add(1) {
@@ -240,6 +247,36 @@ impl<'a> Column<'a> {
         }
         self.h.wrap_skipped = self.h.wrap_skipped.wrapping_add(1);
         None
+    }
+
+    /// The wait-table entry of the object at `home` of `kind` that `is_it` (given the
+    /// object's index) accepts, looking at the first `probes` slots of `home`'s probe
+    /// sequence only; never claims one. `None` also when a free slot ends the sequence.
+    pub fn find_wait(
+        &mut self,
+        home: u64,
+        kind: u32,
+        probes: u32,
+        is_it: impl Fn(u32) -> bool,
+    ) -> Option<(u32, &mut WaitEntry)> {
+        let start = wait_home(home);
+        for k in 0..probes.min(WAIT_CAP) {
+            let e = self.wait_at((start + k) % WAIT_CAP);
+            // Safety: inside the wait table; the entry is written only by this thread.
+            let (object, k) = unsafe { ((*e).object, (*e).kind) };
+            if object == 0 {
+                return None;
+            }
+            if k == kind && is_it(object - 1) {
+                // Safety: as above; `&mut self` makes it exclusive.
+                return Some((object - 1, unsafe { &mut *e }));
+            }
+        }
+        None
+    }
+
+    fn wait_at(&self, i: u32) -> *mut WaitEntry {
+        self.at::<WaitEntry>(WAITS_OFFSET as usize + i as usize * size_of::<WaitEntry>())
     }
 
     fn held(&self, i: u32) -> *mut Held {
@@ -413,15 +450,37 @@ mod tests {
     fn wait_table_claims_then_finds_then_fills() {
         let mut buf = buffer(GEO);
         let mut c = column(&mut buf, GEO);
-        c.wait_entry(5, 1).unwrap().count += 1;
-        c.wait_entry(5, 1).unwrap().count += 1;
-        let e = *c.wait_entry(5, 1).unwrap();
+        c.wait_entry(5, 1, 0x5000).unwrap().count += 1;
+        c.wait_entry(5, 1, 0x5000).unwrap().count += 1;
+        let e = *c.wait_entry(5, 1, 0x5000).unwrap();
         assert_eq!((e.object, e.kind, e.count), (6, 1, 2));
         for obj in 0..WAIT_CAP {
-            let _ = c.wait_entry(1000 + obj, 2);
+            let _ = c.wait_entry(1000 + obj, 2, 0x8000 + 8 * obj as u64);
         }
         assert_eq!(c.h.wrap_skipped, 1, "one object did not fit");
-        assert!(c.wait_entry(5, 1).is_some());
+        assert!(c.wait_entry(5, 1, 0x5000).is_some());
+    }
+
+    #[test]
+    fn find_wait_finds_entries_from_their_address_only() {
+        let mut buf = buffer(GEO);
+        let mut c = column(&mut buf, GEO);
+        // Objects 7 and 9 at addresses that share a home slot, 8 elsewhere.
+        let (a7, a8) = (0x7000u64, 0x8008u64);
+        let a9 = (1..100_000u64).map(|i| a7 + 8 * i).find(|a| wait_home(*a) == wait_home(a7)).unwrap();
+        let addr = |obj: u32| [a7, a8, a9][obj as usize - 7];
+        c.wait_entry(7, 1, a7).unwrap().count = 70;
+        c.wait_entry(9, 1, a9).unwrap().count = 90;
+        c.wait_entry(8, 2, a8).unwrap().count = 80;
+        for (a, kind, want) in [(a7, 1, Some((7, 70))), (a9, 1, Some((9, 90))), (a8, 2, Some((8, 80))), (a8, 1, None)] {
+            let got = c.find_wait(a, kind, 4, |i| addr(i) == a).map(|(o, e)| (o, e.count));
+            assert_eq!(got, want, "address {a:#x} kind {kind}");
+        }
+        // Not among the first probes: no answer (the caller takes the full path).
+        assert!(c.find_wait(a9, 1, 1, |i| addr(i) == a9).is_none());
+        let taken = [wait_home(a7), (wait_home(a7) + 1) % WAIT_CAP, wait_home(a8)];
+        let free = (1..100_000u64).map(|i| 0x10_0000 + 8 * i).find(|a| !taken.contains(&wait_home(*a))).unwrap();
+        assert!(c.find_wait(free, 1, 4, |_| true).is_none(), "a free slot ends the search");
     }
 
     #[test]
@@ -442,7 +501,7 @@ mod tests {
         let mut buf = buffer(GEO);
         let mut c = column(&mut buf, GEO);
         *c.counter_mut(SLOT_WALL_TICKS, 2).unwrap() = 40;
-        c.wait_entry(3, 1).unwrap().count = 4;
+        c.wait_entry(3, 1, 0x3000).unwrap().count = 4;
         let mut states = [0u64; N_STATES as usize];
         states[0] = 77;
         c.save_baseline(&states);

@@ -41,6 +41,7 @@
 //! - [`stint_rt_slow`]: from a trampoline whose thread check missed.
 //! - [`stint_rt_timer`]: from a timer routine that needs more than a push or a pop.
 //! - [`stint_rt_wrap`]: from a wrapped import's thunk.
+//! - [`stint_rt_wrap_lock`]: from a mutex lock or unlock thunk's fast path.
 //! - [`stint_rt_trap`]: from the SIGTRAP handler stub.
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
@@ -138,6 +139,25 @@ pub unsafe extern "C" fn stint_rt_wrap(
 ) -> usize {
     // Safety: forwarded contract.
     unsafe { wrap::wrap([a0, a1, a2, a3], ra, site) }
+}
+
+/// The mutex fast path of a wrapped lock or unlock; the thunk jumps here instead of
+/// `stint_rt_wrap` when the thread measures only calls and lock metrics (see `wrap`).
+///
+/// # Safety
+/// As `stint_rt_wrap`.
+#[allow(unsafe_code)]
+#[no_mangle]
+pub unsafe extern "C" fn stint_rt_wrap_lock(
+    a0: usize,
+    a1: usize,
+    a2: usize,
+    a3: usize,
+    ra: usize,
+    site: *const WrapSite,
+) -> usize {
+    // Safety: forwarded contract.
+    unsafe { wrap::wrap_lock([a0, a1, a2, a3], ra, site) }
 }
 
 /// The body of the SIGTRAP handler; the rewriter's stub jumps here (see `trap`).

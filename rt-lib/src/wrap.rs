@@ -11,7 +11,15 @@
 //! `stint_rt_wrap` is an ordinary function of the caller: it records, calls the real
 //! function through the GOT slot (so lazy binding keeps working: an unresolved slot leads to
 //! the resolver, which fixes the slot and runs the function), records again and returns to
-//! the caller. Nothing on the program's stack is changed (D1); unwinding through the
+//! the caller.
+//!
+//! Two fast paths of a dynamic program's synchronisation functions skip most of that
+//! (`codegen::wrap_thunk` in the rewriter): when the registered thread measures only
+//! `calls` at the point, the thunk counts the call itself and jumps to the real function
+//! (no runtime call); when it measures only `calls`, `lock_wait` and `lock_hold` at a mutex
+//! lock or unlock, the thunk jumps to `stint_rt_wrap_lock` ([`wrap_lock`]), which handles
+//! the uncontended case with one TSC read and a look into the thread's own wait table, and
+//! hands everything else to [`wrap`]. Nothing on the program's stack is changed (D1); unwinding through the
 //! wrapper's frame (pthread_cancel, pthread_exit) uses rt-lib's FDEs (D5).
 //!
 //! # What is recorded (only on the calling thread's own column, no atomics)
@@ -115,7 +123,9 @@ impl Ev<'_, '_> {
 
     /// The wait-table entry of `obj` (`None`: no object, or the table is full).
     fn wait_entry(&mut self, obj: Option<u32>, kind: u32) -> Option<&mut WaitEntry> {
-        self.col.wait_entry(obj?, kind)
+        let obj = obj?;
+        let home = Objects::of(self.rt)?.address(obj)?;
+        self.col.wait_entry(obj, kind, home)
     }
 
     fn push_held(&mut self, obj: Option<u32>, now: u64) {
@@ -184,6 +194,123 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
         col.h.in_wrap = 0;
     }
     r
+}
+
+/// How many wait-table slots the mutex fast path looks at before it takes the full path.
+const FAST_PROBES: u32 = 4;
+
+/// See `stint_rt_wrap_lock`: `pthread_mutex_lock`, `_timedlock` and `_unlock` of a dynamic
+/// program whose thunk found the thread registered (GS is its column, not poked by `stint
+/// ctl`) and the thread measuring nothing at the point but `calls`, `lock_wait` and
+/// `lock_hold`. The common case costs one `rdtsc` per call and no shared-table lookup:
+/// - a lock that finds the lock word 0 (the mutex free: no wait to time, as in the full
+///   path) and the mutex's wait entry among the first slots of its address's probe
+///   sequence in the thread's wait table (the table is the per-thread cache from mutex
+///   address to object: [`Column::wait_entry`] homes every entry at its object's address);
+/// - an unlock whose mutex's entry is found the same way.
+///
+/// Everything else goes to [`wrap`], which records exactly what it always did: a busy lock
+/// word (the wait is timed, `contended` counted, whatever the mutex's kind: a recursive
+/// mutex's owner relocking, an error-checking one's `EDEADLK`, a robust one's owner died),
+/// an object this thread has no entry for yet, a lazy-binding slot not resolved yet, a
+/// signal handler that interrupted the runtime on this thread (`busy`), a runtime that is
+/// not measuring. What is recorded on the fast path is what the full path records for the
+/// same call: `calls`, the entry's `count` (and its caller while no wait was timed), the
+/// held stack and `last_tsc` at a lock that returned 0; the hold time at an unlock.
+///
+/// # Safety
+/// As [`wrap`].
+pub unsafe fn wrap_lock(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
+    // Safety: the descriptor is in our read-only segment.
+    let s = unsafe { &*site };
+    let base = site as *const u8;
+    // Safety: per the contract.
+    let rt = unsafe { Rt::enter(base.wrapping_offset(s.config_rel as isize) as *const RtConfig) };
+    // Safety: forwarded contract.
+    let full = || unsafe { wrap(a, ra, site) };
+    let lazy = base.wrapping_offset(s.lazy_rel as isize) as usize;
+    if s.indirect == 0 || s.point >= rt.cfg.n_points {
+        return full();
+    }
+    // Safety: a GOT slot of the program (resolved, or the lazy-binding entry).
+    let real_addr = unsafe { core::ptr::read_volatile(base.wrapping_offset(s.real_rel as isize) as *const usize) };
+    if s.lazy_rel != 0 && real_addr == lazy {
+        return full();
+    }
+    let Some(mut col) = threads::registered_column(&rt) else {
+        return full();
+    };
+    let gate = rt.cfg.gate(s.point) & col.h.thread_mask as u8;
+    if gate & !(bit(METRIC_CALLS) | WAIT | HOLD) != 0 || col.h.busy != 0 {
+        return full();
+    }
+    // Safety: the address of the real function.
+    let real: Real = unsafe { core::mem::transmute::<usize, Real>(real_addr) };
+    let count = |col: &mut Column| {
+        if gate & bit(METRIC_CALLS) != 0 {
+            if let Some(c) = col.counter_mut(SLOT_CALLS, s.point) {
+                *c = c.wrapping_add(1);
+            }
+        }
+    };
+    let addr = a[0];
+    let lock = s.func != WRAP_MUTEX_UNLOCK;
+    if !lock && (gate & HOLD == 0 || col.h.n_held == 0) {
+        // No hold to close: the full path would only count and call, too.
+        count(&mut col);
+        // Safety: calling the real function with the caller's arguments.
+        return unsafe { real(a[0], a[1], a[2], a[3]) };
+    }
+    let Some(objects) = Objects::of(&rt).filter(|_| addr != 0) else {
+        return full();
+    };
+    // Safety: `addr` is the program's pthread_mutex_t (the real call reads it too).
+    if lock && unsafe { core::ptr::read_volatile(lock_word(&rt, addr)) } != 0 {
+        return full();
+    }
+    let found = col.find_wait(addr as u64, OBJ_MUTEX, FAST_PROBES, |i| objects.address(i) == Some(addr as u64));
+    let Some((obj, e)) = found else {
+        return full();
+    };
+    let e: *mut WaitEntry = e;
+    count(&mut col);
+    let tid = col.h.tid;
+    let mut ev = Ev { rt: &rt, col: &mut col, gate, ra, tid, resolving: false };
+    if lock {
+        // Safety: calling the real function with the caller's arguments.
+        let r = unsafe { real(a[0], a[1], a[2], a[3]) };
+        if r as i32 != 0 || !ev.begin() {
+            return r;
+        }
+        if gate & WAIT != 0 {
+            // Safety: the entry lies in this thread's own wait table, where entries are
+            // claimed but never moved: a handler that ran meanwhile left it where it was.
+            let e = unsafe { &mut *e };
+            e.count += 1;
+            if e.longest_pc == 0 {
+                e.longest_pc = (ra as u64).wrapping_sub(rt.cfg.bias());
+            }
+        }
+        if gate & HOLD != 0 {
+            let now = sys::rdtsc();
+            ev.col.push_held(obj, now);
+            ev.col.h.last_tsc = now;
+        }
+        ev.end();
+        r
+    } else {
+        if ev.begin() {
+            let now = sys::rdtsc();
+            if let Some(since) = ev.col.pop_held(obj) {
+                // Safety: as above.
+                let e = unsafe { &mut *e };
+                e.hold_ticks = e.hold_ticks.wrapping_add(now.wrapping_sub(since));
+            }
+            ev.end();
+        }
+        // Safety: calling the real function with the caller's arguments.
+        unsafe { real(a[0], a[1], a[2], a[3]) }
+    }
 }
 
 /// The wrapped call `s` on this thread's column, recorded.
@@ -260,8 +387,8 @@ fn recorded<'a>(
 /// The lock word of the mutex at `addr`: glibc's `__lock` is the first int of
 /// `pthread_mutex_t`; musl's `_m_lock` is the second (after `_m_type`), told by the musl
 /// tid offset the rewriter chose for the program.
-fn lock_word(ev: &Ev, addr: usize) -> *const u32 {
-    let off = if ev.rt.cfg.tid_offset == MUSL_TID_OFFSET { 4 } else { 0 };
+fn lock_word(rt: &Rt, addr: usize) -> *const u32 {
+    let off = if rt.cfg.tid_offset == MUSL_TID_OFFSET { 4 } else { 0 };
     addr.wrapping_add(off) as *const u32
 }
 
@@ -358,7 +485,7 @@ fn blocking(
     let obj = object(ev, kind, addr);
     let found_locked =
         // Safety: `addr` is the program's pthread_mutex_t (the call reads it too).
-        busy == Busy::LockWord && addr != 0 && unsafe { core::ptr::read_volatile(lock_word(ev, addr)) } != 0;
+        busy == Busy::LockWord && addr != 0 && unsafe { core::ptr::read_volatile(lock_word(ev.rt, addr)) } != 0;
     if busy == Busy::LockWord && !found_locked && ev.gate & TRACE == 0 {
         // A free mutex: the lock takes it at once, so no clock reads for a wait of ~0 (the
         // TSC costs ~20 ns in a VM). A thread that takes the mutex between our look and
@@ -670,17 +797,48 @@ fn close_state(c: &mut ColumnHeader, state: u32, obj: u32, now: u64) {
     c.state_since = now;
 }
 
+/// The file's shared sync-object table: hash buckets of chains of [`SyncObject`]s.
+struct Objects {
+    hdr: *mut FileHeader,
+    buckets: *mut ObjBucket,
+    objects: *mut SyncObject,
+    n_buckets: u32,
+    cap: u32,
+}
+
+impl Objects {
+    fn of(rt: &Rt) -> Option<Objects> {
+        let hdr = rt.file_header()?;
+        // Safety: fields of the mapped header written once at start.
+        let (objects_offset, n_buckets, cap) = unsafe { ((*hdr).objects_offset, (*hdr).obj_buckets, (*hdr).obj_cap) };
+        if n_buckets == 0 || cap == 0 {
+            return None;
+        }
+        let buckets = (hdr as usize + objects_offset as usize) as *mut ObjBucket;
+        let objects = (buckets as usize + n_buckets as usize * core::mem::size_of::<ObjBucket>()) as *mut SyncObject;
+        Some(Objects { hdr, buckets, objects, n_buckets, cap })
+    }
+
+    /// Object `i`'s address, once its entry is complete.
+    fn address(&self, i: u32) -> Option<u64> {
+        if i >= self.cap {
+            return None;
+        }
+        // Safety: index checked against the table's capacity; aligned u32 in the mapping;
+        // the rest of the entry is complete once `kind` is (release/acquire) and never
+        // changes after.
+        let o = unsafe { self.objects.add(i as usize) };
+        // Safety: as above.
+        let k = unsafe { AtomicU32::from_ptr(&raw mut (*o).kind) }.load(Ordering::Acquire);
+        // Safety: as above.
+        (k != 0).then(|| unsafe { (*o).address })
+    }
+}
+
 /// The index of the sync object (`kind`, `addr`), entered into the table if new. The table
 /// is shared by every thread: it is reached through raw pointers and atomics only.
 fn object(ev: &mut Ev, kind: u32, addr: usize) -> Option<u32> {
-    let hdr = ev.rt.file_header()?;
-    // Safety: fields of the mapped header written once at start.
-    let (objects_offset, n_buckets, cap) = unsafe { ((*hdr).objects_offset, (*hdr).obj_buckets, (*hdr).obj_cap) };
-    if n_buckets == 0 || cap == 0 {
-        return None;
-    }
-    let buckets = (hdr as usize + objects_offset as usize) as *mut ObjBucket;
-    let objects = (buckets as usize + n_buckets as usize * core::mem::size_of::<ObjBucket>()) as *mut SyncObject;
+    let Objects { hdr, buckets, objects, n_buckets, cap } = Objects::of(ev.rt)?;
     let hash = ((addr as u64 >> 3) ^ kind as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
     let nb = n_buckets as u64;
     let b = if nb.is_power_of_two() { hash & (nb - 1) } else { hash % nb };

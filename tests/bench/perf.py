@@ -20,7 +20,9 @@ operation and percent. Workloads:
   N = 2 (the fixed start-up and per-thread costs alone, in µs per run);
 - the mutex workload (testbins/bench_mutex.c, 4 threads, 10^6 items): off, calls, lock
   metrics (lock_wait + lock_hold), default spec;
-- uncontended lock/unlock pairs (testbins/bench_locks.c): calls, lock metrics, default spec;
+- uncontended lock/unlock pairs (testbins/bench_locks.c): calls (a spec without lock
+  metrics: the imports are counted at their call sites), calls at the wrappers (lock metrics
+  defined but off: the thunks count), lock metrics, default spec;
 - an import-heavy loop (testbins/bench_imports.c): calls, default spec (imports are timed);
 - clock_gettime(CLOCK_THREAD_CPUTIME_ID) system calls per run (perf stat), the syscall
   the CPU clock's re-synchronisation costs where the perf page offers no cap_user_time;
@@ -62,6 +64,10 @@ LOCKS = (
     "  - {name: lock_wait, kind: wait, at: sync_calls, on_at_start: true}\n"
     "  - {name: lock_hold, kind: wait, at: sync_calls, on_at_start: true}\n"
 )
+# The wrappers are there (lock metrics defined) but off: only calls are measured at them,
+# which their thunks count by themselves.
+CALLS_WRAPPED = LOCKS.replace("on_at_start: true", "on_at_start: false").replace(
+    "metrics:\n", "metrics:\n  - {name: calls, kind: counter, at: entry, on_at_start: true}\n")
 OFF = "on: []\n"
 
 
@@ -277,6 +283,7 @@ def bench(b):
     a = [str(lock_n)]
     v = [("original", [lk, *a], None),
          *b.variants("calls", lk, "calls", CALLS, a, b.measured("lc")),
+         *b.variants("calls, wrapped (lock metrics off)", lk, "callsw", CALLS_WRAPPED, a, b.measured("lw")),
          *b.variants("lock_wait+lock_hold", lk, "locks", LOCKS, a, b.measured("ll")),
          *b.variants("default (all)", lk, "all", None, a, b.measured("la"))]
     b.interleave(f"uncontended lock/unlock, {lock_n} pairs", lock_n, "pair", v)

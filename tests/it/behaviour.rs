@@ -463,6 +463,7 @@ behaviour_tests! {
     locks_barrier: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     locks_cancel: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     locks_counts: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    locks_kinds: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     exitcov: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
 }
 

@@ -61,6 +61,7 @@
 //! | `cancel_cleanup::*` | `locks_cancel.c` | `pthread_cancel` in `pthread_cond_wait`, cleanup handler; exit `canceled` |
 //! | `cancel_destructor::*` | `locks_cancelpp.cpp` | the same in C++: a destructor runs in the forced unwinding through the wrapper |
 //! | `mutex_call_counts::*` | `locks_counts.c` | exact calls of lock/trylock/timedlock/unlock per thread, exact `contended` |
+//! | `mutex_kinds::*`, `mutex_kinds_traced::*`, `mutex_kinds_calls::*` | `locks_kinds.c` | normal, error-checking, recursive, robust and PI mutexes: exact counts, `contended` and calls, holds, under the default spec (the fast path), with `state_trace` on (the full path) and calls with the lock metrics off (counted in the thunk) |
 //! | `lock_metrics_off_at_start::*` | `locks_mutex.c` | spec with lock_wait, lock_hold, state_trace off at start: no waits, same output |
 //! | `pigz_locks` | `/usr/bin/pigz` | a real program: identical output, mutex and condvar objects, waits; prints `--by lock` |
 //! | `originals_behave` | all | needs no rewriter: every original builds, runs deterministically and writes its side file |
@@ -115,6 +116,7 @@ const PROGRAMS: &[&str] = &[
     "locks_cancel",
     "locks_cancelpp",
     "locks_counts",
+    "locks_kinds",
 ];
 
 fn ms(ns: u64) -> String {
@@ -132,6 +134,34 @@ enum SpecChoice {
     Default,
     /// The default spec with `lock_wait`, `lock_hold` and `state_trace` off at start.
     LocksOff,
+    /// `calls`, `lock_wait`, `lock_hold` and `state_trace`: every mutex call takes the
+    /// wrappers' full path (the fast path records no state transitions).
+    Traced,
+    /// `calls` on, `lock_wait` and `lock_hold` defined but off at start: the wrappers are
+    /// there, and their thunks count the calls by themselves.
+    CallsOnly,
+}
+
+/// The spec of `choice` (`None`: the built-in default), written into `dir`.
+fn spec_file(choice: SpecChoice, dir: &Path) -> Option<PathBuf> {
+    let text = match choice {
+        SpecChoice::Default => return None,
+        SpecChoice::LocksOff => return Some(locks_off_spec(dir)),
+        SpecChoice::Traced => {
+            "metrics:\n  - {name: calls, kind: counter, at: entry, on_at_start: true}\n  \
+             - {name: lock_wait, kind: wait, at: sync_calls, on_at_start: true}\n  \
+             - {name: lock_hold, kind: wait, at: sync_calls, on_at_start: true}\n  \
+             - {name: state_trace, kind: trace, at: sync_calls, on_at_start: true}\n"
+        }
+        SpecChoice::CallsOnly => {
+            "metrics:\n  - {name: calls, kind: counter, at: entry, on_at_start: true}\n  \
+             - {name: lock_wait, kind: wait, at: sync_calls, on_at_start: false}\n  \
+             - {name: lock_hold, kind: wait, at: sync_calls, on_at_start: false}\n"
+        }
+    };
+    let out = dir.join(format!("{choice:?}.yaml"));
+    std::fs::write(&out, text).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    Some(out)
 }
 
 /// The default spec (`specs/default.yaml`) with the lock metrics off at start, written to
@@ -265,6 +295,8 @@ fn run_case(name: &str, variant: Variant, spec: SpecChoice) -> Case {
     let ctx = match spec {
         SpecChoice::Default => format!("{name} {variant}"),
         SpecChoice::LocksOff => format!("{name} {variant} (lock metrics off at start)"),
+        SpecChoice::Traced => format!("{name} {variant} (calls, lock metrics and state_trace)"),
+        SpecChoice::CallsOnly => format!("{name} {variant} (calls on, lock metrics off)"),
     };
     assert!(p.variants.contains(&variant), "{ctx}: the program's `variants:` directive does not list {variant}");
     let _turn = cpu_turn();
@@ -272,10 +304,9 @@ fn run_case(name: &str, variant: Variant, spec: SpecChoice) -> Case {
     let label = format!("{name}-{variant}-{spec:?}");
     let dir = fresh_dir(&format!("locks-{label}"));
     let out = run_root().join("locks").join("rewritten").join(&label).join(name);
-    match spec {
-        SpecChoice::Default => rewrite(&bin, &out),
-        SpecChoice::LocksOff => {
-            let spec_file = locks_off_spec(&dir);
+    match spec_file(spec, &dir) {
+        None => rewrite(&bin, &out),
+        Some(spec_file) => {
             std::fs::create_dir_all(out.parent().unwrap()).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
             let o = stint(&["rewrite", path_str(&bin), "-o", path_str(&out), "--spec", path_str(&spec_file)]);
             assert!(o.status == 0, "{ctx}: stint rewrite --spec {} failed: {o:?}", spec_file.display());
@@ -1396,6 +1427,92 @@ fn check_counts(case: &Case) -> Findings {
     c.finish()
 }
 
+/// The mutexes of locks_kinds.c: (name, count, contended) of main's waits on each.
+const KIND_WAITS: [(&str, u64, u64); 5] =
+    [("normal", 1155, 0), ("errorcheck", 1160, 10), ("recursive", 1170, 10), ("robust", 1150, 1), ("pi", 1150, 0)];
+
+/// main's calls of each mutex function in locks_kinds.c.
+const KIND_CALLS: [(&str, u64); 4] = [
+    ("pthread_mutex_lock", 5046),
+    ("pthread_mutex_timedlock", 500),
+    ("pthread_mutex_trylock", 250),
+    ("pthread_mutex_unlock", 5786),
+];
+
+/// locks_kinds.c with the lock metrics on: the default spec (`state_trace` off at start),
+/// whose uncontended mutex locks and unlocks take the fast path, or with `state_trace` on,
+/// which keeps every call on the full path: the same exact counts either way.
+fn check_kinds(case: &Case) -> Findings {
+    let mut c = Checker::new(case);
+    let side = &case.side;
+    c.section("threads_found");
+    let (Some(main), Some(dier)) = (c.thread("main"), c.thread("dier")) else { return c.finish() };
+    c.section("calls");
+    for (f, n) in KIND_CALLS {
+        c.calls("main", main, f, n);
+    }
+    c.calls("dier", dier, "pthread_mutex_lock", 1);
+    c.calls("dier", dier, "pthread_mutex_unlock", 0);
+    let who = c.who("main");
+    for (name, count, contended) in KIND_WAITS {
+        let addr = side.num(&["obj", name]);
+        c.section("kind_waits");
+        if let Some(w) = c.wait_on("main", main, name, addr, "mutex") {
+            c.eq(format!("{who}: count on {name}"), w.count, count, "see locks_kinds.c");
+            c.eq(format!("{who}: contended on {name}"), w.contended, contended, "see locks_kinds.c");
+            c.section("kind_holds");
+            if w.hold_ns == 0 {
+                c.fail(format!("{who}: {name}: hold_ns is 0 after {count} acquisitions, each released"));
+            }
+        }
+    }
+    c.section("kind_waits");
+    let robust = side.num(&["obj", "robust"]);
+    if let Some(w) = c.wait_on("dier", dier, "robust", robust, "mutex") {
+        c.eq(format!("{}: count on robust", c.who("dier")), w.count, 1, "one lock, never released");
+    }
+    c.section("kind_holds");
+    let normal = side.num(&["obj", "normal"]);
+    let program = side.num(&["hold", "normal"]);
+    if let Some(w) = c.wait_on("main", main, "normal", normal, "mutex") {
+        let slack = (program / 20).max(MS / 2);
+        c.at_least(
+            format!("{who}: hold_ns on normal"),
+            Some(w.hold_ns),
+            program.saturating_sub(slack),
+            "five 2 ms holds, measured inside the lock's hold by main",
+        );
+        c.at_most(
+            format!("{who}: hold_ns on normal"),
+            Some(w.hold_ns),
+            program + (program / 20).max(3 * MS),
+            "the five 2 ms holds and 1150 short ones",
+        );
+    }
+    c.finish()
+}
+
+/// locks_kinds.c with calls on and the lock metrics off: the thunks count every call,
+/// nothing else is recorded.
+fn check_kinds_calls(case: &Case) -> Findings {
+    let mut c = Checker::new(case);
+    c.section("threads_found");
+    let (Some(main), Some(dier)) = (c.thread("main"), c.thread("dier")) else { return c.finish() };
+    c.section("calls");
+    for (f, n) in KIND_CALLS {
+        c.calls("main", main, f, n);
+    }
+    c.calls("dier", dier, "pthread_mutex_lock", 1);
+    c.section("no_waits");
+    for (role, t) in [("main", main), ("dier", dier)] {
+        let ws = waits(t);
+        if !ws.is_empty() {
+            c.fail(format!("{}: waits {ws:?}; want none (lock_wait and lock_hold are off)", c.who(role)));
+        }
+    }
+    c.finish()
+}
+
 // ---------------------------------------------------------------------------------------
 // A real program: pigz
 // ---------------------------------------------------------------------------------------
@@ -1634,6 +1751,12 @@ lock_tests! {
         [threads_found, canceled_thread, mutex_wait, no_cond_wait, calls, join_wait, objects];
     mutex_call_counts: "locks_counts" Default => check_counts [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
         [threads_found, worker_calls, private_mutex_waits, shared_mutex_waits, worker_threads, objects, main_thread];
+    mutex_kinds: "locks_kinds" Default => check_kinds [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, calls, kind_waits, kind_holds];
+    mutex_kinds_traced: "locks_kinds" Traced => check_kinds [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, calls, kind_waits, kind_holds];
+    mutex_kinds_calls: "locks_kinds" CallsOnly => check_kinds_calls [pie_o2: "pie-O2", nopie_o0: "nopie-O0"]
+        [threads_found, calls, no_waits];
 }
 
 #[test]

@@ -58,8 +58,9 @@ use stint_layout::{
     COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET,
     COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET, COL_TIMER_SKIPPED_OFFSET,
     COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_NODE_OFFSET, FRAME_POINT_OFFSET, FRAME_SIZE,
-    FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_COUNTER_SLOTS, SHADOW_CAP,
-    SHADOW_OFFSET, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
+    FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME, METRIC_LOCK_HOLD, METRIC_LOCK_WAIT,
+    METRIC_WALL_TIME, N_COUNTER_SLOTS, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS,
+    SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 /// Label IPs live here; no user-space instruction can have such an address.
@@ -238,7 +239,8 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
             let p = point(i)?;
             let w = p.wrap.as_ref().ok_or_else(|| Error::Internal(format!("codegen: point {} is no wrapper", p.id)))?;
             let real = if real != 0 { Real::Code(real) } else { Real::Got(w.got_slot) };
-            wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), real)
+            let fast = thunk_fast(w.func, real, t, p.id, rt(rtimage::STINT_RT_WRAP_LOCK));
+            wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), real, fast)
         }
         PieceKind::WrapReal(i) => wrap_real(point(i)?, at),
         PieceKind::ExitTrampoline(i) => {
@@ -754,7 +756,7 @@ pub fn trap_stub(at: u64, config: u64, rt_trap: u64) -> Result<Vec<u8>> {
 /// ```text
 ///        test  byte [rip+gate], <bits>    ; every metric of the wrapper off:
 ///        je    .off
-///        mov   r8, [rsp]                  ; arg 5: the caller's return address ("first used in")
+/// .rt    mov   r8, [rsp]                  ; arg 5: the caller's return address ("first used in")
 ///        lea   r9, [rip+site]             ; arg 6: the WrapSite descriptor
 ///        jmp   stint_rt_wrap              ; a Rust function with the import's own arguments
 /// .off   jmp   [rip+got_slot]             ; what the PLT stub did
@@ -762,20 +764,105 @@ pub fn trap_stub(at: u64, config: u64, rt_trap: u64) -> Result<Vec<u8>> {
 /// ```
 /// The wrapped functions take at most four arguments (rdi, rsi, rdx, rcx), so r8 and r9
 /// are free; the thunk makes no frame, so the Rust function returns straight to the caller.
-pub fn wrap_thunk(at: u64, gate: u64, bits: u8, site: u64, rt_wrap: u64, real: Real) -> Result<Vec<u8>> {
+///
+/// With [`ThunkFast`] (a synchronisation function of a dynamic program), the thunk first
+/// does what needs no runtime, the way an entry trampoline counts (rax and the flags are
+/// dead at a function entry; none of these functions is variadic):
+/// ```text
+///        <thread check: GS is this thread's column> → .rt      ; unregistered, poked (ctl)
+///        movzx eax, byte [rip+gate]
+///        and   eax, gs:[thread_mask]
+///        test  al, ~calls                 ; lock_wait, lock_hold, state_trace, …
+///        jne   .more
+///        test  al, calls
+///        je    .off
+///        inc   qword gs:[counter]         ; calls only: exact count, no runtime call
+///        jmp   .off
+/// .more  test  al, ~(calls|lock_wait|lock_hold)   ; (with a lock entry; else .more = .rt)
+///        jne   .rt
+///        mov   r8, [rsp] / lea r9, [rip+site]
+///        jmp   stint_rt_wrap_lock         ; the mutex fast path (`rt-lib/src/wrap.rs`)
+/// ```
+pub fn wrap_thunk(
+    at: u64,
+    gate: u64,
+    bits: u8,
+    site: u64,
+    rt_wrap: u64,
+    real: Real,
+    fast: Option<ThunkFast>,
+) -> Result<Vec<u8>> {
     let mut b = Block::new();
-    let off = b.label();
+    let (off, to_rt) = (b.label(), b.label());
     b.op(Instruction::with2(Code::Test_rm8_imm8, rip(gate), bits as u32))?;
     b.add(Instruction::with_branch(Code::Je_rel32_64, off).map_err(internal)?);
-    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::R8, mem(Register::RSP, 0)))?;
-    b.op(Instruction::with2(Code::Lea_r64_m, Register::R9, rip(site)))?;
-    b.add(Instruction::with_branch(Code::Jmp_rel32_64, rt_wrap).map_err(internal)?);
+    let to_rust = |b: &mut Block, entry: u64| -> Result<()> {
+        b.op(Instruction::with2(Code::Mov_r64_rm64, Register::R8, mem(Register::RSP, 0)))?;
+        b.op(Instruction::with2(Code::Lea_r64_m, Register::R9, rip(site)))?;
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, entry).map_err(internal)?);
+        Ok(())
+    };
+    if let Some(f) = fast {
+        let more = b.label();
+        thread_check(&mut b, f.tid_offset, COL_OWNER_KEY_OFFSET, to_rt)?;
+        b.op(Instruction::with2(Code::Movzx_r32_rm8, Register::EAX, rip(gate)))?;
+        b.op(Instruction::with2(Code::And_r32_rm32, Register::EAX, seg_abs(Register::GS, COL_THREAD_MASK_OFFSET)))?;
+        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, (!CALLS_BIT) as u32))?;
+        let busy = if f.lock_entry != 0 { more } else { to_rt };
+        b.add(Instruction::with_branch(Code::Jne_rel32_64, busy).map_err(internal)?);
+        b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, CALLS_BIT as u32))?;
+        b.add(Instruction::with_branch(Code::Je_rel32_64, off).map_err(internal)?);
+        b.op(Instruction::with1(Code::Inc_rm64, seg_abs(Register::GS, f.counter)))?; // calls += 1
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, off).map_err(internal)?);
+        if f.lock_entry != 0 {
+            b.bind(more);
+            let lock_bits = CALLS_BIT | metric_bit(METRIC_LOCK_WAIT) | metric_bit(METRIC_LOCK_HOLD);
+            b.op(Instruction::with2(Code::Test_rm8_imm8, Register::AL, (!lock_bits) as u32))?;
+            b.add(Instruction::with_branch(Code::Jne_rel32_64, to_rt).map_err(internal)?);
+            to_rust(&mut b, f.lock_entry)?;
+        }
+    }
+    b.bind(to_rt);
+    to_rust(&mut b, rt_wrap)?;
     b.bind(off);
     match real {
         Real::Got(slot) => b.op(Instruction::with1(Code::Jmp_rm64, rip(slot)))?,
         Real::Code(code) => b.add(Instruction::with_branch(Code::Jmp_rel32_64, code).map_err(internal)?),
     }
     b.encode(at)
+}
+
+/// The fast paths of wrapped function `func`'s thunk: the synchronisation functions of a
+/// dynamic program, whose wrappers do nothing but count when only `calls` is on (the
+/// thread functions record threads whatever the gates say, and a static program's wrapped
+/// functions call one another, of which the runtime counts only the outermost call).
+fn thunk_fast(func: u32, real: Real, t: &Targets, point: u32, lock_entry: u64) -> Option<ThunkFast> {
+    use stint_layout::WrappedFn as W;
+    if matches!(real, Real::Code(_)) {
+        return None;
+    }
+    let lock_entry = match W::from_u32(func)? {
+        W::PthreadCreate | W::PthreadExit | W::PthreadJoin | W::TimedjoinNp | W::SetnameNp => return None,
+        W::MutexLock | W::MutexTimedlock | W::MutexUnlock => lock_entry,
+        _ => 0,
+    };
+    Some(ThunkFast {
+        tid_offset: t.tid_offset,
+        counter: counter_offset(t.n_points, SLOT_CALLS, point) as u32,
+        lock_entry,
+    })
+}
+
+/// What a wrapper thunk does without the runtime ([`wrap_thunk`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ThunkFast {
+    /// fs-relative offset of libc's tid word (0: left out of the thread check).
+    pub tid_offset: u32,
+    /// Offset of the point's call counter in a column (`gs:`-relative).
+    pub counter: u32,
+    /// `stint_rt_wrap_lock` for a mutex lock or unlock (0: none): the thunk goes there when
+    /// the thread measures nothing but calls and lock metrics at the point.
+    pub lock_entry: u64,
 }
 
 /// How a wrapper thunk reaches the real function.
@@ -1335,6 +1422,35 @@ mod tests {
         assert!(text.contains(&format!("call {:016X}h", at + CALIB_PLAIN_FN)), "{text}");
         assert!(text.contains(&format!("jmp {:016X}h", at + import + 5)), "{text}");
         assert!(loop_at(import + 5).starts_with(&format!("dec rdi; jne short {:016X}h; ret", at + import)));
+    }
+
+    /// The thunk of a dynamic program's mutex lock: gate off → the GOT; a registered
+    /// thread with calls only → counted and the GOT, no runtime; lock metrics → the lock
+    /// entry; anything else (state_trace) → the full wrapper. A static program's thunk has
+    /// no fast path.
+    #[test]
+    fn wrap_thunk_counts_in_machine_code_and_takes_the_lock_entry() {
+        let fast = ThunkFast { tid_offset: 0x2d0, counter: 0x98, lock_entry: 0x820000 };
+        let code = wrap_thunk(0x700000, 0x500000, 0x1f, 0x900000, 0x810000, Real::Got(0x404018), Some(fast)).unwrap();
+        let ins: Vec<String> = disasm(&code, 0x700000);
+        let text = ins.join("\n");
+        let pos = |s: &str| ins.iter().position(|i| i.contains(s)).unwrap_or_else(|| panic!("no {s} in\n{text}"));
+        let (check, count, lock, full, got) = (
+            pos("cmp rax,gs:[8]"),
+            pos("inc qword ptr gs:[98h]"),
+            pos("jmp 0000000000820000h"),
+            pos("jmp 0000000000810000h"),
+            pos("jmp qword ptr [404018h]"),
+        );
+        assert!(check < count && count < lock && lock < full && full < got, "{text}");
+        assert!(text.contains("and eax,gs:["), "the thread mask: {text}");
+        assert!(text.contains("test al,0FEh"), "any bit but calls leaves the counting path: {text}");
+        assert!(text.contains("test al,0E6h"), "only calls and lock metrics take the lock entry: {text}");
+        assert_eq!(ins.iter().filter(|i| i.contains("lea r9,[900000h]")).count(), 2, "{text}");
+        let plain = wrap_thunk(0x700000, 0x500000, 0x1f, 0x900000, 0x810000, Real::Code(0x401000), None).unwrap();
+        let text = disasm(&plain, 0x700000).join("\n");
+        assert!(!text.contains("gs:"), "{text}");
+        assert!(text.contains("jmp 0000000000401000h"), "{text}");
     }
 
     #[test]
