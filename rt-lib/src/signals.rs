@@ -227,12 +227,11 @@ fn action(st: &SignalState, a: [usize; 4], musl: bool, call: impl FnOnce([usize;
     }
     let bit = sig_bit(sig);
     let had = st.masks_with_trap.load(Ordering::Relaxed) & bit != 0;
-    let mut local = [0u64; ACT_WORDS];
+    // Safety: as above.
+    let mut local = if act != 0 { unsafe { (act as *const [u64; ACT_WORDS]).read_unaligned() } } else { [0; ACT_WORDS] };
     let mut args = a;
     let mut asks = false;
     if act != 0 {
-        // Safety: as above.
-        local = unsafe { (act as *const [u64; ACT_WORDS]).read_unaligned() };
         asks = local[ACT_MASK_WORD] & TRAP_BIT != 0;
         local[ACT_MASK_WORD] &= !TRAP_BIT;
         args[1] = local.as_ptr() as usize;
