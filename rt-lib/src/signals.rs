@@ -99,15 +99,13 @@ pub fn call(st: &RtState, cfg: &Config, f: SignalFn, a: [usize; 4], real: Real) 
     let sig = a[0] as i32;
     match f {
         SignalFn::Sigprocmask | SignalFn::PthreadSigmask => set_mask(st, a, call),
-        SignalFn::Sigaction | SignalFn::UnderscoreSigaction => action(st, a, musl, call),
+        SignalFn::Sigaction => action(st, a, musl, call),
         // glibc's signal is BSD's: SA_RESTART, the signal itself in the mask; musl's has an
         // empty mask.
         SignalFn::Signal | SignalFn::BsdSignal | SignalFn::Ssignal => {
             signal(st, a, SA_RESTART, if musl { 0 } else { TRAP_BIT }, call)
         }
-        SignalFn::SysvSignal | SignalFn::UnderscoreSysvSignal => {
-            signal(st, a, SA_RESETHAND | SA_NODEFER | SA_INTERRUPT, 0, call)
-        }
+        SignalFn::SysvSignal => signal(st, a, SA_RESETHAND | SA_NODEFER | SA_INTERRUPT, 0, call),
         SignalFn::Sigsuspend => temporary_mask(a, 0, call),
         SignalFn::Ppoll => temporary_mask(a, 3, call),
         SignalFn::Sigblock | SignalFn::Sigsetmask | SignalFn::Siggetmask => int_mask(st, f, a, call),
@@ -228,7 +226,8 @@ fn action(st: &SignalState, a: [usize; 4], musl: bool, call: impl FnOnce([usize;
     let bit = sig_bit(sig);
     let had = st.masks_with_trap.load(Ordering::Relaxed) & bit != 0;
     // Safety: as above.
-    let mut local = if act != 0 { unsafe { (act as *const [u64; ACT_WORDS]).read_unaligned() } } else { [0; ACT_WORDS] };
+    let mut local =
+        if act != 0 { unsafe { (act as *const [u64; ACT_WORDS]).read_unaligned() } } else { [0; ACT_WORDS] };
     let mut args = a;
     let mut asks = false;
     if act != 0 {
@@ -371,7 +370,10 @@ pub unsafe fn run_program_handler(st: &RtState, act: &Action, info: *const u8, u
 /// Take a SIGTRAP action found installed at start (a library constructor's) as the
 /// program's.
 pub fn adopt(st: &RtState, k: sys::KernelSigaction) {
-    swap_trap_action(&st.signals, Some(Action { handler: k.handler, flags: k.flags, restorer: k.restorer, mask: k.mask }));
+    swap_trap_action(
+        &st.signals,
+        Some(Action { handler: k.handler, flags: k.flags, restorer: k.restorer, mask: k.mask }),
+    );
 }
 
 /// Two bits per tid (asked, blocked) in a bitmap mapped on first use: 1 MiB of address

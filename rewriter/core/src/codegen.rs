@@ -235,7 +235,11 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
             let p = point(i)?;
             let w = p.wrap.as_ref().ok_or_else(|| Error::Internal(format!("codegen: point {} is no wrapper", p.id)))?;
             let real = if real != 0 { Real::Code(real) } else { Real::Got(w.got_slot) };
-            wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), real)
+            if crate::plan::is_signal_wrap(w) {
+                signal_thunk(at, site, rt(rtimage::STINT_RT_WRAP))
+            } else {
+                wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), real)
+            }
         }
         PieceKind::WrapReal(i) => wrap_real(point(i)?, at),
         PieceKind::ExitTrampoline(i) => {
@@ -723,6 +727,22 @@ pub fn wrap_thunk(at: u64, gate: u64, bits: u8, site: u64, rt_wrap: u64, real: R
         Real::Got(slot) => b.op(Instruction::with1(Code::Jmp_rm64, rip(slot)))?,
         Real::Code(code) => b.add(Instruction::with_branch(Code::Jmp_rel32_64, code).map_err(internal)?),
     }
+    b.encode(at)
+}
+
+/// The thunk of a signal function's wrapper (safe traps, issue 12): [`wrap_thunk`] without the
+/// gate test. The wrapper keeps SIGTRAP usable for the trap sites whether or not anything is
+/// measured (the gates are zero pages when nothing is), so it always runs.
+/// ```text
+///        mov   r8, [rsp]                  ; arg 5: the caller's return address
+///        lea   r9, [rip+site]             ; arg 6: the WrapSite descriptor
+///        jmp   stint_rt_wrap
+/// ```
+pub fn signal_thunk(at: u64, site: u64, rt_wrap: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::R8, mem(Register::RSP, 0)))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::R9, rip(site)))?;
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, rt_wrap).map_err(internal)?);
     b.encode(at)
 }
 

@@ -1838,8 +1838,11 @@ fn static_wrapped_functions(elf: &InputElf) -> HashMap<u64, u32> {
         let exact = stint_layout::wrap_id(&name);
         if let Some(id) = exact.or_else(|| stint_layout::wrap_id(name.trim_start_matches('_'))) {
             let slot = out.entry(sym.st_value(en)).or_insert(id);
-            if exact.is_some() {
-                *slot = id; // the public name wins over an internal one at the same address
+            // The public name wins over an internal one at the same address; of aliases of a
+            // signal function (signal, bsd_signal, ssignal), the first in `SignalFn`.
+            let alias = stint_layout::SignalFn::from_u32(*slot).is_some() && *slot < id;
+            if exact.is_some() && !alias {
+                *slot = id;
             }
         }
     }

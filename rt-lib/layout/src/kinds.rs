@@ -222,25 +222,24 @@ u32_enum! {
     /// 12), `WrapSite::func` like [`WrappedFn`]'s but from 96 up: the runtime keeps SIGTRAP
     /// unblocked and its own handler installed while making the program see what it asked
     /// for (`rt-lib/src/signals.rs`). Like [`ProcessFn`]s they measure nothing and run
-    /// whatever the metrics' gates say.
+    /// whatever the metrics' gates say. glibc's `__sigaction` and `__sysv_signal` are aliases
+    /// a static program's symbol table also has: they are wrapped under the public name.
     pub enum SignalFn {
         Sigprocmask = 96 => "sigprocmask",
         PthreadSigmask = 97 => "pthread_sigmask",
         Sigaction = 98 => "sigaction",
-        UnderscoreSigaction = 99 => "__sigaction",
-        Signal = 100 => "signal",
-        BsdSignal = 101 => "bsd_signal",
-        Ssignal = 102 => "ssignal",
-        SysvSignal = 103 => "sysv_signal",
-        UnderscoreSysvSignal = 104 => "__sysv_signal",
-        Sigsuspend = 105 => "sigsuspend",
-        Ppoll = 106 => "ppoll",
-        Sigblock = 107 => "sigblock",
-        Sigsetmask = 108 => "sigsetmask",
-        Siggetmask = 109 => "siggetmask",
-        Sighold = 110 => "sighold",
-        Sigrelse = 111 => "sigrelse",
-        Sigignore = 112 => "sigignore",
+        Signal = 99 => "signal",
+        BsdSignal = 100 => "bsd_signal",
+        Ssignal = 101 => "ssignal",
+        SysvSignal = 102 => "sysv_signal",
+        Sigsuspend = 103 => "sigsuspend",
+        Ppoll = 104 => "ppoll",
+        Sigblock = 105 => "sigblock",
+        Sigsetmask = 106 => "sigsetmask",
+        Siggetmask = 107 => "siggetmask",
+        Sighold = 108 => "sighold",
+        Sigrelse = 109 => "sigrelse",
+        Sigignore = 110 => "sigignore",
     }
 }
 

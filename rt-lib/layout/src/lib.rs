@@ -66,8 +66,8 @@ mod metric;
 pub mod pod;
 
 pub use kinds::{
-    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, ProcessEnd, ProcessFn, RequestOp, SignalFn, ThreadState,
-    TimerOp, WrappedFn,
+    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, ProcessEnd, ProcessFn, RequestOp, SignalFn,
+    ThreadState, TimerOp, WrappedFn,
 };
 pub use metric::{
     kind_bits, metric_id, site_bits, Metric, MetricDef, MetricKind, MetricSite, METRICS, METRIC_NAMES, N_COUNTER_SLOTS,
