@@ -23,6 +23,8 @@
 //# exit: 3
 //# expect: threads 3
 //# expect: threads from worker 2
+//# expect: main calls on_usr1 1
+//# expect: main calls on_trap 2
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
