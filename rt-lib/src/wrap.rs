@@ -156,8 +156,11 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
     if let Some(f) = ProcessFn::from_u32(s.func) {
         return process_fn(&rt, f, a, real);
     }
-    if let Some(f) = SignalFn::from_u32(s.func) {
-        return crate::signals::call(rt.st, &rt.cfg, f, a, real);
+    // Signal functions (ids from 96; one compare on the thread-library path).
+    if s.func >= SignalFn::Sigprocmask as u32 {
+        if let Some(f) = SignalFn::from_u32(s.func) {
+            return crate::signals::call(rt.st, &rt.cfg, f, a, real);
+        }
     }
     // Safety: calling the real function with the caller's arguments.
     let call = || unsafe { real(a[0], a[1], a[2], a[3]) };

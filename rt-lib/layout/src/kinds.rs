@@ -270,5 +270,9 @@ mod tests {
         assert!(SignalFn::ALL.iter().all(|f| WrappedFn::from_name(f.name()).is_none()));
         assert!(SignalFn::ALL.iter().all(|f| ProcessFn::from_name(f.name()).is_none()));
         assert_eq!(SignalFn::from_name("pthread_sigmask"), Some(SignalFn::PthreadSigmask));
+        // The runtime tells them from the others by `>= Sigprocmask` first.
+        assert!(SignalFn::ALL.iter().all(|f| *f as u32 >= SignalFn::Sigprocmask as u32));
+        assert!(ProcessFn::ALL.iter().all(|p| (*p as u32) < SignalFn::Sigprocmask as u32));
+        assert!(WrappedFn::ALL.iter().all(|w| (*w as u32) < SignalFn::Sigprocmask as u32));
     }
 }
