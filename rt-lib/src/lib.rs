@@ -31,7 +31,8 @@
 //! control, process          control page, safe points, snapshots, the control file;
 //!                           the process's identity, arguments and diagnostics
 //! profile_file              create, map, grow and leave the profile file
-//! threads                   registration, own column, fork hand-off, start/name hand-off
+//! threads, signals          registration, own column, fork hand-off, start/name hand-off;
+//!                           the signal wrappers of programs with trap sites
 //! timer, wrap, trap         timer slow path; thread-library wrappers; SIGTRAP handler
 //! start, lib.rs             start-up; the extern "C" entry points
 //! ```
@@ -51,6 +52,7 @@ mod column;
 mod control;
 mod process;
 mod profile_file;
+mod signals;
 mod start;
 mod state;
 mod sys;
@@ -184,7 +186,7 @@ mod layering {
         &["column", "state", "clock"],
         &["control", "process"],
         &["profile_file"],
-        &["threads"],
+        &["threads", "signals"],
         &["timer", "wrap", "trap"],
         &["start"],
     ];
@@ -199,6 +201,7 @@ mod layering {
         ("process", include_str!("process.rs")),
         ("profile_file", include_str!("profile_file.rs")),
         ("threads", include_str!("threads.rs")),
+        ("signals", include_str!("signals.rs")),
         ("timer", include_str!("timer.rs")),
         ("wrap", include_str!("wrap.rs")),
         ("trap", include_str!("trap.rs")),

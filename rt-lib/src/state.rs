@@ -293,6 +293,28 @@ pub struct RtState {
     /// A bitmap of the tids that could not get a column (0: none lost yet), mapped at the
     /// first loss: each lost thread is counted once, and its later events skip registration.
     lost: AtomicUsize,
+    /// What the signal wrappers remember (`signals`).
+    pub signals: SignalState,
+}
+
+/// What the signal wrappers of a program with trap sites remember (`signals`): the SIGTRAP
+/// action the program set, which signals' handler masks it asked to block SIGTRAP in, and
+/// per thread whether it asked to block SIGTRAP. Atomics only: valid zero-filled (the
+/// program's initial SIGTRAP action is SIG_DFL with no flags, as the kernel's).
+#[repr(C)]
+#[derive(Default)]
+pub struct SignalState {
+    /// Thread-conscious lock of the writers of `trap_act`.
+    pub lock: AtomicU32,
+    /// Sequence count of `trap_act` (odd while a writer changes it; read by the handler).
+    pub seq: AtomicU32,
+    /// The program's SIGTRAP action as the kernel would hold it: handler, flags, restorer,
+    /// mask.
+    pub trap_act: [AtomicU64; 4],
+    /// Bit `sig - 1`: the program's `sa_mask` for `sig` included SIGTRAP.
+    pub masks_with_trap: AtomicU64,
+    /// Two bits per tid (asked, blocked), mapped at the first use (0: not yet).
+    pub threads: AtomicUsize,
 }
 
 /// Bits of the lost-thread bitmap: the kernel's largest `pid_max` (PID_MAX_LIMIT on 64-bit);

@@ -454,6 +454,16 @@ pub unsafe fn rt_sigaction(sig: i32, act: Option<&KernelSigaction>, old: Option<
     syscall!(SYS_RT_SIGACTION, sig as isize, act, old, 8usize)
 }
 
+const SYS_RT_SIGPROCMASK: usize = 14;
+
+/// rt_sigprocmask(how, set, old, 8) on the calling thread's 8-byte kernel mask (`set`
+/// and `old` optional).
+pub fn rt_sigprocmask(how: usize, set: Option<&u64>, old: Option<&mut u64>) -> SysResult {
+    let set = set.map_or(core::ptr::null(), |s| s as *const u64);
+    let old = old.map_or(core::ptr::null_mut(), |o| o as *mut u64);
+    syscall!(SYS_RT_SIGPROCMASK, how as isize, set, old, 8usize)
+}
+
 /// tgkill(tgid, tid, sig): send `sig` to one thread.
 pub fn tgkill(tgid: u32, tid: u32, sig: i32) -> SysResult {
     syscall!(SYS_TGKILL, tgid as isize, tid as isize, sig as isize)

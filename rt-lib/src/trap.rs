@@ -27,27 +27,33 @@
 //! `(config, info, uc)` and returns straight into the restorer.
 //!
 //! # Caveats (why traps are the last resort)
-//! - A thread that blocks SIGTRAP (e.g. `sigfillset` + `pthread_sigmask`, or a handler whose
-//!   `sa_mask` is full) and reaches a trap site dies: the kernel force-delivers a synchronous
-//!   signal that is blocked or ignored by resetting its action to SIG_DFL and unblocking it
-//!   (`force_sig_info_to_task`), so the process dumps core.
-//! - A program that installs its own SIGTRAP handler replaces ours; so does one that resets
-//!   every signal to SIG_DFL. Under a debugger every trap site stops the program as an
-//!   unknown SIGTRAP (gdb: `handle SIGTRAP` cannot pass it silently; use `signal SIGTRAP`).
+//! - The program's own calls of `sigprocmask`, `pthread_sigmask`, `sigaction`, `signal` and
+//!   their relatives are wrapped in every program with trap sites (`signals`): SIGTRAP is
+//!   never blocked and our handler never replaced by them; the program's own SIGTRAP action
+//!   is remembered and SIGTRAPs that are not trap sites go to it ([`not_ours`]). A SIGTRAP
+//!   that is blocked anyway (a raw `rt_sigprocmask`, a shared library's own call, a
+//!   `setcontext` mask) and reaches a trap site kills the thread's process: the kernel
+//!   force-delivers a synchronous signal that is blocked or ignored by resetting its action
+//!   to SIG_DFL and unblocking it (`force_sig_info_to_task`), so the process dumps core.
+//! - A SIGTRAP handler installed by a raw `rt_sigaction` or a shared library after start
+//!   replaces ours. One installed before start (a library constructor) is adopted as the
+//!   program's action. Under a debugger every trap site stops the program as an unknown
+//!   SIGTRAP (gdb: `handle SIGTRAP` cannot pass it silently; use `signal SIGTRAP`).
 //! - Code that runs before `stint_rt_init` installs the handler (IFUNC resolvers of a dynamic
 //!   executable, shared-library constructors calling back into the program) must not contain
 //!   trap sites: there the `int3` kills the process.
 //! - One handler per process: if several rewritten objects in one process ever carry trap
 //!   tables, the last `install` wins and the others' traps are not ours to it.
 //!
-//! Layering: uses `sys`, `text` and `state` ([`Config`] only: a handler needs no state).
+//! Layering: uses `sys`, `text`, `state` and `signals` (the program's SIGTRAP action).
 #![allow(unsafe_code)]
 
-use crate::state::Config;
+use crate::signals;
+use crate::state::{Config, Rt, RtState};
 use crate::sys::{self, Errno, KernelSigaction, SA_NODEFER, SA_ONSTACK, SA_RESTORER, SA_SIGINFO, SIGTRAP, SIG_DFL};
 use crate::text::copy_into;
 use core::mem::size_of;
-use stint_layout::{TrapEntry, CONFIG_MAGIC};
+use stint_layout::{RtConfig, TrapEntry, CONFIG_MAGIC};
 
 /// Offset of `uc_mcontext` in the kernel's (and glibc's) x86-64 `ucontext_t`:
 /// `uc_flags` (8) + `uc_link` (8) + `uc_stack` (`ss_sp` 8, `ss_flags` 4 + 4 padding,
@@ -104,13 +110,25 @@ pub unsafe fn install(config: &Config, handler: usize) {
     // read-only trap table and the frame the kernel passes; `restorer` is rt_sigreturn.
     match unsafe { sys::rt_sigaction(SIGTRAP, Some(&act), Some(&mut old)) } {
         Err(e) => say(config, b"cannot install the SIGTRAP handler", Some(e)),
-        // Only a library constructor can have installed one this early (exec resets
-        // handlers); its handler will not see the traps that are not ours either.
-        Ok(_) if old.handler != SIG_DFL && old.handler != sys::SIG_IGN => {
-            say(config, b"replaced an existing SIGTRAP handler", None)
-        }
+        // Only a library constructor can have set one this early (exec resets handlers):
+        // it becomes the program's action, which the SIGTRAPs that are not ours go to.
+        Ok(_) if old != KernelSigaction::default() => match program_state(config) {
+            Some(st) => signals::adopt(st, old),
+            None => say(config, b"replaced an existing SIGTRAP handler", None),
+        },
         Ok(_) => {}
     }
+}
+
+/// The program's runtime state, if the block names one (the rewriter's always does; the unit
+/// tests' fake blocks do not).
+fn program_state<'a>(config: &Config<'a>) -> Option<&'a RtState> {
+    if config.state_rel == 0 {
+        return None;
+    }
+    // Safety: a block with a state names the rewriter's `RT_STATE_SIZE` bytes (the contract
+    // of `Rt::enter`, which `stint_rt_trap`'s and `install`'s callers keep).
+    Some(unsafe { Rt::enter(config.addr() as *const RtConfig) }.st)
 }
 
 /// One diagnostic line on stderr: `stint: <program>: <what>[: <errno>]; ...`.
@@ -213,12 +231,28 @@ pub unsafe fn on_trap(config: &Config, info: *const u8, uc: *mut u8) {
             return;
         }
     }
+    if let Some(st) = program_state(config) {
+        let act = signals::trap_action(st);
+        // Sent by a process (kill, tgkill, sigqueue: si_code <= 0), or raised by the CPU
+        // (an int3 of the program's, a single step), which the kernel never holds pending:
+        // blocked or ignored, it kills with the default action.
+        let sent = code <= 0;
+        if act.handler == sys::SIG_IGN && sent {
+            return;
+        }
+        if act.handler != SIG_DFL && act.handler != sys::SIG_IGN && (sent || !signals::trap_blocked_here(st)) {
+            // Safety: the kernel's frame, and the program's own handler.
+            unsafe { signals::run_program_handler(st, &act, info, uc) };
+            return;
+        }
+    }
     // Safety: forwarded.
     unsafe { not_ours(code, rip_slot, rip) }
 }
 
-/// A SIGTRAP that is not one of our sites. The program had no SIGTRAP handler (we replaced
-/// SIG_DFL), so do what SIG_DFL would have done: restore it, then
+/// A SIGTRAP that is not one of our sites, and the program's action for it is SIG_DFL (or
+/// it is ignored or blocked, which for a synchronous SIGTRAP kills as SIG_DFL does): do what
+/// SIG_DFL would have done: restore it, then
 /// - for an `int3` of the program's own (`si_code` SI_KERNEL and 0xCC before RIP): rewind RIP
 ///   onto it and return, so it executes again under SIG_DFL and the core dump shows the
 ///   program's own registers at the faulting instruction, as without stint (merely

@@ -45,7 +45,9 @@
 //! The process functions (`exit`, `wait*`, D22) come through the same thunks and are handed
 //! to [`process_fn`] at once: they record how processes end and measure nothing.
 //!
-//! Layering: uses `sys`, `state`, `column`, `control`, `process` and `threads`.
+//! The signal functions of a program with trap sites (issue 12) are handed to `signals`.
+//!
+//! Layering: uses `sys`, `state`, `column`, `control`, `process`, `threads` and `signals`.
 #![allow(unsafe_code)]
 
 use crate::column::Column;
@@ -163,6 +165,12 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
     let real: Real = unsafe { core::mem::transmute::<usize, Real>(real_addr) };
     if let Some(f) = ProcessFn::from_u32(s.func) {
         return process_fn(&rt, f, a, real);
+    }
+    // Signal functions (ids from 96; one compare on the thread-library path).
+    if s.func >= SignalFn::Sigprocmask as u32 {
+        if let Some(f) = SignalFn::from_u32(s.func) {
+            return crate::signals::call(rt.st, &rt.cfg, f, a, real);
+        }
     }
     // Safety: calling the real function with the caller's arguments.
     let call = || unsafe { real(a[0], a[1], a[2], a[3]) };

@@ -36,6 +36,7 @@
 //! | `timers` | exits, the shadow stack and the CPU/wall timers against the programs' own clocks |
 //! | `tools` | the tools the tests need |
 //! | `top` | `stint top` and `stint ls` |
+//! | `traps` | safe traps (issue 12): a program that blocks every signal and handles SIGTRAP itself, rewritten with `--traps`, behaves as the original; exact counts of its trap sites; signal wrappers only where there are trap sites |
 //! | `unwind` | unwinding through added code: C++ exceptions, `.eh_frame_hdr`, gdb backtraces |
 
 mod common;
@@ -70,4 +71,5 @@ mod suite;
 mod timers;
 mod tools;
 mod top;
+mod traps;
 mod unwind;

@@ -239,8 +239,12 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
             let p = point(i)?;
             let w = p.wrap.as_ref().ok_or_else(|| Error::Internal(format!("codegen: point {} is no wrapper", p.id)))?;
             let real = if real != 0 { Real::Code(real) } else { Real::Got(w.got_slot) };
-            let fast = thunk_fast(w.func, real, t, p.id, rt(rtimage::STINT_RT_WRAP_LOCK));
-            wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), real, fast)
+            if crate::plan::is_signal_wrap(w) {
+                signal_thunk(at, site, rt(rtimage::STINT_RT_WRAP))
+            } else {
+                let fast = thunk_fast(w.func, real, t, p.id, rt(rtimage::STINT_RT_WRAP_LOCK));
+                wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), real, fast)
+            }
         }
         PieceKind::WrapReal(i) => wrap_real(point(i)?, at),
         PieceKind::ExitTrampoline(i) => {
@@ -863,6 +867,22 @@ pub struct ThunkFast {
     /// `stint_rt_wrap_lock` for a mutex lock or unlock (0: none): the thunk goes there when
     /// the thread measures nothing but calls and lock metrics at the point.
     pub lock_entry: u64,
+}
+
+/// The thunk of a signal function's wrapper (safe traps, issue 12): [`wrap_thunk`] without the
+/// gate test. The wrapper keeps SIGTRAP usable for the trap sites whether or not anything is
+/// measured (the gates are zero pages when nothing is), so it always runs.
+/// ```text
+///        mov   r8, [rsp]                  ; arg 5: the caller's return address
+///        lea   r9, [rip+site]             ; arg 6: the WrapSite descriptor
+///        jmp   stint_rt_wrap
+/// ```
+pub fn signal_thunk(at: u64, site: u64, rt_wrap: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::R8, mem(Register::RSP, 0)))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, Register::R9, rip(site)))?;
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, rt_wrap).map_err(internal)?);
+    b.encode(at)
 }
 
 /// How a wrapper thunk reaches the real function.

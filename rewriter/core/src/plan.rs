@@ -510,6 +510,16 @@ pub struct PlanOptions {
 
 /// Plan an entry point for every function the spec selects.
 pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions) -> Plan {
+    let first = plan_pass(elf, analysis, spec, opts, false);
+    if needs_static_signal_pass(elf, &first) {
+        return plan_pass(elf, analysis, spec, opts, true);
+    }
+    first
+}
+
+/// One planning pass; `static_signals`: a static program's signal functions get wrapper
+/// entries ([`needs_static_signal_pass`]).
+fn plan_pass(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions, static_signals: bool) -> Plan {
     let mut plan = Plan::default();
     // Compilers emit an FDE for every function on x86-64; in a program that has them, code
     // without one is hand-written or generated.
@@ -521,7 +531,7 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
         }
         let start = if f.has_endbr { f.address + 4 } else { f.address };
         if let Some(&func) = static_wraps.get(&f.address) {
-            if plan_static_wrap(elf, analysis, spec, &mut plan, (i, f), start, func, opts) {
+            if plan_static_wrap(elf, analysis, spec, &mut plan, (i, f), start, func, (opts, static_signals)) {
                 continue;
             }
         }
@@ -563,8 +573,9 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
         }
     }
     plan_exits(elf, analysis, &mut plan, opts);
-    plan_wraps(elf, analysis, spec, &mut plan);
-    plan_got_wraps(elf, analysis, spec, &mut plan);
+    let signals = static_signals || trap_sites(&plan) > 0;
+    plan_wraps(elf, analysis, spec, &mut plan, signals);
+    plan_got_wraps(elf, analysis, spec, &mut plan, signals);
     plan_imports(elf, analysis, spec, &mut plan, opts);
     plan
 }
@@ -574,10 +585,10 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
 /// The stub's `jmp [rip+slot]` (6 bytes, 7 with a `bnd` prefix, after `endbr64` in
 /// `.plt.sec`) becomes `jmp wrapper_thunk` + nops; the code after it (`push n; jmp .plt`,
 /// reached through the GOT until lazy binding resolves the slot) is untouched.
-fn plan_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
+fn plan_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, signals: bool) {
     for stub in &an.plt_stubs {
         let Some(func) = stint_layout::wrap_id(&stub.name) else { continue };
-        let bits = spec.wrap_bits_for(&stub.name);
+        let bits = wrap_bits(spec, &stub.name, signals);
         if bits == 0 || plan.points.iter().any(|p| p.wrap.as_ref().is_some_and(|w| w.stub == stub.address)) {
             continue;
         }
@@ -699,12 +710,12 @@ impl std::fmt::Display for UncoveredWrap {
 /// the dynamic linker's resolver on the first call. What call-site patching misses is a slot
 /// loaded into a register (`mov r15, [rip+slot]`, hoisted out of a loop) and called
 /// through it: those are listed in `Plan::uncovered_wraps` and reported.
-fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan) {
+fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, signals: bool) {
     // Wrapped slots: slot -> (WRAP_* id, symbol, bits).
     let mut slots: BTreeMap<u64, (u32, &str, u8)> = BTreeMap::new();
     for (&slot, name) in &an.got_imports {
         let Some(func) = stint_layout::wrap_id(name) else { continue };
-        let bits = spec.wrap_bits_for(name);
+        let bits = wrap_bits(spec, name, signals);
         if bits != 0 {
             slots.insert(slot, (func, name.as_str(), bits));
         }
@@ -1030,7 +1041,7 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
         .points
         .iter()
         .filter_map(|p| p.wrap.as_ref())
-        .filter(|w| stint_layout::ProcessFn::from_u32(w.func).is_none())
+        .filter(|w| stint_layout::ProcessFn::from_u32(w.func).is_none() && !is_signal_wrap(w))
         .map(|w| w.name.clone())
         .collect();
     // Point ids by symbol, created on the first selected call.
@@ -1753,6 +1764,52 @@ const MUSL_ASM: &[&str] = &[
     "__dlsym",
 ];
 
+// ---- Safe traps (issue 12): the signal wrappers of programs with trap sites. ----
+//
+// A trap site needs SIGTRAP unblocked and stint's SIGTRAP handler installed; the runtime's
+// signal wrappers (`rt-lib/src/signals.rs`) keep both while showing the program what it asked
+// for. They cost nothing where there is no trap: they are planned only in a plan with trap
+// sites (dynamic programs: their PLT stubs and GOT call sites, planned after the exits, when
+// the trap sites are known; static programs: their functions' entries, planned before the
+// exits, hence a second pass once the first found trap sites).
+
+/// Trap sites of a plan: entries and exits whose tactic is [`Tactic::Trap`].
+pub fn trap_sites(plan: &Plan) -> usize {
+    let entries = plan.points.iter().filter(|p| p.wrap.is_none() && p.import.is_none() && p.tactic == Tactic::Trap);
+    entries.count() + plan.exits.iter().filter(|x| x.tactic == Tactic::Trap).count()
+}
+
+/// A wrapper point of a signal function (`stint_layout::SignalFn`).
+pub fn is_signal_wrap(w: &Wrap) -> bool {
+    stint_layout::SignalFn::from_u32(w.func).is_some()
+}
+
+/// The gate bits of the wrapper of import `name`: a signal function's is the hook bit alone
+/// (it measures nothing) when `signals` (the plan has trap sites), else none; the others'
+/// come from the spec.
+fn wrap_bits(spec: &Spec, name: &str, signals: bool) -> u8 {
+    match stint_layout::SignalFn::from_name(name) {
+        Some(_) if signals => stint_layout::GATE_HOOK,
+        Some(_) => 0,
+        None => spec.wrap_bits_for(name),
+    }
+}
+
+/// The name a static program's function `func` (`WRAP_*`) is wrapped under: thread-library
+/// functions always, signal functions in the signal pass.
+fn static_wrap_name(func: u32, signals: bool) -> Option<&'static str> {
+    let signal = stint_layout::SignalFn::from_u32(func).filter(|_| signals).map(|f| f.name());
+    stint_layout::WrappedFn::from_u32(func).map(|w| w.name()).or(signal)
+}
+
+/// A static program whose first plan has trap sites and that has signal functions is planned
+/// again with those functions as wrapper entries (they may then lose their own trap sites).
+fn needs_static_signal_pass(elf: &InputElf, first: &Plan) -> bool {
+    elf.kind.is_static()
+        && trap_sites(first) > 0
+        && static_wrapped_functions(elf).values().any(|&f| stint_layout::SignalFn::from_u32(f).is_some())
+}
+
 /// A static musl program's libc part is compiled without CFI (Debian's musl has no
 /// `.eh_frame` for its C code), so "no FDE" does not mean hand-written there: its C
 /// functions are instrumented like the program's own, its assembly ([`MUSL_ASM`]) is not.
@@ -1781,8 +1838,11 @@ fn static_wrapped_functions(elf: &InputElf) -> HashMap<u64, u32> {
         let exact = stint_layout::wrap_id(&name);
         if let Some(id) = exact.or_else(|| stint_layout::wrap_id(name.trim_start_matches('_'))) {
             let slot = out.entry(sym.st_value(en)).or_insert(id);
-            if exact.is_some() {
-                *slot = id; // the public name wins over an internal one at the same address
+            // The public name wins over an internal one at the same address; of aliases of a
+            // signal function (signal, bsd_signal, ssignal), the first in `SignalFn`.
+            let alias = stint_layout::SignalFn::from_u32(*slot).is_some() && *slot < id;
+            if exact.is_some() && !alias {
+                *slot = id;
             }
         }
     }
@@ -1803,10 +1863,10 @@ fn plan_static_wrap(
     (i, f): (usize, &Function),
     start: u64,
     func: u32,
-    opts: PlanOptions,
+    (opts, signals): (PlanOptions, bool),
 ) -> bool {
-    let Some(name) = stint_layout::WrappedFn::from_u32(func).map(|w| w.name()) else { return false };
-    let bits = spec.wrap_bits_for(name);
+    let Some(name) = static_wrap_name(func, signals) else { return false };
+    let bits = wrap_bits(spec, name, signals);
     if bits == 0 {
         return false;
     }

@@ -131,6 +131,13 @@ pub struct Summary {
     /// trampoline calls the import and keeps the frame open (the others end at the jump).
     pub tail_jumps_into_imports: usize,
     pub tail_jumps_kept_open: usize,
+    /// Entries and exits patched with a trap (`--traps`; issue 12): no other tactic fits them.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub trap_sites: usize,
+    /// The signal functions wrapped because the program has trap sites (none without), by
+    /// name; they are among `wrapped`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub signal_wrappers: Vec<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -157,7 +164,12 @@ pub fn unwrapped_notes(p: &Planned) -> Vec<String> {
                 1 => String::new(),
                 n => format!(" and {} more", n - 1),
             };
-            format!("{name}: calls no wrapper sees, so its waits and thread records may be missing ({first}{what})")
+            let risk = if stint_layout::SignalFn::from_name(name).is_some() {
+                "they may block SIGTRAP or replace stint's SIGTRAP handler, which trap sites need"
+            } else {
+                "its waits and thread records may be missing"
+            };
+            format!("{name}: calls no wrapper sees, so {risk} ({first}{what})")
         })
         .collect();
     if p.analysis.functions.iter().any(|f| RUST_FUTEX_LOCKS.iter().any(|k| f.name.contains(k))) {
@@ -210,8 +222,11 @@ impl RewriteReport {
                 s.imports += 1;
                 continue; // its call sites are listed below
             }
-            if pt.wrap.is_some() {
+            if let Some(w) = &pt.wrap {
                 s.wrapped += 1;
+                if crate::plan::is_signal_wrap(w) {
+                    s.signal_wrappers.push(w.name.clone());
+                }
             } else {
                 *s.by_tactic.entry(pt.tactic.name().into()).or_default() += 1;
             }
@@ -400,6 +415,8 @@ impl RewriteReport {
         s.import_sites = s.import_sites_patched + s.import_sites_skipped;
         s.tail_jumps_into_imports = p.plan.tail_imports.len();
         s.tail_jumps_kept_open = p.plan.tail_imports.iter().filter(|t| t.called).count();
+        s.trap_sites = crate::plan::trap_sites(&p.plan);
+        s.signal_wrappers.sort();
         for u in &p.plan.untimed {
             *s.untimed_by_reason.entry(reason_class(&u.reason, u.site)).or_default() += 1;
         }
@@ -501,6 +518,13 @@ impl RewriteReport {
         }
         if s.wrap_sites > 0 {
             out += &format!("wrappers: {} thread-library imports, {} GOT call sites\n", s.wrapped, s.wrap_sites);
+        }
+        if s.trap_sites > 0 {
+            out += &format!(
+                "traps: {} sites need a trap; signal functions wrapped to keep SIGTRAP safe: {}\n",
+                s.trap_sites,
+                if s.signal_wrappers.is_empty() { "none imported".into() } else { s.signal_wrappers.join(", ") }
+            );
         }
         for w in &self.unwrapped {
             out += &format!("warning: {w}\n");

@@ -1,5 +1,5 @@
 //! The closed sets of values the file and the runtime store in `u32` fields: object kinds,
-//! thread states, how a thread ended, how a process image ended, the wrapped thread-library and process functions, timer operations,
+//! thread states, how a thread ended, how a process image ended, the wrapped thread-library, process and signal functions, timer operations,
 //! clock sources, column states, control-file outcomes and request kinds.
 //!
 //! Each is a `#[repr(u32)]` enum declared once with [`u32_enum!`], which gives it its value
@@ -217,6 +217,32 @@ u32_enum! {
     }
 }
 
+u32_enum! {
+    /// The signal functions the rewriter wraps in a program that has trap sites (D3, issue
+    /// 12), `WrapSite::func` like [`WrappedFn`]'s but from 96 up: the runtime keeps SIGTRAP
+    /// unblocked and its own handler installed while making the program see what it asked
+    /// for (`rt-lib/src/signals.rs`). Like [`ProcessFn`]s they measure nothing and run
+    /// whatever the metrics' gates say. glibc's `__sigaction` and `__sysv_signal` are aliases
+    /// a static program's symbol table also has: they are wrapped under the public name.
+    pub enum SignalFn {
+        Sigprocmask = 96 => "sigprocmask",
+        PthreadSigmask = 97 => "pthread_sigmask",
+        Sigaction = 98 => "sigaction",
+        Signal = 99 => "signal",
+        BsdSignal = 100 => "bsd_signal",
+        Ssignal = 101 => "ssignal",
+        SysvSignal = 102 => "sysv_signal",
+        Sigsuspend = 103 => "sigsuspend",
+        Ppoll = 104 => "ppoll",
+        Sigblock = 105 => "sigblock",
+        Sigsetmask = 106 => "sigsetmask",
+        Siggetmask = 107 => "siggetmask",
+        Sighold = 108 => "sighold",
+        Sigrelse = 109 => "sigrelse",
+        Sigignore = 110 => "sigignore",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +264,15 @@ mod tests {
         assert!(ProcessFn::ALL.iter().all(|p| WrappedFn::from_u32(*p as u32).is_none()));
         assert!(ProcessFn::ALL.iter().all(|p| WrappedFn::from_name(p.name()).is_none()));
         assert_eq!(ProcessFn::from_name("_Exit"), Some(ProcessFn::CapitalExit));
+        // Signal functions share no id or name with the others.
+        assert!(SignalFn::ALL.iter().all(|f| WrappedFn::from_u32(*f as u32).is_none()));
+        assert!(SignalFn::ALL.iter().all(|f| ProcessFn::from_u32(*f as u32).is_none()));
+        assert!(SignalFn::ALL.iter().all(|f| WrappedFn::from_name(f.name()).is_none()));
+        assert!(SignalFn::ALL.iter().all(|f| ProcessFn::from_name(f.name()).is_none()));
+        assert_eq!(SignalFn::from_name("pthread_sigmask"), Some(SignalFn::PthreadSigmask));
+        // The runtime tells them from the others by `>= Sigprocmask` first.
+        assert!(SignalFn::ALL.iter().all(|f| *f as u32 >= SignalFn::Sigprocmask as u32));
+        assert!(ProcessFn::ALL.iter().all(|p| (*p as u32) < SignalFn::Sigprocmask as u32));
+        assert!(WrappedFn::ALL.iter().all(|w| (*w as u32) < SignalFn::Sigprocmask as u32));
     }
 }

@@ -66,8 +66,8 @@ mod metric;
 pub mod pod;
 
 pub use kinds::{
-    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, ProcessEnd, ProcessFn, RequestOp, ThreadState,
-    TimerOp, WrappedFn,
+    ClockSource, ColumnState, ControlFileStatus, ExitKind, ObjectKind, ProcessEnd, ProcessFn, RequestOp, SignalFn,
+    ThreadState, TimerOp, WrappedFn,
 };
 pub use metric::{
     kind_bits, metric_id, site_bits, Metric, MetricDef, MetricKind, MetricSite, METRICS, METRIC_NAMES, N_COUNTER_SLOTS,
@@ -708,9 +708,12 @@ pub const WRAPPED: &[(&str, u32)] = &{
     out
 };
 
-/// The `WRAP_*` id of a thread-library function name (`None`: not wrapped).
+/// The `WRAP_*` id of a thread-library, process or signal function name (`None`: not wrapped).
 pub fn wrap_id(name: &str) -> Option<u32> {
-    WrappedFn::from_name(name).map(|w| w as u32).or_else(|| ProcessFn::from_name(name).map(|w| w as u32))
+    WrappedFn::from_name(name)
+        .map(|w| w as u32)
+        .or_else(|| ProcessFn::from_name(name).map(|w| w as u32))
+        .or_else(|| SignalFn::from_name(name).map(|w| w as u32))
 }
 
 pod_struct! {

@@ -38,6 +38,15 @@ pub fn run(a: RewriteArgs) -> anyhow::Result<()> {
             out.len() as f64 / 1024.0,
             start.elapsed().as_secs_f64()
         );
+        if s.trap_sites > 0 {
+            let wrapped =
+                if s.signal_wrappers.is_empty() { "none imported".into() } else { s.signal_wrappers.join(", ") };
+            eprintln!(
+                "stint: {}: {} sites need a trap; signal functions wrapped to keep SIGTRAP safe: {wrapped}",
+                a.input.display(),
+                s.trap_sites
+            );
+        }
     }
     Ok(())
 }

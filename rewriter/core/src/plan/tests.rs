@@ -990,3 +990,38 @@ fn exit_tactics_reaching_out() {
     assert_eq!(x.slot, Some(entry.address + JMP_LEN));
     assert!(p.timed("packed"));
 }
+
+/// Safe traps (issue 12): the signal functions a program calls get wrapper points only in a
+/// plan with trap sites, and their calls stay imports (the wrapper measures nothing).
+#[test]
+fn signal_wrappers_only_with_trap_sites() {
+    let dir = temp_dir("signal-wraps");
+    let main = "#include <signal.h>\n\
+                int shorty(void), next(int);\n\
+                int main(int c, char **v) { sigset_t s; (void)v; sigfillset(&s); sigprocmask(SIG_BLOCK, &s, 0);\n\
+                signal(SIGTRAP, SIG_IGN); return shorty() + next(c); }";
+    let bin = gcc(&dir, "t", &[("main.c", main), ("t.s", TRAP_ENTRY_S)], &["-O1"]);
+    let signal_wraps = |p: &Planned| -> Vec<String> {
+        let mut v: Vec<String> = p
+            .plan
+            .points
+            .iter()
+            .filter_map(|pt| pt.wrap.as_ref().filter(|w| is_signal_wrap(w)))
+            .map(|w| w.name.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    let p = Planned::new(&bin, false);
+    assert_eq!(trap_sites(&p.plan), 0);
+    assert_eq!(signal_wraps(&p), Vec::<String>::new(), "no trap site, no signal wrapper");
+    let p = Planned::new(&bin, true);
+    assert_eq!(trap_sites(&p.plan), 2, "shorty's entry and exit");
+    assert_eq!(signal_wraps(&p), ["signal", "sigprocmask"]);
+    for pt in p.plan.points.iter().filter(|pt| pt.wrap.as_ref().is_some_and(is_signal_wrap)) {
+        assert_eq!(pt.bits, stint_layout::GATE_HOOK, "a signal wrapper measures nothing");
+    }
+    // Their calls stay imports, never skipped as "wrapped".
+    assert!(!p.plan.skipped_import_sites.iter().any(|s| s.reason == SkipReason::Wrapped));
+    assert!(p.plan.points.iter().any(|pt| pt.import.as_ref().is_some_and(|i| i.name == "sigprocmask")));
+}
