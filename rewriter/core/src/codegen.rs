@@ -2,8 +2,9 @@
 //! into rt-lib, the shared timer routines, one trampoline per point, exit and call into an
 //! import, the wrapper thunks), each encoded once at the address the layout pass
 //! ([`crate::place`]) gave it.
-//! [`piece`] encodes one piece (the layout pass uses it to size them); [`generate`] encodes
-//! them all and hands them to the unwind pass as [`Piece`]s.
+//! [`piece`] encodes one piece (the layout pass sizes each by encoding it at its final
+//! address and keeps the bytes); [`collect`] hands those to the unwind pass as [`Piece`]s,
+//! [`generate`] encodes them all again (the same bytes; tests compare the two).
 //!
 //! Everything is encoded by iced-x86's BlockEncoder at its final address, so RIP-relative
 //! operands (gates, config) and branches back into the program are exact, and displaced
@@ -260,10 +261,21 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
 /// its unwind information starts from. Nothing is patched afterwards: a piece whose size
 /// differs from the sizing run's is a bug, reported as such.
 pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piece>> {
+    let code = pieces.iter().map(|p| piece(plan, p.kind, p.at, t)).collect::<Result<Vec<_>>>()?;
+    collect(plan, pieces, code)
+}
+
+/// The pieces of the layout pass's sizing run, which encoded each at its final address with
+/// every target it refers to already placed ([`crate::place::Placement::code`]): the bytes
+/// [`generate`] would encode again. Checks the sizes all the same.
+pub fn collect(plan: &Plan, pieces: &[PieceAt], code: Vec<Vec<u8>>) -> Result<Vec<Piece>> {
+    if code.len() != pieces.len() {
+        return Err(Error::Internal(format!("codegen: {} pieces laid out, {} encoded", pieces.len(), code.len())));
+    }
     pieces
         .iter()
-        .map(|p| {
-            let code = piece(plan, p.kind, p.at, t)?;
+        .zip(code)
+        .map(|(p, code)| {
             if code.len() != p.len {
                 return Err(Error::Internal(format!(
                     "codegen: {:?} at 0x{:x} is {} bytes, laid out as {}",
@@ -273,18 +285,22 @@ pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piec
                     p.len
                 )));
             }
-            let initial = match p.kind {
-                PieceKind::EntryStub => Initial::Entry,
-                PieceKind::Trampoline(i) | PieceKind::WrapReal(i) => Initial::At(plan.points[i].address),
-                PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
-                // The caller's frame at the call: while the import runs, the return address
-                // lies in the trampoline and the unwinder reads the caller's CFI from there.
-                PieceKind::ImportTrampoline(i) => Initial::At(plan.import_sites[i].address()),
-                _ => Initial::Call,
-            };
-            Ok(Piece { start: p.at, code, initial })
+            Ok(Piece { start: p.at, code, initial: initial_state(plan, p.kind) })
         })
         .collect()
+}
+
+/// The state a piece's unwind information starts from.
+fn initial_state(plan: &Plan, kind: PieceKind) -> Initial {
+    match kind {
+        PieceKind::EntryStub => Initial::Entry,
+        PieceKind::Trampoline(i) | PieceKind::WrapReal(i) => Initial::At(plan.points[i].address),
+        PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
+        // The caller's frame at the call: while the import runs, the return address
+        // lies in the trampoline and the unwinder reads the caller's CFI from there.
+        PieceKind::ImportTrampoline(i) => Initial::At(plan.import_sites[i].address()),
+        _ => Initial::Call,
+    }
 }
 
 /// Addresses a trampoline needs.

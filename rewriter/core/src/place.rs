@@ -153,6 +153,9 @@ pub struct Placement {
     pub trampolines: u64,
     /// Every piece of code, in address order.
     pub pieces: Vec<PieceAt>,
+    /// The bytes of each piece of `pieces` from the sizing run (taken by the code generation
+    /// pass: [`codegen::collect`]).
+    pub code: Vec<Vec<u8>>,
     /// The `WrapSite` descriptors of wrapped imports, each at its address.
     pub wrap_sites: Vec<(u64, WrapSite)>,
     /// GOT call sites of wrapped imports, patched to call their thunk (`Plan::wrap_sites`).
@@ -217,6 +220,9 @@ impl Placement {
 struct Cursor {
     base: u64,
     len: u64,
+    /// Pieces of code so far, and their bytes.
+    pieces: Vec<PieceAt>,
+    code: Vec<Vec<u8>>,
 }
 
 impl Cursor {
@@ -231,11 +237,13 @@ impl Cursor {
         at
     }
 
-    /// Reserve a piece of code (sized by encoding it here), then pad to 16.
-    fn code(&mut self, plan: &Plan, kind: PieceKind, t: &Targets, pieces: &mut Vec<PieceAt>) -> Result<u64> {
+    /// Reserve a piece of code (sized by encoding it here, the bytes kept), then pad to 16.
+    fn code(&mut self, plan: &Plan, kind: PieceKind, t: &Targets) -> Result<u64> {
         let at = self.base + self.len;
-        let len = codegen::piece(plan, kind, at, t)?.len();
-        pieces.push(PieceAt { kind, at, len });
+        let code = codegen::piece(plan, kind, at, t)?;
+        let len = code.len();
+        self.pieces.push(PieceAt { kind, at, len });
+        self.code.push(code);
         self.len += len as u64;
         self.align(16);
         Ok(at)
@@ -272,7 +280,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         seg_vaddr = seg_offset.wrapping_add(delta);
     }
 
-    let mut c = Cursor { base: seg_vaddr, len: 0 };
+    let mut c = Cursor { base: seg_vaddr, len: 0, pieces: Vec::new(), code: Vec::new() };
     c.take(SEGMENT_MAGIC.len() as u64);
     c.align(64);
     let n_phdrs = elf.segments.len() + phdr_slot.is_none() as usize;
@@ -301,13 +309,12 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         tid_offset: data.tid_offset,
         ..Targets::default()
     };
-    let mut pieces = Vec::new();
-    let entry_stub = c.code(plan, PieceKind::EntryStub, &t, &mut pieces)?;
-    t.slow_stub = c.code(plan, PieceKind::SlowStub, &t, &mut pieces)?;
-    t.timer_stub = c.code(plan, PieceKind::TimerStub, &t, &mut pieces)?;
-    t.timer_enter = c.code(plan, PieceKind::TimerEnter, &t, &mut pieces)?;
-    t.timer_exit = c.code(plan, PieceKind::TimerExit, &t, &mut pieces)?;
-    let trap_stub = c.code(plan, PieceKind::TrapStub, &t, &mut pieces)?;
+    let entry_stub = c.code(plan, PieceKind::EntryStub, &t)?;
+    t.slow_stub = c.code(plan, PieceKind::SlowStub, &t)?;
+    t.timer_stub = c.code(plan, PieceKind::TimerStub, &t)?;
+    t.timer_enter = c.code(plan, PieceKind::TimerEnter, &t)?;
+    t.timer_exit = c.code(plan, PieceKind::TimerExit, &t)?;
+    let trap_stub = c.code(plan, PieceKind::TrapStub, &t)?;
     let trampolines = c.base + c.len;
 
     let mut sites = Vec::with_capacity(plan.points.len() + plan.exits.len());
@@ -318,7 +325,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
     for (i, p) in plan.points.iter().enumerate() {
         let Some(w) = &p.wrap else { continue };
         // A static program's function: its relocated entry window is the real one.
-        let real = if w.got_slot == 0 { c.code(plan, PieceKind::WrapReal(i), &t, &mut pieces)? } else { 0 };
+        let real = if w.got_slot == 0 { c.code(plan, PieceKind::WrapReal(i), &t)? } else { 0 };
         // The WrapSite descriptor, then the thunk the PLT stub's jmp and the patched GOT
         // call sites lead to.
         c.align(8);
@@ -338,7 +345,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
                 lazy_rel: lazy,
             },
         ));
-        let target = c.code(plan, PieceKind::WrapThunk { point: i, site: site_at, real }, &t, &mut pieces)?;
+        let target = c.code(plan, PieceKind::WrapThunk { point: i, site: site_at, real }, &t)?;
         thunk_of.insert(p.id, target);
         if p.window_len > 0 {
             sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
@@ -359,14 +366,14 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         if p.import.is_some() || p.wrap.is_some() {
             continue; // an import patches nothing itself: its call sites below
         }
-        let target = c.code(plan, PieceKind::Trampoline(i), &t, &mut pieces)?;
+        let target = c.code(plan, PieceKind::Trampoline(i), &t)?;
         sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
     }
     for (i, x) in plan.exits.iter().enumerate() {
         if x.tactic == Tactic::EntryExit {
             continue; // the entry trampoline runs it
         }
-        let target = c.code(plan, PieceKind::ExitTrampoline(i), &t, &mut pieces)?;
+        let target = c.code(plan, PieceKind::ExitTrampoline(i), &t)?;
         if x.tactic == Tactic::Retarget {
             for &(j, len) in &x.retargets {
                 sites.push(Site { address: j, len, tactic: Tactic::Retarget, target });
@@ -384,7 +391,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         }
     }
     for (i, x) in plan.import_sites.iter().enumerate() {
-        let target = c.code(plan, PieceKind::ImportTrampoline(i), &t, &mut pieces)?;
+        let target = c.code(plan, PieceKind::ImportTrampoline(i), &t)?;
         sites.push(Site { address: x.address(), len: x.window_len(), tactic: Tactic::Window, target });
     }
     let n_traps = sites.iter().filter(|s| s.tactic == Tactic::Trap).count() as u64;
@@ -415,7 +422,8 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         entry_stub,
         trap_stub,
         trampolines,
-        pieces,
+        pieces: c.pieces,
+        code: c.code,
         wrap_sites,
         sites,
         wrap_calls,
