@@ -26,6 +26,7 @@ pub mod codegen;
 pub mod emit;
 pub mod error;
 pub mod input;
+mod par;
 pub mod place;
 pub mod plan;
 pub mod rewrite_report;
