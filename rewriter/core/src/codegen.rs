@@ -125,7 +125,7 @@ fn mem(base: Register, disp: i64) -> MemoryOperand {
 
 /// What a piece of generated code is. The layout pass ([`crate::place`]) gives every piece
 /// an address; [`piece`] encodes it there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PieceKind {
     /// The new `e_entry` ([`entry_stub`]).
     EntryStub,
@@ -1014,6 +1014,101 @@ pub fn entry_stub(at: u64, config: u64, rt_init: u64, original_entry: u64) -> Re
     b.op(Instruction::with1(Code::Pop_r64, Register::RDX))?;
     b.add(Instruction::with_branch(Code::Jmp_rel32_64, original_entry).map_err(internal)?);
     b.encode(at)
+}
+
+/// A piece encoded at a provisional address, with what changes when it moves: the layout
+/// pass encodes the many per-point pieces on every core at once ([`crate::par`]) before it
+/// knows their addresses, then [`Movable::moved`] gives each one's bytes at its final address.
+///
+/// Moving code changes only the 32-bit displacements that reach outside it (RIP-relative
+/// operands, branches and calls to the program, the stubs and the runtime); branches inside it
+/// keep their encodings. `moved` gives `None` (encode the piece there instead) where the
+/// encoder's choices could differ at the other address: a branch out of the piece that is
+/// short at one address or would be at the other, a displacement out of reach, or anything
+/// the decoder does not read back as plain instructions (the encoder's far-branch data). So
+/// a moved piece is byte for byte what [`piece`] encodes at its final address.
+pub struct Movable {
+    pub kind: PieceKind,
+    /// The provisional address.
+    pub at: u64,
+    pub code: Vec<u8>,
+    /// The displacements that reach outside the piece; `None`: the piece must not move.
+    fields: Option<Vec<Field>>,
+}
+
+/// A rel32 / disp32 field of a [`Movable`] piece.
+struct Field {
+    /// Offset of the field in the piece.
+    at: u32,
+    /// Offset of the end of its instruction (the displacement counts from there).
+    end: u32,
+    target: u64,
+    /// A jump or conditional branch: short (rel8) when its target is near.
+    may_shorten: bool,
+}
+
+impl Movable {
+    /// Encode `kind` at `at` and find its displacements.
+    pub fn new(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Movable> {
+        let code = piece(plan, kind, at, t)?;
+        let fields = movable_fields(&code, at);
+        Ok(Movable { kind, at, code, fields })
+    }
+
+    /// The piece's bytes at `to`, or `None` if it must be encoded there (see [`Movable`]).
+    pub fn moved(&self, to: u64) -> Option<Vec<u8>> {
+        let fields = self.fields.as_ref()?;
+        if to == self.at {
+            return Some(self.code.clone());
+        }
+        let mut code = self.code.clone();
+        for f in fields {
+            let disp = f.target.wrapping_sub(to.wrapping_add(u64::from(f.end))) as i64;
+            if f.may_shorten && (-256..256).contains(&disp) {
+                return None;
+            }
+            let disp = i32::try_from(disp).ok()?;
+            code[f.at as usize..f.at as usize + 4].copy_from_slice(&disp.to_le_bytes());
+        }
+        Some(code)
+    }
+}
+
+/// The displacements of `code` (encoded at `at`) that reach outside it; `None` if it has
+/// one that could change size or form when the code moves (see [`Movable`]).
+fn movable_fields(code: &[u8], at: u64) -> Option<Vec<Field>> {
+    let inside = |a: u64| a >= at && a < at + code.len() as u64;
+    let mut d = iced_x86::Decoder::with_ip(64, code, at, iced_x86::DecoderOptions::NONE);
+    let mut ins = Instruction::default();
+    let mut fields = Vec::new();
+    while d.can_decode() {
+        d.decode_out(&mut ins);
+        if ins.code() == Code::INVALID {
+            return None;
+        }
+        let start = (ins.ip() - at) as u32;
+        let end = start + ins.len() as u32;
+        let offsets = d.get_constant_offsets(&ins);
+        let branch = ins.op_count() > 0
+            && matches!(ins.op0_kind(), iced_x86::OpKind::NearBranch64 | iced_x86::OpKind::NearBranch32);
+        if branch {
+            let target = ins.near_branch_target();
+            if !inside(target) {
+                if offsets.immediate_size() != 4 {
+                    return None; // a short branch out: at another address it may be near
+                }
+                let may_shorten = ins.flow_control() != FlowControl::Call;
+                fields.push(Field { at: start + offsets.immediate_offset() as u32, end, target, may_shorten });
+            }
+        } else if ins.is_ip_rel_memory_operand() {
+            let target = ins.ip_rel_memory_address();
+            if inside(target) || offsets.displacement_size() != 4 {
+                return None; // data of the encoder's own (a far branch's target)
+            }
+            fields.push(Field { at: start + offsets.displacement_offset() as u32, end, target, may_shorten: false });
+        }
+    }
+    Some(fields)
 }
 
 #[cfg(test)]

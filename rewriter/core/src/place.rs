@@ -42,7 +42,7 @@ use crate::plan::{Plan, Tactic, JMP_LEN};
 use crate::spec::Spec;
 use crate::{rewrite_report, rtimage, Planned};
 use object::elf;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use stint_layout::{
     align_up, ctl_len, RtConfig, WrapSite, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS, N_METRICS, PAGE,
     RT_STATE_SIZE, SEGMENT_MAGIC,
@@ -223,6 +223,8 @@ struct Cursor {
     /// Pieces of code so far, and their bytes.
     pieces: Vec<PieceAt>,
     code: Vec<Vec<u8>>,
+    /// Pieces encoded ahead at a provisional address ([`Cursor::encode_ahead`]).
+    ahead: HashMap<PieceKind, codegen::Movable>,
 }
 
 impl Cursor {
@@ -240,7 +242,11 @@ impl Cursor {
     /// Reserve a piece of code (sized by encoding it here, the bytes kept), then pad to 16.
     fn code(&mut self, plan: &Plan, kind: PieceKind, t: &Targets) -> Result<u64> {
         let at = self.base + self.len;
-        let code = codegen::piece(plan, kind, at, t)?;
+        let moved = self.ahead.remove(&kind).and_then(|m| m.moved(at));
+        let code = match moved {
+            Some(code) => code,
+            None => codegen::piece(plan, kind, at, t)?,
+        };
         let len = code.len();
         self.pieces.push(PieceAt { kind, at, len });
         self.code.push(code);
@@ -248,6 +254,29 @@ impl Cursor {
         self.align(16);
         Ok(at)
     }
+
+    /// Encode `kinds` on every core at the cursor's address, before their addresses are known:
+    /// [`Cursor::code`] moves each to its place (or encodes it again where it cannot move).
+    /// Only pieces whose every target is placed already may be encoded ahead.
+    fn encode_ahead(&mut self, plan: &Plan, kinds: &[PieceKind], t: &Targets) {
+        let at = self.base + self.len;
+        let ready = crate::par::map(kinds, || (), |_, &kind| codegen::Movable::new(plan, kind, at, t).ok());
+        // A piece that fails here is encoded again in its turn, which reports the error.
+        self.ahead = ready.into_iter().flatten().map(|m| (m.kind, m)).collect();
+    }
+}
+
+/// The per-point pieces the layout pass places after the wrapper thunks, in its order: entry
+/// trampolines, exit trampolines, import call-site trampolines (only a speed-up: a piece left
+/// out here is encoded in its turn).
+fn per_point_pieces(plan: &Plan) -> Vec<PieceKind> {
+    let entries = plan.points.iter().enumerate().filter(|(_, p)| p.import.is_none() && p.wrap.is_none());
+    let exits = plan.exits.iter().enumerate().filter(|(_, x)| x.tactic != Tactic::EntryExit);
+    entries
+        .map(|(i, _)| PieceKind::Trampoline(i))
+        .chain(exits.map(|(i, _)| PieceKind::ExitTrampoline(i)))
+        .chain((0..plan.import_sites.len()).map(PieceKind::ImportTrampoline))
+        .collect()
 }
 
 /// The layout pass.
@@ -280,7 +309,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         seg_vaddr = seg_offset.wrapping_add(delta);
     }
 
-    let mut c = Cursor { base: seg_vaddr, len: 0, pieces: Vec::new(), code: Vec::new() };
+    let mut c = Cursor { base: seg_vaddr, len: 0, pieces: Vec::new(), code: Vec::new(), ahead: HashMap::new() };
     c.take(SEGMENT_MAGIC.len() as u64);
     c.align(64);
     let n_phdrs = elf.segments.len() + phdr_slot.is_none() as usize;
@@ -362,6 +391,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
             Ok(WrapCall { address: x.address(), len: x.window_len(), call: x.is_call(), target })
         })
         .collect::<Result<Vec<_>>>()?;
+    c.encode_ahead(plan, &per_point_pieces(plan), &t);
     for (i, p) in plan.points.iter().enumerate() {
         if p.import.is_some() || p.wrap.is_some() {
             continue; // an import patches nothing itself: its call sites below
