@@ -1233,4 +1233,58 @@ mod tests {
         assert!(text.contains("lea rax,[40100Dh]") && text.contains("jmp 0000000000700000h"), "{text}");
         assert!(!text.contains("40300Dh"), "the GOT slot is still called: {text}");
     }
+
+    /// A point whose window displaces a RIP-relative load and a call (both reach outside).
+    fn movable_plan() -> Plan {
+        // mov rax, [rip+0x2000]; call 0x402000  at 0x401000
+        let code = [0x48, 0x8b, 0x05, 0x00, 0x20, 0x00, 0x00, 0xe8, 0xf4, 0x0f, 0x00, 0x00];
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
+        let p = Point {
+            id: 0,
+            function: 0,
+            address: 0x401000,
+            window_len: 12,
+            displaced,
+            emulate_call: true,
+            tactic: Tactic::Window,
+            bits: 0x7,
+            wrap: None,
+            import: None,
+        };
+        Plan { points: vec![p], ..Plan::default() }
+    }
+
+    fn movable_targets() -> Targets {
+        Targets {
+            control: 0x60_0000,
+            n_points: 1,
+            tid_offset: 0x2d0,
+            slow_stub: 0x70_0000,
+            timer_enter: 0x70_0100,
+            timer_exit: 0x70_0200,
+            ..Targets::default()
+        }
+    }
+
+    #[test]
+    fn a_moved_piece_is_the_piece_encoded_at_its_new_address() {
+        let (plan, t) = (movable_plan(), movable_targets());
+        let m = Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t).unwrap();
+        for to in [0x80_0000, 0x80_0010, 0x80_1230, 0x9f_fff0] {
+            let moved = m.moved(to).expect("movable");
+            assert_eq!(moved, piece(&plan, PieceKind::Trampoline(0), to, &t).unwrap(), "at 0x{to:x}");
+        }
+        // The gate, the program's load, the return address, the callee, the stubs: all moved.
+        assert!(m.fields.as_ref().unwrap().len() >= 6, "{}", m.fields.as_ref().unwrap().len());
+    }
+
+    #[test]
+    fn a_piece_whose_jump_would_become_short_is_not_moved() {
+        let (plan, t) = (movable_plan(), movable_targets());
+        let m = Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t).unwrap();
+        // Right after the program's callee: the emulated call's `jmp 0x402000` would be rel8.
+        assert_eq!(m.moved(0x40_2010), None);
+        // Too far for a rel32 to the program.
+        assert_eq!(m.moved(0x1_0000_0000), None);
+    }
 }
