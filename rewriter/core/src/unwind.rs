@@ -983,6 +983,9 @@ fn diff(from: &Row, to: &Row) -> Vec<Cfi> {
         (_, Cfa::Expr(e)) => out.push(Cfi::CfaExpression(Expression::raw(e.clone()))),
         (_, Cfa::Unknown) => unreachable!("rows never hold an unknown CFA"),
     }
+    if from.regs == to.regs {
+        return out; // most rows move the CFA only
+    }
     for (r, rule) in to.regs.iter() {
         if from.regs.get(r).as_ref() != Some(&rule) {
             out.push(match rule {
