@@ -1574,7 +1574,7 @@ fn decoded_where(elf: &InputElf, an: &Analysis, keep: fn(&Instruction) -> bool) 
             if ins.last().map_or(f.address, |x| x.next_ip()) != f.end() {
                 return None;
             }
-            Some(ins.into_iter().filter(|x| keep(x)).collect())
+            Some(ins.into_iter().filter(&keep).collect())
         },
     )
 }
