@@ -32,24 +32,23 @@ where
     let chunk = items.len().div_ceil(threads);
     let (init, f) = (&init, &f);
     std::thread::scope(|scope| {
+        let run = move |part: &[T]| {
+            let mut s = init();
+            part.iter().map(|x| f(&mut s, x)).collect::<Vec<R>>()
+        };
+        // A thread the system refuses to start leaves its chunk to this thread.
         let handles: Vec<_> = items
             .chunks(chunk)
             .skip(1)
-            .map(|part| {
-                scope.spawn(move || {
-                    let mut s = init();
-                    part.iter().map(|x| f(&mut s, x)).collect::<Vec<R>>()
-                })
-            })
+            .map(|part| (part, std::thread::Builder::new().spawn_scoped(scope, move || run(part)).ok()))
             .collect();
-        // The first chunk on this thread.
-        let mut s = init();
-        let mut out: Vec<R> = items[..chunk.min(items.len())].iter().map(|x| f(&mut s, x)).collect();
+        let mut out = run(&items[..chunk.min(items.len())]);
         out.reserve(items.len() - out.len());
-        for h in handles {
-            match h.join() {
-                Ok(part) => out.extend(part),
-                Err(panic) => std::panic::resume_unwind(panic),
+        for (part, h) in handles {
+            match h.map(|h| h.join()) {
+                Some(Ok(done)) => out.extend(done),
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => out.extend(run(part)),
             }
         }
         out
