@@ -28,7 +28,9 @@
 //!
 //! Code sizes come from a sizing run of [`codegen::piece`] at each piece's final address:
 //! every piece refers only to blocks placed before it, to the program and to the writable
-//! memory, so the code generation pass produces exactly the sizes laid out here.
+//! memory, so those bytes are final and the layout keeps them ([`Placement::code`]). The
+//! per-point pieces (the bulk of the code) are encoded ahead on every core at a provisional
+//! address and moved to their place ([`codegen::Movable`]), which gives the same bytes.
 //!
 //! Without a spare program-header slot (older toolchains emit no PT_GNU_PROPERTY), the table
 //! moves into the new segment, and the segment gets the first PT_LOAD's vaddr − offset, so
