@@ -2,8 +2,9 @@
 //! into rt-lib, the shared timer routines, one trampoline per point, exit and call into an
 //! import, the wrapper thunks), each encoded once at the address the layout pass
 //! ([`crate::place`]) gave it.
-//! [`piece`] encodes one piece (the layout pass uses it to size them); [`generate`] encodes
-//! them all and hands them to the unwind pass as [`Piece`]s.
+//! [`piece`] encodes one piece (the layout pass sizes each by encoding it at its final
+//! address and keeps the bytes); [`collect`] hands those to the unwind pass as [`Piece`]s,
+//! [`generate`] encodes them all again (the same bytes; tests compare the two).
 //!
 //! Everything is encoded by iced-x86's BlockEncoder at its final address, so RIP-relative
 //! operands (gates, config) and branches back into the program are exact, and displaced
@@ -126,7 +127,7 @@ fn mem(base: Register, disp: i64) -> MemoryOperand {
 
 /// What a piece of generated code is. The layout pass ([`crate::place`]) gives every piece
 /// an address; [`piece`] encodes it there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PieceKind {
     /// The new `e_entry` ([`entry_stub`]).
     EntryStub,
@@ -270,10 +271,21 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
 /// its unwind information starts from. Nothing is patched afterwards: a piece whose size
 /// differs from the sizing run's is a bug, reported as such.
 pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piece>> {
+    let code = pieces.iter().map(|p| piece(plan, p.kind, p.at, t)).collect::<Result<Vec<_>>>()?;
+    collect(plan, pieces, code)
+}
+
+/// The pieces of the layout pass's sizing run, which encoded each at its final address with
+/// every target it refers to already placed ([`crate::place::Placement::code`]): the bytes
+/// [`generate`] would encode again. Checks the sizes all the same.
+pub fn collect(plan: &Plan, pieces: &[PieceAt], code: Vec<Vec<u8>>) -> Result<Vec<Piece>> {
+    if code.len() != pieces.len() {
+        return Err(Error::Internal(format!("codegen: {} pieces laid out, {} encoded", pieces.len(), code.len())));
+    }
     pieces
         .iter()
-        .map(|p| {
-            let code = piece(plan, p.kind, p.at, t)?;
+        .zip(code)
+        .map(|(p, code)| {
             if code.len() != p.len {
                 return Err(Error::Internal(format!(
                     "codegen: {:?} at 0x{:x} is {} bytes, laid out as {}",
@@ -283,18 +295,22 @@ pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piec
                     p.len
                 )));
             }
-            let initial = match p.kind {
-                PieceKind::EntryStub => Initial::Entry,
-                PieceKind::Trampoline(i) | PieceKind::WrapReal(i) => Initial::At(plan.points[i].address),
-                PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
-                // The caller's frame at the call: while the import runs, the return address
-                // lies in the trampoline and the unwinder reads the caller's CFI from there.
-                PieceKind::ImportTrampoline(i) => Initial::At(plan.import_sites[i].address()),
-                _ => Initial::Call,
-            };
-            Ok(Piece { start: p.at, code, initial })
+            Ok(Piece { start: p.at, code, initial: initial_state(plan, p.kind) })
         })
         .collect()
+}
+
+/// The state a piece's unwind information starts from.
+fn initial_state(plan: &Plan, kind: PieceKind) -> Initial {
+    match kind {
+        PieceKind::EntryStub => Initial::Entry,
+        PieceKind::Trampoline(i) | PieceKind::WrapReal(i) => Initial::At(plan.points[i].address),
+        PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
+        // The caller's frame at the call: while the import runs, the return address
+        // lies in the trampoline and the unwinder reads the caller's CFI from there.
+        PieceKind::ImportTrampoline(i) => Initial::At(plan.import_sites[i].address()),
+        _ => Initial::Call,
+    }
 }
 
 /// Addresses a trampoline needs.
@@ -1291,6 +1307,103 @@ pub fn entry_stub(at: u64, config: u64, rt_init: u64, original_entry: u64) -> Re
     b.encode(at)
 }
 
+/// A piece encoded at a provisional address, with what changes when it moves: the layout
+/// pass encodes the many per-point pieces on every core at once ([`crate::par`]) before it
+/// knows their addresses, then [`Movable::moved`] gives each one's bytes at its final address.
+///
+/// Moving code changes only the 32-bit displacements that reach outside it (RIP-relative
+/// operands, branches and calls to the program, the stubs and the runtime); branches inside it
+/// keep their encodings. `moved` gives `None` (encode the piece there instead) where the
+/// encoder's choices could differ at the other address: a branch out of the piece that is
+/// short at one address or would be at the other, a displacement out of reach, or anything
+/// the decoder does not read back as plain instructions (the encoder's far-branch data). So
+/// a moved piece is byte for byte what [`piece`] encodes at its final address.
+pub struct Movable {
+    pub kind: PieceKind,
+    /// The provisional address.
+    pub at: u64,
+    pub code: Vec<u8>,
+    /// The displacements that reach outside the piece; `None`: the piece must not move.
+    fields: Option<Vec<Field>>,
+}
+
+/// A rel32 / disp32 field of a [`Movable`] piece.
+struct Field {
+    /// Offset of the field in the piece.
+    at: u32,
+    /// Offset of the end of its instruction (the displacement counts from there).
+    end: u32,
+    target: u64,
+    /// A jump or conditional branch: short (rel8) when its target is near.
+    may_shorten: bool,
+}
+
+impl Movable {
+    /// Encode `kind` at `at` and find its displacements.
+    pub fn new(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Movable> {
+        let code = piece(plan, kind, at, t)?;
+        let fields = movable_fields(&code, at);
+        Ok(Movable { kind, at, code, fields })
+    }
+
+    /// The piece's bytes at `to`, or `None` if it must be encoded there (see [`Movable`]).
+    pub fn moved(self, to: u64) -> Option<Vec<u8>> {
+        // The measuring path's alignment padding ([`ON_ALIGN`]) depends on the address modulo
+        // the alignment: a move by anything else is encoded again.
+        if to.wrapping_sub(self.at) % ON_ALIGN != 0 {
+            return None;
+        }
+        let fields = self.fields?;
+        let mut code = self.code;
+        for f in fields.iter().filter(|_| to != self.at) {
+            let disp = f.target.wrapping_sub(to.wrapping_add(u64::from(f.end))) as i64;
+            if f.may_shorten && (-256..256).contains(&disp) {
+                return None;
+            }
+            let disp = i32::try_from(disp).ok()?;
+            code[f.at as usize..f.at as usize + 4].copy_from_slice(&disp.to_le_bytes());
+        }
+        Some(code)
+    }
+}
+
+/// The displacements of `code` (encoded at `at`) that reach outside it; `None` if it has
+/// one that could change size or form when the code moves (see [`Movable`]).
+fn movable_fields(code: &[u8], at: u64) -> Option<Vec<Field>> {
+    let inside = |a: u64| a >= at && a < at + code.len() as u64;
+    let mut d = iced_x86::Decoder::with_ip(64, code, at, iced_x86::DecoderOptions::NONE);
+    let mut ins = Instruction::default();
+    let mut fields = Vec::new();
+    while d.can_decode() {
+        d.decode_out(&mut ins);
+        if ins.code() == Code::INVALID {
+            return None;
+        }
+        let start = (ins.ip() - at) as u32;
+        let end = start + ins.len() as u32;
+        let offsets = d.get_constant_offsets(&ins);
+        let branch = ins.op_count() > 0
+            && matches!(ins.op0_kind(), iced_x86::OpKind::NearBranch64 | iced_x86::OpKind::NearBranch32);
+        if branch {
+            let target = ins.near_branch_target();
+            if !inside(target) {
+                if offsets.immediate_size() != 4 {
+                    return None; // a short branch out: at another address it may be near
+                }
+                let may_shorten = ins.flow_control() != FlowControl::Call;
+                fields.push(Field { at: start + offsets.immediate_offset() as u32, end, target, may_shorten });
+            }
+        } else if ins.is_ip_rel_memory_operand() {
+            let target = ins.ip_rel_memory_address();
+            if inside(target) || offsets.displacement_size() != 4 {
+                return None; // data of the encoder's own (a far branch's target)
+            }
+            fields.push(Field { at: start + offsets.displacement_offset() as u32, end, target, may_shorten: false });
+        }
+    }
+    Some(fields)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1540,5 +1653,59 @@ mod tests {
         let text = disasm(&trampoline(&p, env, 0x700100, None).unwrap(), 0x700100).join("\n");
         assert!(text.contains("lea rax,[40100Dh]") && text.contains("jmp 0000000000700000h"), "{text}");
         assert!(!text.contains("40300Dh"), "the GOT slot is still called: {text}");
+    }
+
+    /// A point whose window displaces a RIP-relative load and a call (both reach outside).
+    fn movable_plan() -> Plan {
+        // mov rax, [rip+0x2000]; call 0x402000  at 0x401000
+        let code = [0x48, 0x8b, 0x05, 0x00, 0x20, 0x00, 0x00, 0xe8, 0xf4, 0x0f, 0x00, 0x00];
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
+        let p = Point {
+            id: 0,
+            function: 0,
+            address: 0x401000,
+            window_len: 12,
+            displaced,
+            emulate_call: true,
+            tactic: Tactic::Window,
+            bits: 0x7,
+            wrap: None,
+            import: None,
+        };
+        Plan { points: vec![p], ..Plan::default() }
+    }
+
+    fn movable_targets() -> Targets {
+        Targets {
+            control: 0x60_0000,
+            n_points: 1,
+            tid_offset: 0x2d0,
+            slow_stub: 0x70_0000,
+            timer_enter: 0x70_0100,
+            timer_exit: 0x70_0200,
+            ..Targets::default()
+        }
+    }
+
+    #[test]
+    fn a_moved_piece_is_the_piece_encoded_at_its_new_address() {
+        let (plan, t) = (movable_plan(), movable_targets());
+        let m = || Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t).unwrap();
+        for to in [0x80_0000, 0x80_0010, 0x80_1230, 0x9f_fff0] {
+            let moved = m().moved(to).expect("movable");
+            assert_eq!(moved, piece(&plan, PieceKind::Trampoline(0), to, &t).unwrap(), "at 0x{to:x}");
+        }
+        // The gate, the program's load, the return address, the callee, the stubs: all moved.
+        assert!(m().fields.unwrap().len() >= 6);
+    }
+
+    #[test]
+    fn a_piece_whose_jump_would_become_short_is_not_moved() {
+        let (plan, t) = (movable_plan(), movable_targets());
+        let m = || Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t).unwrap();
+        // Right after the program's callee: the emulated call's `jmp 0x402000` would be rel8.
+        assert_eq!(m().moved(0x40_2010), None);
+        // Too far for a rel32 to the program.
+        assert_eq!(m().moved(0x1_0000_0000), None);
     }
 }

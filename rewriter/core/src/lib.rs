@@ -26,6 +26,7 @@ pub mod codegen;
 pub mod emit;
 pub mod error;
 pub mod input;
+mod par;
 pub mod place;
 pub mod plan;
 pub mod rewrite_report;
@@ -63,10 +64,48 @@ pub struct Planned<'a> {
     pub plan: Plan,
 }
 
+/// A pass of the pipeline, as [`rewrite_observed`] announces it (for progress output and
+/// per-pass timings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Input,
+    Analysis,
+    Plan,
+    Place,
+    Codegen,
+    Unwind,
+    Emit,
+    /// Everything is done.
+    Done,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Input => "input",
+            Phase::Analysis => "analysis",
+            Phase::Plan => "plan",
+            Phase::Place => "place",
+            Phase::Codegen => "codegen",
+            Phase::Unwind => "unwind",
+            Phase::Emit => "emit",
+            Phase::Done => "done",
+        }
+    }
+}
+
 /// Passes 1–3.
 pub fn plan_program<'a>(data: &'a [u8], spec: &Spec, traps: bool) -> Result<Planned<'a>> {
+    plan_observed(data, spec, traps, &mut |_| {})
+}
+
+/// [`plan_program`], calling `on_phase` as each pass starts.
+fn plan_observed<'a>(data: &'a [u8], spec: &Spec, traps: bool, on_phase: &mut dyn FnMut(Phase)) -> Result<Planned<'a>> {
+    on_phase(Phase::Input);
     let elf = InputElf::parse(data)?;
+    on_phase(Phase::Analysis);
     let analysis = analysis::analyze(&elf)?;
+    on_phase(Phase::Plan);
     let opts = PlanOptions { shadow_stack: rewrite_report::has_shadow_stack(&elf), traps };
     let plan = plan::plan(&elf, &analysis, spec, opts);
     Ok(Planned { elf, analysis, plan })
@@ -80,14 +119,29 @@ pub fn inspect(data: &[u8], opts: &Options) -> Result<RewriteReport> {
 
 /// Rewrite a program: the whole pipeline (`stint rewrite`).
 pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> {
-    let p = plan_program(data, opts.spec, opts.traps)?;
+    rewrite_observed(data, opts, &mut |_| {})
+}
+
+/// [`rewrite`], calling `on_phase` as each pass starts and [`Phase::Done`] at the end.
+pub fn rewrite_observed(
+    data: &[u8],
+    opts: &Options,
+    on_phase: &mut dyn FnMut(Phase),
+) -> Result<(Vec<u8>, RewriteReport)> {
+    let p = plan_observed(data, opts.spec, opts.traps, on_phase)?;
+    on_phase(Phase::Place);
     let contents = place::SegmentData::new(&p, opts.program, opts.input, opts.spec);
-    let placed = place::place(&p.elf, &p.plan, &contents)?;
-    let code = codegen::generate(&p.plan, &placed.pieces, &placed.targets)?;
+    let mut placed = place::place(&p.elf, &p.plan, &contents)?;
+    on_phase(Phase::Codegen);
+    let code = codegen::collect(&p.plan, &placed.pieces, std::mem::take(&mut placed.code))?;
+    on_phase(Phase::Unwind);
     let eh = unwind::build(&p.elf, &code, placed.runtime_eh_frame(), placed.eh_frame)?;
+    on_phase(Phase::Emit);
     let (out, layout) = emit::emit(&p.elf, &contents, &placed, &code, eh.as_ref())?;
     if cfg!(debug_assertions) {
         emit::validate_output(&out, &p.plan, &layout)?;
     }
-    Ok((out, RewriteReport::new(&p, opts.program, Some(layout))))
+    let report = RewriteReport::new(&p, opts.program, Some(layout));
+    on_phase(Phase::Done);
+    Ok((out, report))
 }

@@ -28,7 +28,9 @@
 //!
 //! Code sizes come from a sizing run of [`codegen::piece`] at each piece's final address:
 //! every piece refers only to blocks placed before it, to the program and to the writable
-//! memory, so the code generation pass produces exactly the sizes laid out here.
+//! memory, so those bytes are final and the layout keeps them ([`Placement::code`]). The
+//! per-point pieces (the bulk of the code) are encoded ahead on every core at a provisional
+//! address and moved to their place ([`codegen::Movable`]), which gives the same bytes.
 //!
 //! Without a spare program-header slot (older toolchains emit no PT_GNU_PROPERTY), the table
 //! moves into the new segment, and the segment gets the first PT_LOAD's vaddr − offset, so
@@ -42,7 +44,7 @@ use crate::plan::{Plan, Tactic, JMP_LEN};
 use crate::spec::Spec;
 use crate::{rewrite_report, rtimage, Planned};
 use object::elf;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use stint_layout::{
     align_up, ctl_len, RtConfig, WrapSite, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS, N_METRICS, PAGE,
     RT_STATE_SIZE, SEGMENT_MAGIC,
@@ -155,6 +157,9 @@ pub struct Placement {
     pub trampolines: u64,
     /// Every piece of code, in address order.
     pub pieces: Vec<PieceAt>,
+    /// The bytes of each piece of `pieces` from the sizing run (taken by the code generation
+    /// pass: [`codegen::collect`]).
+    pub code: Vec<Vec<u8>>,
     /// The `WrapSite` descriptors of wrapped imports, each at its address.
     pub wrap_sites: Vec<(u64, WrapSite)>,
     /// GOT call sites of wrapped imports, patched to call their thunk (`Plan::wrap_sites`).
@@ -218,6 +223,11 @@ impl Placement {
 struct Cursor {
     base: u64,
     len: u64,
+    /// Pieces of code so far, and their bytes.
+    pieces: Vec<PieceAt>,
+    code: Vec<Vec<u8>>,
+    /// Pieces encoded ahead at a provisional address ([`Cursor::encode_ahead`]).
+    ahead: HashMap<PieceKind, codegen::Movable>,
 }
 
 impl Cursor {
@@ -232,15 +242,44 @@ impl Cursor {
         at
     }
 
-    /// Reserve a piece of code (sized by encoding it here), then pad to 16.
-    fn code(&mut self, plan: &Plan, kind: PieceKind, t: &Targets, pieces: &mut Vec<PieceAt>) -> Result<u64> {
+    /// Reserve a piece of code (sized by encoding it here, the bytes kept), then pad to 16.
+    fn code(&mut self, plan: &Plan, kind: PieceKind, t: &Targets) -> Result<u64> {
         let at = self.base + self.len;
-        let len = codegen::piece(plan, kind, at, t)?.len();
-        pieces.push(PieceAt { kind, at, len });
+        let moved = self.ahead.remove(&kind).and_then(|m| m.moved(at));
+        let code = match moved {
+            Some(code) => code,
+            None => codegen::piece(plan, kind, at, t)?,
+        };
+        let len = code.len();
+        self.pieces.push(PieceAt { kind, at, len });
+        self.code.push(code);
         self.len += len as u64;
         self.align(16);
         Ok(at)
     }
+
+    /// Encode `kinds` on every core at the cursor's address, before their addresses are known:
+    /// [`Cursor::code`] moves each to its place (or encodes it again where it cannot move).
+    /// Only pieces whose every target is placed already may be encoded ahead.
+    fn encode_ahead(&mut self, plan: &Plan, kinds: &[PieceKind], t: &Targets) {
+        let at = self.base + self.len;
+        let ready = crate::par::map(kinds, || (), |_, &kind| codegen::Movable::new(plan, kind, at, t).ok());
+        // A piece that fails here is encoded again in its turn, which reports the error.
+        self.ahead = ready.into_iter().flatten().map(|m| (m.kind, m)).collect();
+    }
+}
+
+/// The per-point pieces the layout pass places after the wrapper thunks, in its order: entry
+/// trampolines, exit trampolines, import call-site trampolines (only a speed-up: a piece left
+/// out here is encoded in its turn).
+fn per_point_pieces(plan: &Plan) -> Vec<PieceKind> {
+    let entries = plan.points.iter().enumerate().filter(|(_, p)| p.import.is_none() && p.wrap.is_none());
+    let exits = plan.exits.iter().enumerate().filter(|(_, x)| x.tactic != Tactic::EntryExit);
+    entries
+        .map(|(i, _)| PieceKind::Trampoline(i))
+        .chain(exits.map(|(i, _)| PieceKind::ExitTrampoline(i)))
+        .chain((0..plan.import_sites.len()).map(PieceKind::ImportTrampoline))
+        .collect()
 }
 
 /// The layout pass.
@@ -273,7 +312,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         seg_vaddr = seg_offset.wrapping_add(delta);
     }
 
-    let mut c = Cursor { base: seg_vaddr, len: 0 };
+    let mut c = Cursor { base: seg_vaddr, len: 0, pieces: Vec::new(), code: Vec::new(), ahead: HashMap::new() };
     c.take(SEGMENT_MAGIC.len() as u64);
     c.align(64);
     let n_phdrs = elf.segments.len() + phdr_slot.is_none() as usize;
@@ -302,15 +341,14 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         tid_offset: data.tid_offset,
         ..Targets::default()
     };
-    let mut pieces = Vec::new();
-    let entry_stub = c.code(plan, PieceKind::EntryStub, &t, &mut pieces)?;
-    t.slow_stub = c.code(plan, PieceKind::SlowStub, &t, &mut pieces)?;
-    t.timer_stub = c.code(plan, PieceKind::TimerStub, &t, &mut pieces)?;
-    t.timer_enter = c.code(plan, PieceKind::TimerEnter, &t, &mut pieces)?;
-    t.timer_exit = c.code(plan, PieceKind::TimerExit, &t, &mut pieces)?;
-    let trap_stub = c.code(plan, PieceKind::TrapStub, &t, &mut pieces)?;
+    let entry_stub = c.code(plan, PieceKind::EntryStub, &t)?;
+    t.slow_stub = c.code(plan, PieceKind::SlowStub, &t)?;
+    t.timer_stub = c.code(plan, PieceKind::TimerStub, &t)?;
+    t.timer_enter = c.code(plan, PieceKind::TimerEnter, &t)?;
+    t.timer_exit = c.code(plan, PieceKind::TimerExit, &t)?;
+    let trap_stub = c.code(plan, PieceKind::TrapStub, &t)?;
     c.align(64);
-    let calibration = if n_points > 0 { c.code(plan, PieceKind::Calibration, &t, &mut pieces)? } else { 0 };
+    let calibration = if n_points > 0 { c.code(plan, PieceKind::Calibration, &t)? } else { 0 };
     let trampolines = c.base + c.len;
 
     let mut sites = Vec::with_capacity(plan.points.len() + plan.exits.len());
@@ -321,7 +359,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
     for (i, p) in plan.points.iter().enumerate() {
         let Some(w) = &p.wrap else { continue };
         // A static program's function: its relocated entry window is the real one.
-        let real = if w.got_slot == 0 { c.code(plan, PieceKind::WrapReal(i), &t, &mut pieces)? } else { 0 };
+        let real = if w.got_slot == 0 { c.code(plan, PieceKind::WrapReal(i), &t)? } else { 0 };
         // The WrapSite descriptor, then the thunk the PLT stub's jmp and the patched GOT
         // call sites lead to.
         c.align(8);
@@ -341,7 +379,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
                 lazy_rel: lazy,
             },
         ));
-        let target = c.code(plan, PieceKind::WrapThunk { point: i, site: site_at, real }, &t, &mut pieces)?;
+        let target = c.code(plan, PieceKind::WrapThunk { point: i, site: site_at, real }, &t)?;
         thunk_of.insert(p.id, target);
         if p.window_len > 0 {
             sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
@@ -358,18 +396,19 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
             Ok(WrapCall { address: x.address(), len: x.window_len(), call: x.is_call(), target })
         })
         .collect::<Result<Vec<_>>>()?;
+    c.encode_ahead(plan, &per_point_pieces(plan), &t);
     for (i, p) in plan.points.iter().enumerate() {
         if p.import.is_some() || p.wrap.is_some() {
             continue; // an import patches nothing itself: its call sites below
         }
-        let target = c.code(plan, PieceKind::Trampoline(i), &t, &mut pieces)?;
+        let target = c.code(plan, PieceKind::Trampoline(i), &t)?;
         sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
     }
     for (i, x) in plan.exits.iter().enumerate() {
         if x.tactic == Tactic::EntryExit {
             continue; // the entry trampoline runs it
         }
-        let target = c.code(plan, PieceKind::ExitTrampoline(i), &t, &mut pieces)?;
+        let target = c.code(plan, PieceKind::ExitTrampoline(i), &t)?;
         if x.tactic == Tactic::Retarget {
             for &(j, len) in &x.retargets {
                 sites.push(Site { address: j, len, tactic: Tactic::Retarget, target });
@@ -387,7 +426,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         }
     }
     for (i, x) in plan.import_sites.iter().enumerate() {
-        let target = c.code(plan, PieceKind::ImportTrampoline(i), &t, &mut pieces)?;
+        let target = c.code(plan, PieceKind::ImportTrampoline(i), &t)?;
         sites.push(Site { address: x.address(), len: x.window_len(), tactic: Tactic::Window, target });
     }
     let n_traps = sites.iter().filter(|s| s.tactic == Tactic::Trap).count() as u64;
@@ -419,7 +458,8 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         trap_stub,
         calibration,
         trampolines,
-        pieces,
+        pieces: c.pieces,
+        code: c.code,
         wrap_sites,
         sites,
         wrap_calls,

@@ -754,12 +754,11 @@ fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, s
         });
         id
     };
-    for (fi, f) in an.functions.iter().enumerate() {
-        let ins = decode_at(elf, f.address, f.size);
-        if ins.last().map_or(f.address, |x| x.next_ip()) != f.end() {
-            continue;
-        }
-        for x in ins.iter().filter(|x| x.is_ip_rel_memory_operand()) {
+    // Each function decoded on every core; its RIP-relative instructions kept, in order.
+    let rip_rel = decoded_where(elf, an, |x| x.is_ip_rel_memory_operand());
+    for (fi, ins) in rip_rel.iter().enumerate() {
+        let Some(ins) = ins else { continue };
+        for x in ins {
             let slot = x.ip_rel_memory_address();
             let Some(&w) = slots.get(&slot) else { continue };
             used.insert(slot);
@@ -1046,12 +1045,12 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
         .collect();
     // Point ids by symbol, created on the first selected call.
     let mut ids: HashMap<String, u32> = HashMap::new();
-    for (fi, f) in an.functions.iter().enumerate() {
-        let ins = decode_at(elf, f.address, f.size);
-        if ins.last().map_or(f.address, |x| x.next_ip()) != f.end() {
-            continue;
-        }
-        for x in ins.iter().filter(|x| is_call(x)) {
+    // Each function decoded on every core; its calls kept, in order.
+    let calls = decoded_where(elf, an, is_call);
+    for (fi, ins) in calls.iter().enumerate() {
+        let Some(ins) = ins else { continue };
+        let f = &an.functions[fi];
+        for x in ins {
             let Some((address, symbol)) = import_callee(an, &by_stub, x) else { continue };
             let name = crate::analysis::demangle(symbol);
             let skip = |reason| SkippedImportSite { function: fi, site: x.ip(), name: name.clone(), address, reason };
@@ -1573,6 +1572,22 @@ fn loops_back(run: &[Instruction], fp: &Function) -> bool {
         matches!(x.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
             && (fp.address..=start).contains(&x.near_branch_target())
     })
+}
+
+/// Every function decoded, on every core ([`crate::par`]), keeping the instructions `keep`
+/// selects, in order; `None` for a function whose instructions do not decode to its end.
+fn decoded_where(elf: &InputElf, an: &Analysis, keep: fn(&Instruction) -> bool) -> Vec<Option<Vec<Instruction>>> {
+    crate::par::map(
+        &an.functions,
+        || (),
+        |_, f| {
+            let ins = decode_at(elf, f.address, f.size);
+            if ins.last().map_or(f.address, |x| x.next_ip()) != f.end() {
+                return None;
+            }
+            Some(ins.into_iter().filter(&keep).collect())
+        },
+    )
 }
 
 fn is_call(i: &Instruction) -> bool {

@@ -179,19 +179,28 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
     let rt = EhFrameIn::new(rt_eh.0, rt_eh.1, "rt-lib .eh_frame");
     Converter::new(&rt, at, true).convert(rt.fdes(), &mut table)?;
 
-    let mut rows = InputRows::new(&input, index);
+    // The CFI of every piece, spread over the cores (each thread evaluates the input's rows
+    // with its own context), added to the table in piece order.
+    index.sort_unstable();
+    let pieces: Vec<&Piece> = pieces.iter().filter(|p| !p.code.is_empty()).collect();
+    let programs = crate::par::map(
+        &pieces,
+        || (InputRows::new(&input, &index), InstructionInfoFactory::new()),
+        |(rows, info), p| {
+            let initial = match p.initial {
+                Initial::Call => State::call(),
+                Initial::Entry => State::entry(),
+                Initial::At(a) => rows.state_at(a).unwrap_or_else(State::call),
+            };
+            cfi_program(p.start, &p.code, initial, info)
+        },
+    );
     let cie = table.add_cie(generated_cie());
-    let mut info = InstructionInfoFactory::new();
-    for p in pieces.iter().filter(|p| !p.code.is_empty()) {
-        let initial = match p.initial {
-            Initial::Call => State::call(),
-            Initial::Entry => State::entry(),
-            Initial::At(a) => rows.state_at(a).unwrap_or_else(State::call),
-        };
+    for (p, program) in pieces.iter().zip(programs) {
         let len = u32::try_from(p.code.len())
             .map_err(|_| Error::Internal(format!("unwind: piece at 0x{:x} too long", p.start)))?;
         let mut fde = FrameDescriptionEntry::new(Address::Constant(p.start.wrapping_sub(at)), len);
-        for (offset, instruction) in cfi_program(p.start, &p.code, initial, &mut info)? {
+        for (offset, instruction) in program? {
             fde.add_instruction(offset, instruction);
         }
         table.add_fde(cie, fde);
@@ -460,12 +469,11 @@ struct InputRows<'e, 'a> {
     eh: &'e EhFrameIn<'a>,
     ctx: UnwindContext<usize>,
     /// (initial location, end, offset of the FDE), sorted.
-    index: Vec<(u64, u64, usize)>,
+    index: &'e [(u64, u64, usize)],
 }
 
 impl<'e, 'a> InputRows<'e, 'a> {
-    fn new(eh: &'e EhFrameIn<'a>, mut index: Vec<(u64, u64, usize)>) -> Self {
-        index.sort_unstable();
+    fn new(eh: &'e EhFrameIn<'a>, index: &'e [(u64, u64, usize)]) -> Self {
         InputRows { eh, ctx: UnwindContext::new(), index }
     }
 
@@ -974,6 +982,9 @@ fn diff(from: &Row, to: &Row) -> Vec<Cfi> {
         }
         (_, Cfa::Expr(e)) => out.push(Cfi::CfaExpression(Expression::raw(e.clone()))),
         (_, Cfa::Unknown) => unreachable!("rows never hold an unknown CFA"),
+    }
+    if from.regs == to.regs {
+        return out; // most rows move the CFA only
     }
     for (r, rule) in to.regs.iter() {
         if from.regs.get(r).as_ref() != Some(&rule) {

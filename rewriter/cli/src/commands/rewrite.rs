@@ -17,7 +17,10 @@ pub fn run(a: RewriteArgs) -> anyhow::Result<()> {
     let program = program_name(&a.input);
     let input = absolute_input(&a.input);
     let opts = stint_rewrite::Options { program: &program, input: input.as_deref(), spec: &spec, traps: a.traps };
-    let (out, report) = stint_rewrite::rewrite(&data, &opts).map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
+    let mut progress = Progress::new(&a.input, start, !a.quiet);
+    let res = stint_rewrite::rewrite_observed(&data, &opts, &mut |phase| progress.phase(phase));
+    progress.clear();
+    let (out, report) = res.map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a.input)?.permissions());
     write_atomically(&a.output, &out, (mode & 0o777) | 0o100)?;
     if let Some(rp) = &a.report {
@@ -49,6 +52,49 @@ pub fn run(a: RewriteArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The pass a long rewrite is in, on one line of a terminal's stderr: shown from the first
+/// pass that starts more than a second into the run, erased at the end; never when stderr
+/// is not a terminal (pipes, logs, CI), with `--quiet`, or on a dumb terminal.
+struct Progress {
+    input: String,
+    start: Instant,
+    enabled: bool,
+    shown: bool,
+}
+
+impl Progress {
+    fn new(input: &Path, start: Instant, verbose: bool) -> Self {
+        use std::io::IsTerminal;
+        let dumb = std::env::var_os("TERM").is_none_or(|t| t == "dumb");
+        let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
+        let enabled = verbose && !dumb && !ci && std::io::stderr().is_terminal();
+        Progress { input: input.display().to_string(), start, enabled, shown: false }
+    }
+
+    fn phase(&mut self, phase: stint_rewrite::Phase) {
+        if !self.enabled || phase == stint_rewrite::Phase::Done || self.start.elapsed().as_secs_f64() < 1.0 {
+            return;
+        }
+        let mut e = std::io::stderr().lock();
+        let _ = write!(
+            e,
+            "\r\x1b[2Kstint: rewriting {}: {} ({:.1} s)",
+            self.input,
+            phase.name(),
+            self.start.elapsed().as_secs_f64()
+        );
+        let _ = e.flush();
+        self.shown = true;
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
+            self.shown = false;
+        }
+    }
 }
 
 /// Write `bytes` to a temporary file beside `path` and rename it into place, so a failed

@@ -100,90 +100,133 @@ pub(crate) fn decode_function(elf: &InputElf, codemap: &CodeMap, c: &Cand, out: 
 }
 
 /// Decode every candidate's range and collect direct targets, calls, edges and references.
+/// The functions are decoded on every core ([`crate::par`]), each into a [`Decoded`], and
+/// merged in function order, so the result is the same as one sweep's.
 pub(crate) fn decode_all(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], exec_kind: bool) -> Code {
     // Bytes to decode: every function once, bounded for inputs whose ranges overlap wildly.
     let mut budget = (elf.data.len() as u64).saturating_mul(2).saturating_add(1 << 20);
+    let work: Vec<(usize, bool)> = cands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let len = decode_end(codemap, c) - c.address;
+            if len > budget {
+                (i, false) // not decoded: unresolved
+            } else {
+                budget -= len;
+                (i, true)
+            }
+        })
+        .collect();
+    let parts =
+        crate::par::map(&work, Vec::new, |buf, &(i, go)| decode_one(elf, codemap, &cands[i], i, go, exec_kind, buf));
     let mut code = Code::default();
     let mut calls = Vec::new();
-    let mut buf: Vec<Instruction> = Vec::new();
-    for (i, c) in cands.iter().enumerate() {
-        let end = c.end();
-        let len = decode_end(codemap, c) - c.address;
-        let ok = if len > budget {
-            buf.clear();
-            false // not decoded: unresolved
-        } else {
-            budget -= len;
-            decode_function(elf, codemap, c, &mut buf)
-        };
-        code.failed.push(!ok);
-        code.unresolved.push(!ok);
-        code.last.push(buf.last().copied());
-        let mut has_ret = false;
-        let mut has_indirect = false;
-        for x in &buf {
-            match x.flow_control() {
-                FlowControl::Call | FlowControl::IndirectCall => {
-                    if let Some(t) = near_target(x) {
-                        code.targets.push(t);
-                        calls.push(t);
-                    }
-                    // The return address (unless the call ends the function: a noreturn call).
-                    if x.next_ip() < end {
-                        code.targets.push(x.next_ip());
-                    }
-                }
-                fc @ (FlowControl::UnconditionalBranch
-                | FlowControl::ConditionalBranch
-                | FlowControl::XbeginXabortXend) => {
-                    if let Some(t) = near_target(x) {
-                        code.targets.push(t);
-                        if fc != FlowControl::XbeginXabortXend {
-                            code.jump_targets.push(t);
-                        }
-                        if t < c.address || t >= end {
-                            let kind = if fc == FlowControl::UnconditionalBranch {
-                                EdgeKind::Jump
-                            } else {
-                                EdgeKind::CondJump
-                            };
-                            code.edges.push(Edge { src: i, target: t, kind });
-                        }
-                    }
-                }
-                FlowControl::IndirectBranch => {
-                    has_indirect = true;
-                    code.indirect.push((i, x.ip()));
-                }
-                FlowControl::Return => has_ret = true,
-                _ => {}
-            }
-            if x.is_ip_rel_memory_operand() {
-                let m = x.ip_rel_memory_address();
-                if codemap.is_exec(m) {
-                    code.refs.push(m);
-                }
-            } else if exec_kind {
-                for op in 0..x.op_count() {
-                    let v = match x.op_kind(op) {
-                        OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64 => x.immediate(op),
-                        OpKind::Memory if x.memory_base() == Register::None => x.memory_displacement64(),
-                        _ => continue,
-                    };
-                    if codemap.is_exec(v) {
-                        code.refs.push(v);
-                    }
-                }
-            }
-        }
-        code.has_ret.push(has_ret);
-        code.has_indirect.push(has_indirect);
+    for d in parts {
+        code.failed.push(!d.ok);
+        code.unresolved.push(!d.ok);
+        code.last.push(d.last);
+        code.targets.extend(d.targets);
+        calls.extend(d.calls);
+        code.jump_targets.extend(d.jump_targets);
+        code.edges.extend(d.edges);
+        code.indirect.extend(d.indirect);
+        code.refs.extend(d.refs);
+        code.has_ret.push(d.has_ret);
+        code.has_indirect.push(d.has_indirect);
     }
     code.targets.extend(code.refs.iter().copied());
     calls.sort_unstable();
     calls.dedup();
     code.calls = calls;
     code
+}
+
+/// What decoding one function found (the fields of [`Code`], for that function).
+#[derive(Default)]
+struct Decoded {
+    ok: bool,
+    last: Option<Instruction>,
+    targets: Vec<u64>,
+    calls: Vec<u64>,
+    jump_targets: Vec<u64>,
+    edges: Vec<Edge>,
+    indirect: Vec<(usize, u64)>,
+    refs: Vec<u64>,
+    has_ret: bool,
+    has_indirect: bool,
+}
+
+/// Decode function `i` (`c`) if `go`, into `buf`, and collect what [`decode_all`] keeps.
+fn decode_one(
+    elf: &InputElf,
+    codemap: &CodeMap,
+    c: &Cand,
+    i: usize,
+    go: bool,
+    exec_kind: bool,
+    buf: &mut Vec<Instruction>,
+) -> Decoded {
+    let end = c.end();
+    let ok = if go {
+        decode_function(elf, codemap, c, buf)
+    } else {
+        buf.clear();
+        false
+    };
+    let mut d = Decoded { ok, last: buf.last().copied(), ..Decoded::default() };
+    for x in buf.iter() {
+        match x.flow_control() {
+            FlowControl::Call | FlowControl::IndirectCall => {
+                if let Some(t) = near_target(x) {
+                    d.targets.push(t);
+                    d.calls.push(t);
+                }
+                // The return address (unless the call ends the function: a noreturn call).
+                if x.next_ip() < end {
+                    d.targets.push(x.next_ip());
+                }
+            }
+            fc
+            @ (FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend) => {
+                if let Some(t) = near_target(x) {
+                    d.targets.push(t);
+                    if fc != FlowControl::XbeginXabortXend {
+                        d.jump_targets.push(t);
+                    }
+                    if t < c.address || t >= end {
+                        let kind =
+                            if fc == FlowControl::UnconditionalBranch { EdgeKind::Jump } else { EdgeKind::CondJump };
+                        d.edges.push(Edge { src: i, target: t, kind });
+                    }
+                }
+            }
+            FlowControl::IndirectBranch => {
+                d.has_indirect = true;
+                d.indirect.push((i, x.ip()));
+            }
+            FlowControl::Return => d.has_ret = true,
+            _ => {}
+        }
+        if x.is_ip_rel_memory_operand() {
+            let m = x.ip_rel_memory_address();
+            if codemap.is_exec(m) {
+                d.refs.push(m);
+            }
+        } else if exec_kind {
+            for op in 0..x.op_count() {
+                let v = match x.op_kind(op) {
+                    OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64 => x.immediate(op),
+                    OpKind::Memory if x.memory_base() == Register::None => x.memory_displacement64(),
+                    _ => continue,
+                };
+                if codemap.is_exec(v) {
+                    d.refs.push(v);
+                }
+            }
+        }
+    }
+    d
 }
 
 /// What a register holds, as far as the backward slice can tell.

@@ -48,7 +48,8 @@ fn check(tag: &str, data: &[u8], traps: bool) {
     let layout = report.layout.clone().expect("a layout");
     validate_output(&out, &p.plan, &layout).expect("valid output");
 
-    // Every piece of code sits where the layout put it, as the code generation pass made it.
+    // Every piece of code sits where the layout put it, as the code generation pass makes it
+    // when it encodes every piece again (the output holds the layout's sizing run).
     let contents = crate::place::SegmentData::new(&p, "p", None, &spec);
     let placed = crate::place::place(&p.elf, &p.plan, &contents).expect("place");
     let code = crate::codegen::generate(&p.plan, &placed.pieces, &placed.targets).expect("codegen");

@@ -322,7 +322,9 @@ fn generated_code_of_real_programs_is_balanced() {
             input_eh_frame(&elf, elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_EH_FRAME).unwrap()).unwrap();
         let input = EhFrameIn::of_program(&elf, in_addr, in_data);
         let index = input.fdes().map(Result::unwrap).map(|f| (f.initial_address(), f.end_address(), f.offset()));
-        let mut rows = InputRows::new(&input, index.collect());
+        let mut index: Vec<_> = index.collect();
+        index.sort_unstable();
+        let mut rows = InputRows::new(&input, &index);
         let pieces = pieces_of(&data, 0x4000_0000);
         let (mut jumps_checked, mut at_states) = (0, 0);
         for (p, back) in &pieces {
