@@ -293,6 +293,9 @@ pub struct RtState {
     /// A bitmap of the tids that could not get a column (0: none lost yet), mapped at the
     /// first loss: each lost thread is counted once, and its later events skip registration.
     lost: AtomicUsize,
+    /// The program's `main`, which `__libc_start_main`'s thunk replaced by the runtime's main
+    /// thunk (D22: `main`'s return value is the image's exit status); 0 before.
+    pub main_fn: AtomicUsize,
 }
 
 /// Bits of the lost-thread bitmap: the kernel's largest `pid_max` (PID_MAX_LIMIT on 64-bit);

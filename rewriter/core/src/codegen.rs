@@ -234,6 +234,9 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         PieceKind::WrapThunk { point: i, site, real } => {
             let p = point(i)?;
             let w = p.wrap.as_ref().ok_or_else(|| Error::Internal(format!("codegen: point {} is no wrapper", p.id)))?;
+            if w.func == stint_layout::ProcessFn::StartMain as u32 {
+                return start_main_thunk(at, site, rt(rtimage::STINT_RT_MAIN));
+            }
             let real = if real != 0 { Real::Code(real) } else { Real::Got(w.got_slot) };
             wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), real)
         }
@@ -724,6 +727,88 @@ pub fn wrap_thunk(at: u64, gate: u64, bits: u8, site: u64, rt_wrap: u64, real: R
         Real::Code(code) => b.add(Instruction::with_branch(Code::Jmp_rel32_64, code).map_err(internal)?),
     }
     b.encode(at)
+}
+
+/// The thunk of `__libc_start_main` (D22), which `_start` calls (its PLT stub, GOT call or,
+/// in a static program, its entry leads here), and the main thunk that records `main`'s
+/// return value as the image's exit status, the common end no wrapper of `exit` sees:
+/// ```text
+///        push  rdi, rsi, rdx, rcx, r8, r9  ; every register argument (main, argc, argv,
+///        sub   rsp, 8                      ;   init, fini, rtld_fini), the ABI's alignment
+///        mov   rdx, rdi                    ; stint_rt_main(site, 0, main): keeps main,
+///        lea   rdi, [rip+site]             ;   returns the real __libc_start_main
+///        mov   esi, 0
+///        call  stint_rt_main
+///        add   rsp, 8
+///        pop   r9, r8, rcx, rdx, rsi, rdi
+///        lea   rdi, [rip+.main]            ; main := the main thunk
+///        jmp   rax                         ; the stack argument (stack_end) is untouched
+/// .main  endbr64                           ; libc calls main(argc, argv, envp)
+///        push  rdi, rsi, rdx
+///        lea   rdi, [rip+site]             ; stint_rt_main(site, 1, _): the program's main
+///        mov   esi, 1
+///        call  stint_rt_main
+///        pop   rdx, rsi, rdi
+///        sub   rsp, 8
+///        call  rax                         ; main(argc, argv, envp)
+///        lea   rdi, [rip+site]             ; stint_rt_main(site, 2, status): records
+///        mov   esi, 2                      ;   status & 0xff, returns status
+///        mov   edx, eax
+///        call  stint_rt_main
+///        add   rsp, 8
+///        ret                               ; to libc, which calls exit(status)
+/// ```
+/// It runs whatever the gates say (it measures nothing) and costs three runtime calls per
+/// process. Every instruction has a fixed size, so the first part is encoded once to learn
+/// where `.main` is.
+pub fn start_main_thunk(at: u64, site: u64, rt_main: u64) -> Result<Vec<u8>> {
+    use Register::*;
+    let push = |b: &mut Block, r| b.op(Instruction::with1(Code::Push_r64, r));
+    let pop = |b: &mut Block, r| b.op(Instruction::with1(Code::Pop_r64, r));
+    let call_rt = |b: &mut Block, op: u32| -> Result<()> {
+        b.op(Instruction::with2(Code::Lea_r64_m, RDI, rip(site)))?;
+        b.op(Instruction::with2(Code::Mov_r32_imm32, ESI, op))?;
+        b.add(Instruction::with_branch(Code::Call_rel32_64, rt_main).map_err(internal)?);
+        Ok(())
+    };
+    let start = |main: u64| -> Result<Vec<u8>> {
+        let mut b = Block::new();
+        for r in [RDI, RSI, RDX, RCX, R8, R9] {
+            push(&mut b, r)?;
+        }
+        b.op(Instruction::with2(Code::Sub_rm64_imm8, RSP, 8))?;
+        b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RDI))?;
+        call_rt(&mut b, 0)?;
+        b.op(Instruction::with2(Code::Add_rm64_imm8, RSP, 8))?;
+        for r in [R9, R8, RCX, RDX, RSI, RDI] {
+            pop(&mut b, r)?;
+        }
+        b.op(Instruction::with2(Code::Lea_r64_m, RDI, rip(main)))?;
+        b.op(Instruction::with1(Code::Jmp_rm64, RAX))?;
+        b.encode(at)
+    };
+    let len = start(at)?.len() as u64;
+    let mut code = start(at + len)?;
+    if code.len() as u64 != len {
+        return Err(Error::Internal(format!("codegen: start_main_thunk at 0x{at:x} changed size")));
+    }
+    let mut b = Block::new();
+    b.op(Ok(Instruction::with(Code::Endbr64)))?;
+    for r in [RDI, RSI, RDX] {
+        push(&mut b, r)?;
+    }
+    call_rt(&mut b, 1)?;
+    for r in [RDX, RSI, RDI] {
+        pop(&mut b, r)?;
+    }
+    b.op(Instruction::with2(Code::Sub_rm64_imm8, RSP, 8))?;
+    b.op(Instruction::with1(Code::Call_rm64, RAX))?;
+    b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, EAX))?;
+    call_rt(&mut b, 2)?;
+    b.op(Instruction::with2(Code::Add_rm64_imm8, RSP, 8))?;
+    b.op(Ok(Instruction::with(Code::Retnq)))?;
+    code.extend(b.encode(at + len)?);
+    Ok(code)
 }
 
 /// How a wrapper thunk reaches the real function.

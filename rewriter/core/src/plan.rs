@@ -1805,7 +1805,8 @@ fn plan_static_wrap(
     func: u32,
     opts: PlanOptions,
 ) -> bool {
-    let Some(name) = stint_layout::WrappedFn::from_u32(func).map(|w| w.name()) else { return false };
+    let name = stint_layout::WrappedFn::from_u32(func).map(|w| w.name());
+    let Some(name) = name.or_else(|| stint_layout::ProcessFn::from_u32(func).map(|p| p.name())) else { return false };
     let bits = spec.wrap_bits_for(name);
     if bits == 0 {
         return false;

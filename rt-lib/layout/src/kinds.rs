@@ -125,6 +125,10 @@ u32_enum! {
         Waitpid = 68 => "waitpid",
         Wait4 = 69 => "wait4",
         Waitid = 70 => "waitid",
+        /// The C library's start (`_start` calls it with `main`): its thunk hands it a
+        /// runtime thunk in place of `main`, which records `main`'s return value as the
+        /// image's exit status (D22), seen by no parent when the parent is not rewritten.
+        StartMain = 71 => "__libc_start_main",
     }
 }
 
@@ -238,5 +242,6 @@ mod tests {
         assert!(ProcessFn::ALL.iter().all(|p| WrappedFn::from_u32(*p as u32).is_none()));
         assert!(ProcessFn::ALL.iter().all(|p| WrappedFn::from_name(p.name()).is_none()));
         assert_eq!(ProcessFn::from_name("_Exit"), Some(ProcessFn::CapitalExit));
+        assert_eq!(ProcessFn::from_name("__libc_start_main"), Some(ProcessFn::StartMain));
     }
 }
