@@ -1764,7 +1764,8 @@ fn static_libc_without_cfi(elf: &InputElf, name: &str) -> bool {
 /// address: every `.symtab` function symbol whose name, or the name without its leading
 /// underscores, is a wrapped function's (`pthread_mutex_lock` and glibc's
 /// `___pthread_mutex_lock`, musl's `__pthread_mutex_lock` alias one another). Empty for a
-/// dynamic program (its wrappers are at the PLT) and for a stripped one.
+/// dynamic program (its wrappers are at the PLT); in a stripped one, `__libc_start_main` only,
+/// found from the entry point.
 fn static_wrapped_functions(elf: &InputElf) -> HashMap<u64, u32> {
     use object::read::elf::{ElfFile64, Sym as _};
     let mut out = HashMap::new();
@@ -1784,6 +1785,13 @@ fn static_wrapped_functions(elf: &InputElf) -> HashMap<u64, u32> {
             if exact.is_some() {
                 *slot = id; // the public name wins over an internal one at the same address
             }
+        }
+    }
+    // A stripped program: `__libc_start_main` is found from `_start` (D22, `main`'s return).
+    let start_main = stint_layout::ProcessFn::StartMain as u32;
+    if !out.values().any(|&id| id == start_main) {
+        if let Some(at) = crate::analysis::start_main_from_entry(elf) {
+            out.entry(at).or_insert(start_main);
         }
     }
     out
