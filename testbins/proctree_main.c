@@ -3,6 +3,7 @@
 //   proctree_main N      calls main_fn once, prints "main returns N" and returns N from main
 //   proctree_main exit N     the same, but calls exit(N) (from a function main calls)
 //   proctree_main _exit N    the same, but calls _exit(N) after flushing stdout
+//   proctree_main exit_group N   the same, but calls syscall(SYS_exit_group, N)
 //   proctree_main stack  main forks a child (main_fn, then _exit(7)); a thread whose stack
 //                        is PTHREAD_STACK_MIN bytes (filled with a pattern first) reaps it
 //                        with waitpid and prints "child: exit 7"; main prints how many bytes
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,6 +72,8 @@ __attribute__((noinline)) static void end_by(const char *how, int n) {
     fflush(stdout);
     if (strcmp(how, "exit") == 0)
         exit(n);
+    if (strcmp(how, "exit_group") == 0)
+        syscall(SYS_exit_group, n);
     _exit(n);
 }
 

@@ -301,8 +301,8 @@ fn process_fn(rt: &Rt, f: ProcessFn, a: [usize; 4], real: Real) -> usize {
             }
             return r;
         }
-        // Never through here: its thunk calls `main_hook`.
-        ProcessFn::StartMain => {}
+        // Never through here: their thunks call `main_hook`.
+        ProcessFn::StartMain | ProcessFn::Syscall => {}
         ProcessFn::Waitid => {
             let mut local = [0u8; 128];
             if args[2] == 0 {
@@ -330,7 +330,8 @@ fn process_fn(rt: &Rt, f: ProcessFn, a: [usize; 4], real: Real) -> usize {
 ///   by the main thunk);
 /// - op 1: return the program's `main` (the main thunk calls it);
 /// - op 2, `value` = what `main` returned: record `exit value & 0xff` (what the parent's
-///   `wait` sees: libc calls `exit` with it) as this image's end, return `value`.
+///   `wait` sees: libc calls `exit` with it) as this image's end, return `value`; the thunk
+///   of `syscall` uses it too, for `syscall(SYS_exit_group, value)`.
 ///
 /// `main`'s return is recorded only in a profile of this process (as `exit`'s): a fork child
 /// that returns from `main` has its own, or none. `exit` handlers that call `_exit` with

@@ -19,8 +19,8 @@
 //! | `report_tree_snapshot` | `stint report --tree` of a run, pids replaced by their order of appearance, times by `[t]` (insta) |
 //! | `ends_are_recorded` | `testbins/proctree_end.c` (`STINT_DIR`): children that end by `exit(3)` from a thread (reaped by a raw system call: the child's own record), `return 5` from main, `_exit(7)`, SIGKILL and SIGSEGV (reaped by `waitpid`, `wait4`, `waitid`, `wait`: the parent's record) show exactly that in `--tree` JSON (`ended`, `exit_status`, `signal`) and in `stint report`'s header; the same output as the original |
 //! | `main_returns_under_a_shell_<variant>` | `testbins/proctree_main.c` run by `sh -c` (a parent that is not rewritten) returning 0, 3, 256 and 300 from main: the same output and exit status as the original, and the profile's `ended` / `exit_status` (JSON) and report header exactly the status the shell saw (`& 0xff`); pie-O0 and a stripped pie-O2 |
-//! | `exit_and_underscore_exit_under_a_shell` | the same program calling `exit(3)` and `_exit(300)` |
-//! | `static_<kind>_ends` | the same program built glibc `-static`, `-static-pie`, `musl-gcc -static`: main's return (0, 3, 256, 300), `exit(3)` and `_exit(300)` recorded exactly (`exit`, `_exit`, `_Exit` and `__libc_start_main` are wrapped by name) |
+//! | `exit_and_underscore_exit_under_a_shell` | the same program calling `exit(3)`, `_exit(300)` and `syscall(SYS_exit_group, 9)` |
+//! | `static_<kind>_ends` | the same program built glibc `-static`, `-static-pie`, `musl-gcc -static`: main's return (0, 3, 256, 300), `exit(3)`, `_exit(300)` and `syscall(SYS_exit_group, 9)` recorded exactly (`exit`, `_exit`, `_Exit`, `__libc_start_main` and `syscall` are wrapped by name) |
 //! | `static_glibc_stripped_main_returns` | glibc `-static`, stripped: main's return recorded (`__libc_start_main` found from `_start`) |
 //! | `wait_wrapper_stack_is_small` | a thread with a `PTHREAD_STACK_MIN` stack forks a child and reaps it with `waitpid`: the child's `exit 7` is recorded, and the rewritten program uses at most 1 KiB more of that stack than the original |
 //! | `exec_into_another_program_names_the_profile_it_replaced` | the same run's last child execs the rewritten `proctree` (another program name, another profile name): its profile's `exec_from` names the `proctree_end` profile it replaced, and the tree links them |
@@ -586,8 +586,8 @@ fn check_ends_under_a_shell(label: &str, bin: &Path, out: &Path, cases: &[(&[&st
 
 /// main returns 0, 3, 256 (the shell sees 0) and 300 (44).
 const MAIN_RETURNS: [(&[&str], i32); 4] = [(&["0"], 0), (&["3"], 3), (&["256"], 0), (&["300"], 44)];
-/// exit(3) and _exit(300) (the shell sees 44).
-const EXITS: [(&[&str], i32); 2] = [(&["exit", "3"], 3), (&["_exit", "300"], 44)];
+/// exit(3), _exit(300) (the shell sees 44) and syscall(SYS_exit_group, 9).
+const EXITS: [(&[&str], i32); 3] = [(&["exit", "3"], 3), (&["_exit", "300"], 44), (&["exit_group", "9"], 9)];
 
 #[test]
 fn main_returns_under_a_shell_pie_o0() {

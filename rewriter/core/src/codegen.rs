@@ -238,6 +238,9 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
                 return start_main_thunk(at, site, rt(rtimage::STINT_RT_MAIN));
             }
             let real = if real != 0 { Real::Code(real) } else { Real::Got(w.got_slot) };
+            if w.func == stint_layout::ProcessFn::Syscall as u32 {
+                return syscall_thunk(at, site, rt(rtimage::STINT_RT_MAIN), real);
+            }
             wrap_thunk(at, t.control + gate_offset(p.id), p.bits, site, rt(rtimage::STINT_RT_WRAP), real)
         }
         PieceKind::WrapReal(i) => wrap_real(point(i)?, at),
@@ -809,6 +812,50 @@ pub fn start_main_thunk(at: u64, site: u64, rt_main: u64) -> Result<Vec<u8>> {
     b.op(Ok(Instruction::with(Code::Retnq)))?;
     code.extend(b.encode(at + len)?);
     Ok(code)
+}
+
+/// `SYS_exit_group` on x86-64.
+const SYS_EXIT_GROUP: i32 = 231;
+
+/// The thunk of `syscall(2)` (D22): `syscall(SYS_exit_group, n)` ends the process without
+/// `exit`, so its status is recorded here; every other call costs one compare and a jump.
+/// ```text
+///        cmp   rdi, SYS_exit_group
+///        je    .exit
+/// .real  jmp   [rip+got_slot]              ; (static: jmp <the WrapReal piece>)
+/// .exit  push  rdi, rsi, rdx, rcx, r8, r9, rax  ; the call's registers (al: a variadic
+///        mov   rdx, rsi                    ;   call's vector count); 7 pushes align
+///        lea   rdi, [rip+site]             ; stint_rt_main(site, 2, status): records
+///        mov   esi, 2                      ;   status & 0xff
+///        call  stint_rt_main
+///        pop   rax, r9, r8, rcx, rdx, rsi, rdi
+///        jmp   .real
+/// ```
+pub fn syscall_thunk(at: u64, site: u64, rt_main: u64, real: Real) -> Result<Vec<u8>> {
+    use Register::*;
+    let mut b = Block::new();
+    let (real_l, exit_l) = (b.label(), b.label());
+    b.op(Instruction::with2(Code::Cmp_rm64_imm32, RDI, SYS_EXIT_GROUP))?;
+    b.add(Instruction::with_branch(Code::Je_rel32_64, exit_l).map_err(internal)?);
+    b.bind(real_l);
+    match real {
+        Real::Got(slot) => b.op(Instruction::with1(Code::Jmp_rm64, rip(slot)))?,
+        Real::Code(code) => b.add(Instruction::with_branch(Code::Jmp_rel32_64, code).map_err(internal)?),
+    }
+    b.bind(exit_l);
+    b.op(Instruction::with1(Code::Push_r64, RDI))?;
+    for r in [RSI, RDX, RCX, R8, R9, RAX] {
+        b.op(Instruction::with1(Code::Push_r64, r))?;
+    }
+    b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RSI))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, RDI, rip(site)))?;
+    b.op(Instruction::with2(Code::Mov_r32_imm32, ESI, 2))?;
+    b.add(Instruction::with_branch(Code::Call_rel32_64, rt_main).map_err(internal)?);
+    for r in [RAX, R9, R8, RCX, RDX, RSI, RDI] {
+        b.op(Instruction::with1(Code::Pop_r64, r))?;
+    }
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, real_l).map_err(internal)?);
+    b.encode(at)
 }
 
 /// How a wrapper thunk reaches the real function.

@@ -129,6 +129,10 @@ u32_enum! {
         /// runtime thunk in place of `main`, which records `main`'s return value as the
         /// image's exit status (D22), seen by no parent when the parent is not rewritten.
         StartMain = 71 => "__libc_start_main",
+        /// `syscall(2)`: its thunk compares the number with `SYS_exit_group` (one compare per
+        /// call) and records the status of `syscall(SYS_exit_group, n)`; every other call
+        /// goes straight to the real function.
+        Syscall = 72 => "syscall",
     }
 }
 
