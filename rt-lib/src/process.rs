@@ -13,10 +13,13 @@
 //!   symbolic link; stderr if it cannot be opened, so the loss is never silent).
 //!
 //! - **Ends** (D22): how an image ended is recorded in its header ([`record_end`]): by the
-//!   image itself when it calls `exit`/`_exit`/`_Exit`, and by a rewritten parent that reaps
-//!   it with `wait*` ([`record_child_end`]: the child's profile is found in the parent's
-//!   profile directory by pid and parent pid), which is how a return from `main` and a death
-//!   by a signal get recorded. No signal handler is ever installed for this.
+//!   image itself when `main` returns (the main thunk) or it calls `exit`/`_exit`/`_Exit` or
+//!   `syscall(SYS_exit_group)`, and by a rewritten parent that reaps it with `wait*`
+//!   ([`record_child_end`]: the child's profile is found in the parent's profile directory
+//!   by pid and parent pid), which is how a death by a signal gets recorded. No signal
+//!   handler is ever installed for this. The scans of the directory use under 1 KiB of the
+//!   caller's stack ([`scan_profiles`], [`open_dir_of`]): a `wait` wrapper may run on a
+//!   thread with a tiny stack.
 //! - **Profiles of this process** in a directory ([`scan_profiles`]): an image that `exec`
 //!   replaced may have had another program name, so its profile is looked for by header (pid
 //!   and kernel start time), not by name.

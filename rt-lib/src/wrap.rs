@@ -36,6 +36,8 @@
 //!
 //! The process functions (`exit`, `wait*`, D22) come through the same thunks and are handed
 //! to [`process_fn`] at once: they record how processes end and measure nothing.
+//! `__libc_start_main` and `syscall` have thunks of their own (codegen's `start_main_thunk`
+//! and `syscall_thunk`), which call [`main_hook`] through `stint_rt_main`.
 //!
 //! Layering: uses `sys`, `state`, `column`, `control`, `process` and `threads`.
 #![allow(unsafe_code)]
