@@ -28,8 +28,15 @@ use object::{Object, ObjectSection, ObjectSymbol};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const ENTRIES: &[&str] =
-    &["stint_rt_init", "stint_rt_slow", "stint_rt_timer", "stint_rt_trap", "stint_rt_wrap", "stint_rt_wrap_lock"];
+const ENTRIES: &[&str] = &[
+    "stint_rt_init",
+    "stint_rt_slow",
+    "stint_rt_timer",
+    "stint_rt_trap",
+    "stint_rt_wrap",
+    "stint_rt_wrap_lock",
+    "stint_rt_main",
+];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());

@@ -44,6 +44,7 @@
 //! - [`stint_rt_wrap`]: from a wrapped import's thunk.
 //! - [`stint_rt_wrap_lock`]: from a mutex lock or unlock thunk's fast path.
 //! - [`stint_rt_trap`]: from the SIGTRAP handler stub.
+//! - [`stint_rt_main`]: from `__libc_start_main`'s thunk and the main thunk.
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 
@@ -160,6 +161,20 @@ pub unsafe extern "C" fn stint_rt_wrap_lock(
 ) -> usize {
     // Safety: forwarded contract.
     unsafe { wrap::wrap_lock([a0, a1, a2, a3], ra, site) }
+}
+
+/// `__libc_start_main`'s thunk and the main thunk (D22): `op` 0 (`value` = the program's
+/// `main`) keeps `main` and returns the real `__libc_start_main`; `op` 1 returns `main`;
+/// `op` 2 (`value` = `main`'s return value) records it as this image's exit status and
+/// returns it.
+///
+/// # Safety
+/// `site` is the rewriter-emitted descriptor of `__libc_start_main`.
+#[allow(unsafe_code)]
+#[no_mangle]
+pub unsafe extern "C" fn stint_rt_main(site: *const WrapSite, op: usize, value: usize) -> usize {
+    // Safety: forwarded contract.
+    unsafe { wrap::main_hook(site, op, value) }
 }
 
 /// The body of the SIGTRAP handler; the rewriter's stub jumps here (see `trap`).

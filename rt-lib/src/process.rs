@@ -13,10 +13,13 @@
 //!   symbolic link; stderr if it cannot be opened, so the loss is never silent).
 //!
 //! - **Ends** (D22): how an image ended is recorded in its header ([`record_end`]): by the
-//!   image itself when it calls `exit`/`_exit`/`_Exit`, and by a rewritten parent that reaps
-//!   it with `wait*` ([`record_child_end`]: the child's profile is found in the parent's
-//!   profile directory by pid and parent pid), which is how a return from `main` and a death
-//!   by a signal get recorded. No signal handler is ever installed for this.
+//!   image itself when `main` returns (the main thunk) or it calls `exit`/`_exit`/`_Exit` or
+//!   `syscall(SYS_exit_group)`, and by a rewritten parent that reaps it with `wait*`
+//!   ([`record_child_end`]: the child's profile is found in the parent's profile directory
+//!   by pid and parent pid), which is how a death by a signal gets recorded. No signal
+//!   handler is ever installed for this. The scans of the directory use under 1 KiB of the
+//!   caller's stack ([`scan_profiles`], [`open_dir_of`]): a `wait` wrapper may run on a
+//!   thread with a tiny stack.
 //! - **Profiles of this process** in a directory ([`scan_profiles`]): an image that `exec`
 //!   replaced may have had another program name, so its profile is looked for by header (pid
 //!   and kernel start time), not by name.
@@ -26,8 +29,8 @@
 
 use crate::sys;
 use crate::text::copy_into;
-use core::mem::{offset_of, size_of};
-use stint_layout::{FileHeader, Pod, ProcessEnd, TextField, FILE_MAGIC, FILE_VERSION};
+use core::mem::offset_of;
+use stint_layout::{FileHeader, ProcessEnd, TextField, FILE_MAGIC, FILE_VERSION};
 
 /// The process's start time in clock ticks since boot, from `/proc/self/stat`; 0 if it
 /// cannot be read (no /proc).
@@ -77,13 +80,10 @@ fn stat_field(stat: &[u8], k: usize) -> u64 {
 /// kernel start time that records no end): with `children: off` in the control file such a
 /// process is a child and does not measure (D22).
 pub fn ancestor_measures(own_path: &[u8]) -> bool {
-    let mut dir = [0u8; crate::state::PATH_MAX];
-    let n = dir_of(&mut dir, own_path);
-    let Some(dir_nul) = dir.get(..n) else { return false };
-    let Ok(dfd) = sys::open(dir_nul, sys::O_RDONLY | sys::O_DIRECTORY | sys::O_CLOEXEC, 0) else { return false };
+    let Some(dfd) = open_dir_of(own_path) else { return false };
     let mut found = [(0u32, 0u64); 64];
     let mut k = 0usize;
-    scan_profiles(dfd as i32, None, |_, _, h| {
+    scan_profiles(dfd, None, |_, _, h| {
         if h.end_how == ProcessEnd::Running as u32 && h.proc_start_ticks != 0 {
             if let Some(slot) = found.get_mut(k) {
                 *slot = (h.pid, h.proc_start_ticks);
@@ -92,7 +92,7 @@ pub fn ancestor_measures(own_path: &[u8]) -> bool {
         }
         false
     });
-    sys::close(dfd as i32);
+    sys::close(dfd);
     let found = found.get(..k).unwrap_or(&[]);
     let mut pid = sys::getppid();
     for _ in 0..64 {
@@ -237,14 +237,54 @@ pub fn waitid_status(info: &[u8; 128]) -> Option<(u32, ProcessEnd, u32)> {
     }
 }
 
-/// Call `f(name_nul, fd, header)` for every profile file (a name ending in `.stint`, and
+/// What the scans of a profile directory look at in a profile's header: the identity and
+/// end fields, which come before the header's large text fields, so a scan reads
+/// [`IDS_PREFIX`] bytes of each file instead of the whole header (a wrapper of `wait` runs on
+/// the caller's stack, which may be small).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProfileIds {
+    pub pid: u32,
+    pub ppid: u32,
+    pub end_how: u32,
+    pub start_monotonic_ns: u64,
+    pub proc_start_ticks: u64,
+}
+
+/// The bytes of a header [`ProfileIds`] come from.
+const IDS_PREFIX: usize = offset_of!(FileHeader, argv);
+const _: () = assert!(offset_of!(FileHeader, end_how) + 4 <= IDS_PREFIX);
+const _: () = assert!(offset_of!(FileHeader, proc_start_ticks) + 8 <= IDS_PREFIX);
+const _: () = assert!(IDS_PREFIX <= 256);
+
+/// The [`ProfileIds`] of the profile open as `fd`, if its header is complete (it is written
+/// magic last) and of this layout.
+pub fn read_ids(fd: i32) -> Option<ProfileIds> {
+    let mut b = [0u8; IDS_PREFIX];
+    if sys::pread(fd, &mut b, 0).ok()? != IDS_PREFIX {
+        return None;
+    }
+    let u32_at = |off: usize| b.get(off..off + 4).and_then(|x| <[u8; 4]>::try_from(x).ok()).map(u32::from_le_bytes);
+    let u64_at = |off: usize| b.get(off..off + 8).and_then(|x| <[u8; 8]>::try_from(x).ok()).map(u64::from_le_bytes);
+    let magic = b.get(offset_of!(FileHeader, magic)..offset_of!(FileHeader, magic) + 8)?;
+    if magic != FILE_MAGIC || u32_at(offset_of!(FileHeader, version))? != FILE_VERSION {
+        return None;
+    }
+    Some(ProfileIds {
+        pid: u32_at(offset_of!(FileHeader, pid))?,
+        ppid: u32_at(offset_of!(FileHeader, ppid))?,
+        end_how: u32_at(offset_of!(FileHeader, end_how))?,
+        start_monotonic_ns: u64_at(offset_of!(FileHeader, start_monotonic_ns))?,
+        proc_start_ticks: u64_at(offset_of!(FileHeader, proc_start_ticks))?,
+    })
+}
+
+/// Call `f(name_nul, fd, ids)` for every profile file (a name ending in `.stint`, and
 /// holding `needle` if given, whose header is complete and of this layout) in the directory
-/// open as `dfd`; each file is
-/// opened read-write, never through a symbolic link, and closed after `f` unless `f` returns
-/// true (then `f` keeps the descriptor).
-pub fn scan_profiles(dfd: i32, needle: Option<&[u8]>, mut f: impl FnMut(&[u8], i32, &FileHeader) -> bool) {
-    let mut buf = [0u8; 2048];
-    let mut hbuf = [0u8; size_of::<FileHeader>()];
+/// open as `dfd`; each file is opened read-write, never through a symbolic link, and closed
+/// after `f` unless `f` returns true (then `f` keeps the descriptor). Under 1 KiB of stack:
+/// the directory is read in small chunks (a record is at most 280 bytes).
+pub fn scan_profiles(dfd: i32, needle: Option<&[u8]>, mut f: impl FnMut(&[u8], i32, &ProfileIds) -> bool) {
+    let mut buf = [0u8; 512];
     loop {
         let n = match sys::getdents64(dfd, &mut buf) {
             Ok(0) | Err(_) => return,
@@ -268,17 +308,37 @@ pub fn scan_profiles(dfd: i32, needle: Option<&[u8]>, mut f: impl FnMut(&[u8], i
             let flags = sys::O_RDWR | sys::O_NOFOLLOW | sys::O_CLOEXEC;
             let Ok(fd) = sys::openat(dfd, name_nul, flags, 0) else { continue };
             let fd = fd as i32;
-            let got = sys::pread(fd, &mut hbuf, 0).unwrap_or(0);
-            let h = hbuf.get(..got).and_then(|b| FileHeader::read_from(b, 0));
-            let keep = match h {
-                Some(h) if h.magic == FILE_MAGIC && h.version == FILE_VERSION => f(name_nul, fd, &h),
-                _ => false,
-            };
+            let keep = read_ids(fd).is_some_and(|ids| f(name_nul, fd, &ids));
             if !keep {
                 sys::close(fd);
             }
         }
     }
+}
+
+/// Open the directory of `path` (the runtime's profile path; read-only, a directory, not
+/// inherited by exec). The directory's name is copied into a small stack buffer when it
+/// fits (the usual `/tmp/stint-<uid>` or `$XDG_RUNTIME_DIR/stint`), else into one page
+/// mapped for the moment: the wrappers of `wait` must stay small on the caller's stack.
+pub fn open_dir_of(path: &[u8]) -> Option<i32> {
+    let flags = sys::O_RDONLY | sys::O_DIRECTORY | sys::O_CLOEXEC;
+    let mut small = [0u8; 192];
+    let need = path.iter().rposition(|&b| b == b'/').map_or(2, |i| i.max(1) + 1);
+    if need <= small.len() {
+        let n = dir_of(&mut small, path);
+        return small.get(..n).and_then(|d| sys::open(d, flags, 0).ok()).map(|fd| fd as i32);
+    }
+    const PAGE: usize = 4096;
+    let prot = sys::PROT_READ | sys::PROT_WRITE;
+    // Safety: a fresh private anonymous mapping, unmapped below.
+    let at = unsafe { sys::mmap(0, PAGE, prot, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS, -1, 0) }.ok()?;
+    // Safety: the page just mapped, ours until the munmap.
+    let page = unsafe { core::slice::from_raw_parts_mut(at as *mut u8, PAGE) };
+    let n = dir_of(page, path);
+    let fd = page.get(..n).filter(|_| n > 0).and_then(|d| sys::open(d, flags, 0).ok()).map(|fd| fd as i32);
+    // Safety: our mapping, no longer used.
+    let _ = unsafe { sys::munmap(at, PAGE) };
+    fd
 }
 
 /// The directory part of `path` (NUL-terminated, into `out`): `.` for a bare name.
@@ -297,11 +357,7 @@ pub fn dir_of(out: &mut [u8], path: &[u8]) -> usize {
 /// over what the child recorded: it is what the kernel reported. Raw system calls only
 /// (errno is the program's).
 pub fn record_child_end(own_path: &[u8], me: u32, child: u32, how: ProcessEnd, status: u32) {
-    let mut dir = [0u8; crate::state::PATH_MAX];
-    let n = dir_of(&mut dir, own_path);
-    let Some(dir_nul) = dir.get(..n) else { return };
-    let Ok(dfd) = sys::open(dir_nul, sys::O_RDONLY | sys::O_DIRECTORY | sys::O_CLOEXEC, 0) else { return };
-    let dfd = dfd as i32;
+    let Some(dfd) = open_dir_of(own_path) else { return };
     let mut best: Option<(i32, u64)> = None;
     scan_profiles(dfd, None, |_, fd, h| {
         let fits = h.pid == child && h.ppid == me && h.end_how != ProcessEnd::Exec as u32;

@@ -148,22 +148,19 @@ fn consider_predecessor(dfd: i32, name_nul: &[u8], path: &[u8], me: (u32, u64), 
     let Ok(fd) = sys::openat(dfd, name_nul, sys::O_RDONLY | sys::O_NOFOLLOW | sys::O_CLOEXEC, 0) else {
         return;
     };
-    let mut buf = [0u8; size_of::<FileHeader>()];
-    let n = sys::pread(fd as i32, &mut buf, 0).unwrap_or(0);
+    let ids = process::read_ids(fd as i32);
     sys::close(fd as i32);
-    let Some(h) = buf.get(..n).and_then(|b| <FileHeader as stint_layout::Pod>::read_from(b, 0)) else {
-        return;
-    };
-    consider_header(&h, path, me, best);
+    if let Some(ids) = ids {
+        consider_header(&ids, path, me, best);
+    }
 }
 
-/// Whether header `h` (of the file at `path`) is the profile of an earlier image of this
+/// Whether the profile with header fields `h` (of the file at `path`, a complete header of
+/// this layout) is the profile of an earlier image of this
 /// process (`me`: pid and start ticks) newer than `best`; if so remember it.
-fn consider_header(h: &FileHeader, path: &[u8], me: (u32, u64), best: &mut Option<Predecessor>) {
+fn consider_header(h: &process::ProfileIds, path: &[u8], me: (u32, u64), best: &mut Option<Predecessor>) {
     let (pid, start_ticks) = me;
     let same_process = start_ticks != 0
-        && h.magic == FILE_MAGIC
-        && h.version == FILE_VERSION
         && h.pid == pid
         && h.proc_start_ticks == start_ticks
         && h.end_how == ProcessEnd::Running as u32;

@@ -295,6 +295,9 @@ pub struct RtState {
     lost: AtomicUsize,
     /// What the signal wrappers remember (`signals`).
     pub signals: SignalState,
+    /// The program's `main`, which `__libc_start_main`'s thunk replaced by the runtime's main
+    /// thunk (D22: `main`'s return value is the image's exit status); 0 before.
+    pub main_fn: AtomicUsize,
 }
 
 /// What the signal wrappers of a program with trap sites remember (`signals`): the SIGTRAP

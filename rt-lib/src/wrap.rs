@@ -44,6 +44,8 @@
 //!
 //! The process functions (`exit`, `wait*`, D22) come through the same thunks and are handed
 //! to [`process_fn`] at once: they record how processes end and measure nothing.
+//! `__libc_start_main` and `syscall` have thunks of their own (codegen's `start_main_thunk`
+//! and `syscall_thunk`), which call [`main_hook`] through `stint_rt_main`.
 //!
 //! The signal functions of a program with trap sites (issue 12) are handed to `signals`.
 //!
@@ -436,6 +438,8 @@ fn process_fn(rt: &Rt, f: ProcessFn, a: [usize; 4], real: Real) -> usize {
             }
             return r;
         }
+        // Never through here: their thunks call `main_hook`.
+        ProcessFn::StartMain | ProcessFn::Syscall => {}
         ProcessFn::Waitid => {
             let mut local = [0u8; 128];
             if args[2] == 0 {
@@ -455,6 +459,50 @@ fn process_fn(rt: &Rt, f: ProcessFn, a: [usize; 4], real: Real) -> usize {
     }
     // Safety: the real function with the caller's arguments.
     unsafe { real(args[0], args[1], args[2], args[3]) }
+}
+
+/// `__libc_start_main`'s thunk and the main thunk (D22; codegen's `start_main_thunk`):
+/// - op 0, `value` = the program's `main`: keep it, return the real `__libc_start_main`
+///   (which the thunk then runs with every argument as `_start` passed it, `main` replaced
+///   by the main thunk);
+/// - op 1: return the program's `main` (the main thunk calls it);
+/// - op 2, `value` = what `main` returned: record `exit value & 0xff` (what the parent's
+///   `wait` sees: libc calls `exit` with it) as this image's end, return `value`; the thunk
+///   of `syscall` uses it too, for `syscall(SYS_exit_group, value)`.
+///
+/// `main`'s return is recorded only in a profile of this process (as `exit`'s): a fork child
+/// that returns from `main` has its own, or none. `exit` handlers that call `_exit` with
+/// another status record later, and win.
+///
+/// # Safety
+/// `site` is the rewriter-emitted descriptor of `__libc_start_main`.
+pub unsafe fn main_hook(site: *const WrapSite, op: usize, value: usize) -> usize {
+    // Safety: the descriptor is in our read-only segment.
+    let s = unsafe { &*site };
+    let base = site as *const u8;
+    // Safety: per the contract.
+    let rt = unsafe { Rt::enter(base.wrapping_offset(s.config_rel as isize) as *const RtConfig) };
+    match op {
+        0 => {
+            rt.st.main_fn.store(value, Ordering::Release);
+            let real_at = base.wrapping_offset(s.real_rel as isize);
+            if s.indirect != 0 {
+                // Safety: a GOT slot of the program.
+                unsafe { core::ptr::read_volatile(real_at as *const usize) }
+            } else {
+                real_at as usize
+            }
+        }
+        1 => rt.st.main_fn.load(Ordering::Acquire),
+        _ => {
+            let ours = rt.st.active() && rt.st.pid() == sys::getpid();
+            if let Some(hdr) = rt.file_header().filter(|_| ours) {
+                // Safety: this process's own mapped header.
+                unsafe { crate::process::record_end(hdr, ProcessEnd::Exit, value as u32 & 0xff) };
+            }
+            value
+        }
+    }
 }
 
 /// Record a reaped child's end in its profile, next to this process's own.

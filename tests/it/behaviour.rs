@@ -445,6 +445,7 @@ behaviour_tests! {
     states: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     proctree: [pie_o0: "pie-O0", nopie_o2: "nopie-O2"];
     proctree_end: [pie_o0: "pie-O0"];
+    proctree_main: [pie_o0: "pie-O0", pie_o2_stripped: "pie-O2-stripped"];
     forker: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     bench_calls: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     bench_locks: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];

@@ -401,7 +401,10 @@ mod noplt_counts {
             v
         };
         assert_eq!(exact(&noplt.report), exact(&plt.report), "{} vs {}", noplt.label, plt.label);
-        assert!(got_rows(&plt.inspect).is_empty(), "{}: GOT wrap sites in a PLT build", plt.label);
+        // `_start` calls `__libc_start_main` through the GOT in every build (D22: its thunk
+        // records main's return); no thread-library function is called so in a PLT build.
+        let plt_rows: Vec<_> = got_rows(&plt.inspect).into_iter().filter(|r| r.0 != "__libc_start_main").collect();
+        assert!(plt_rows.is_empty(), "{}: GOT wrap sites in a PLT build: {plt_rows:?}", plt.label);
         assert!(!got_rows(&noplt.inspect).is_empty(), "{}: no GOT wrap sites", noplt.label);
         assert!(!noplt.inspect_text.contains("warning:"), "{}: inspect warns:\n{}", noplt.label, noplt.inspect_text);
     }

@@ -18,6 +18,11 @@
 //! | `stint_log_takes_the_lost_measurement_line` | a refused profile directory: with `STINT_LOG` the one `stint:` line goes into that file and stderr is the original's |
 //! | `report_tree_snapshot` | `stint report --tree` of a run, pids replaced by their order of appearance, times by `[t]` (insta) |
 //! | `ends_are_recorded` | `testbins/proctree_end.c` (`STINT_DIR`): children that end by `exit(3)` from a thread (reaped by a raw system call: the child's own record), `return 5` from main, `_exit(7)`, SIGKILL and SIGSEGV (reaped by `waitpid`, `wait4`, `waitid`, `wait`: the parent's record) show exactly that in `--tree` JSON (`ended`, `exit_status`, `signal`) and in `stint report`'s header; the same output as the original |
+//! | `main_returns_under_a_shell_<variant>` | `testbins/proctree_main.c` run by `sh -c` (a parent that is not rewritten) returning 0, 3, 256 and 300 from main: the same output and exit status as the original, and the profile's `ended` / `exit_status` (JSON) and report header exactly the status the shell saw (`& 0xff`); pie-O0 and a stripped pie-O2 |
+//! | `exit_and_underscore_exit_under_a_shell` | the same program calling `exit(3)`, `_exit(300)` and `syscall(SYS_exit_group, 9)` |
+//! | `static_<kind>_ends` | the same program built glibc `-static`, `-static-pie`, `musl-gcc -static`: main's return (0, 3, 256, 300), `exit(3)`, `_exit(300)` and `syscall(SYS_exit_group, 9)` recorded exactly (`exit`, `_exit`, `_Exit`, `__libc_start_main` and `syscall` are wrapped by name) |
+//! | `static_glibc_stripped_main_returns` | glibc `-static`, stripped: main's return recorded (`__libc_start_main` found from `_start`) |
+//! | `wait_wrapper_stack_is_small` | a thread with a `PTHREAD_STACK_MIN` stack forks a child and reaps it with `waitpid`: the child's `exit 7` is recorded, and the rewritten program uses at most 1 KiB more of that stack than the original |
 //! | `exec_into_another_program_names_the_profile_it_replaced` | the same run's last child execs the rewritten `proctree` (another program name, another profile name): its profile's `exec_from` names the `proctree_end` profile it replaced, and the tree links them |
 //! | `stint_run_records_the_root` | `stint run` records how the program it started ended (return 4 from main) in the root's profile |
 //! | `children_off_measures_only_the_root` | a control file with `children: off`: only the root process measures (its first image and the one it execs in place); the output is the original's |
@@ -161,14 +166,15 @@ fn check_tree(profiles: &Path, rw: &Outcome) {
         }
     }
     // Every image ended: the root and the fork child that exec'd by exec; every other child
-    // by exit 0, recorded by itself (`_exit`) or by the rewritten parent that reaped it (a
-    // return from main); the last image, whose parent is this test, is gone unrecorded.
+    // by exit 0, recorded by itself (`_exit`, a return from main) or by the rewritten parent
+    // that reaped it; the last image, whose parent is this test, returns 5 from main, which
+    // its main thunk records.
     let ended: Vec<(&str, Value)> =
         procs.iter().map(|p| (p["ended"].as_str().unwrap_or("running"), p["exit_status"].clone())).collect();
     let exit0 = ("exit", Value::from(0));
-    let (exec, gone) = (("exec", Value::Null), ("gone", Value::Null));
+    let exec = ("exec", Value::Null);
     let want = [exec.clone(), exit0.clone(), exec, exit0.clone(), exit0.clone(), exit0.clone(), exit0.clone()];
-    let want: Vec<(&str, Value)> = want.into_iter().chain([exit0.clone(), exit0, gone]).collect();
+    let want: Vec<(&str, Value)> = want.into_iter().chain([exit0.clone(), exit0, ("exit", Value::from(5))]).collect();
     assert_eq!(ended, want, "{tree:#}");
 }
 
@@ -319,8 +325,8 @@ fn ends_are_recorded() {
     let exit = |s: u64| (Value::from("exit"), Value::from(s), Value::Null);
     let signal = |n: u64| (Value::from("signal"), Value::Null, Value::from(n));
     let want = [
-        // The test reaps the root: nothing records its return from main.
-        ("root_fn", (Value::from("gone"), Value::Null, Value::Null)),
+        // The test reaps the root: its main thunk records its return from main.
+        ("root_fn", exit(4)),
         ("a_fn", exit(3)),
         ("b_fn", exit(5)),
         ("c_fn", exit(7)),
@@ -342,7 +348,7 @@ fn ends_are_recorded() {
     assert_eq!((r["ended"]["how"].as_str(), r["ended"]["exit_status"].as_u64()), (Some("exit"), Some(7)), "{r:#}");
     let root = image_calling(procs, &profiles, "root_fn");
     let o = stint(&["report", root["file"].as_str().unwrap()]);
-    assert!(o.stdout_str().contains("ended unrecorded (killed, or returned from main unseen)"), "{}", o.stdout_str());
+    assert!(o.stdout_str().contains("ended exit 4"), "{}", o.stdout_str());
 }
 
 #[test]
@@ -524,4 +530,166 @@ fn git_alias_runs_git_again() {
         .collect();
     assert_eq!(ends, [("exit", 1), ("exit", 1), ("exit", 0), ("exit", 1)], "{tree:#}");
     assert_eq!(dir_entries(&repo), [".git", "file.txt"], "nothing new in the work tree");
+}
+
+/// The original and the rewritten proctree_main of `variant`.
+fn main_programs(variant: Variant) -> (PathBuf, PathBuf) {
+    let bin = build(&program("proctree_main"), variant);
+    let out = run_root().join("proctree").join("rewritten").join("main").join(variant.name()).join("proctree_main");
+    static REWRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = REWRITE.lock().unwrap_or_else(|e| e.into_inner());
+    if !out.exists() {
+        rewrite(&bin, &out);
+    }
+    (bin, out)
+}
+
+/// `prog ARGS` run by `sh -c` (a parent that is not rewritten: the common case), with
+/// `STINT_DIR` = `profiles`; the shell exits with the program's status.
+fn under_shell(prog: &Path, args: &[&str], cwd: &Path, profiles: &Path) -> Outcome {
+    let mut a = vec!["-c", "\"$0\" \"$@\"; exit $?", path_str(prog)];
+    a.extend(args);
+    Run::new(Path::new("/bin/sh"), cwd).args(a).env("STINT_DIR", path_str(profiles)).run()
+}
+
+/// Each case (arguments, the exit status the shell sees) run under a shell, original then
+/// rewritten: the same behaviour, that status, one profile whose JSON (`ended`,
+/// `exit_status`) and report header say exactly that status.
+fn check_ends_under_a_shell(label: &str, bin: &Path, out: &Path, cases: &[(&[&str], i32)]) {
+    let _share = cpu_share();
+    for (k, (args, want)) in cases.iter().enumerate() {
+        let dir = fresh_dir(&format!("proctree-main-{label}-{k}"));
+        let cwd = dir.join("cwd");
+        std::fs::create_dir_all(&cwd).unwrap();
+        let profiles = private_dir(&dir, "profiles");
+        let orig = under_shell(bin, args, &cwd, &profiles);
+        assert_eq!(orig.status, *want, "{label} {args:?}: the original: {orig:?}");
+        let rw = under_shell(out, args, &cwd, &profiles);
+        assert!(
+            rw.same_behaviour(&orig),
+            "{label} {args:?}: {}",
+            describe_difference("original", &orig, "rewritten", &rw)
+        );
+        let files = dir_entries(&profiles);
+        assert_eq!(files.len(), 1, "{label} {args:?}: one profile: {files:?}");
+        let file = profiles.join(&files[0]);
+        let r = report_json(&file);
+        let ended = (r["ended"]["how"].as_str(), r["ended"]["exit_status"].as_i64(), r["ended"]["signal"].as_u64());
+        assert_eq!(ended, (Some("exit"), Some(*want as i64), None), "{label} {args:?}: {:#}", r["ended"]);
+        let tree = tree_json(&profiles);
+        let p = &tree["processes"][0];
+        assert_eq!((p["ended"].as_str(), p["exit_status"].as_i64()), (Some("exit"), Some(*want as i64)), "{tree:#}");
+        let o = stint(&["report", path_str(&file)]);
+        assert!(o.stdout_str().contains(&format!("ended exit {want} ")), "{label} {args:?}: {}", o.stdout_str());
+    }
+}
+
+/// main returns 0, 3, 256 (the shell sees 0) and 300 (44).
+const MAIN_RETURNS: [(&[&str], i32); 4] = [(&["0"], 0), (&["3"], 3), (&["256"], 0), (&["300"], 44)];
+/// exit(3), _exit(300) (the shell sees 44) and syscall(SYS_exit_group, 9).
+const EXITS: [(&[&str], i32); 3] = [(&["exit", "3"], 3), (&["_exit", "300"], 44), (&["exit_group", "9"], 9)];
+
+#[test]
+fn main_returns_under_a_shell_pie_o0() {
+    let (bin, out) = main_programs(Variant::PieO0);
+    check_ends_under_a_shell("pie-O0", &bin, &out, &MAIN_RETURNS);
+}
+
+#[test]
+fn main_returns_under_a_shell_pie_o2_stripped() {
+    let (bin, out) = main_programs(Variant::PieO2Stripped);
+    check_ends_under_a_shell("pie-O2-stripped", &bin, &out, &MAIN_RETURNS);
+}
+
+#[test]
+fn exit_and_underscore_exit_under_a_shell() {
+    let (bin, out) = main_programs(Variant::PieO0);
+    check_ends_under_a_shell("pie-O0-exit", &bin, &out, &EXITS);
+}
+
+/// proctree_main built with `cc flags` (a static program), stripped if asked, and
+/// rewritten; `None` after a loud message when the compiler is missing (a failure under CI).
+fn static_main_programs(
+    label: &str,
+    cc: &str,
+    flags: &[&str],
+    package: &str,
+    stripped: bool,
+) -> Option<(PathBuf, PathBuf)> {
+    if std::process::Command::new(cc).arg("--version").output().is_err() {
+        assert!(!under_ci(), "{cc}: missing under CI; .ci/run must `apt-get install {package}`");
+        eprintln!("\n!!!!!!!!!! SKIPPED: {cc} is not installed (apt-get install {package}); this test checks nothing here !!!!!!!!!!\n");
+        return None;
+    }
+    let dir = fresh_dir(&format!("proctree-static-{label}"));
+    let bin = dir.join("proctree_main");
+    let src = testbins_dir().join("proctree_main.c");
+    let mut args: Vec<&str> = flags.to_vec();
+    args.extend(["-o", path_str(&bin), path_str(&src)]);
+    tool(cc, &args);
+    if stripped {
+        tool("strip", &[path_str(&bin)]);
+    }
+    let out = dir.join("out").join("proctree_main");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    rewrite(&bin, &out);
+    Some((bin, out))
+}
+
+fn static_ends(label: &str, cc: &str, flags: &[&str], package: &str) {
+    let Some((bin, out)) = static_main_programs(label, cc, flags, package, false) else { return };
+    let cases: Vec<(&[&str], i32)> = MAIN_RETURNS.iter().chain(EXITS.iter()).copied().collect();
+    check_ends_under_a_shell(label, &bin, &out, &cases);
+}
+
+#[test]
+fn static_glibc_ends() {
+    static_ends("glibc-static", "gcc", &["-O2", "-static", "-pthread"], "gcc");
+}
+
+#[test]
+fn static_glibc_pie_ends() {
+    static_ends("glibc-static-pie", "gcc", &["-O2", "-fPIE", "-static-pie", "-pthread"], "gcc");
+}
+
+#[test]
+fn static_musl_ends() {
+    static_ends("musl-static", "musl-gcc", &["-O2", "-static"], "musl-tools");
+}
+
+#[test]
+fn static_glibc_stripped_main_returns() {
+    let flags = ["-O2", "-static", "-pthread"];
+    let Some((bin, out)) = static_main_programs("glibc-static-stripped", "gcc", &flags, "gcc", true) else { return };
+    check_ends_under_a_shell("glibc-static-stripped", &bin, &out, &MAIN_RETURNS);
+}
+
+/// The bytes of the small stack the program says it used ("stack: N").
+fn stack_used(o: &Outcome) -> i64 {
+    let text = o.stdout_str();
+    let line = text.lines().find_map(|l| l.strip_prefix("stack: ")).unwrap_or_else(|| panic!("no stack line: {o:?}"));
+    line.parse().unwrap()
+}
+
+#[test]
+fn wait_wrapper_stack_is_small() {
+    let _share = cpu_share();
+    let (bin, out) = main_programs(Variant::PieO0);
+    let dir = fresh_dir("proctree-main-stack");
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let profiles = private_dir(&dir, "profiles");
+    let orig = under_shell(&bin, &["stack"], &cwd, &profiles);
+    assert_eq!((orig.status, orig.stdout_str().lines().next()), (0, Some("child: exit 7")), "{orig:?}");
+    let rw = under_shell(&out, &["stack"], &cwd, &profiles);
+    assert_eq!((rw.status, rw.stdout_str().lines().next()), (0, Some("child: exit 7")), "{rw:?}");
+    assert_eq!(rw.stderr, orig.stderr);
+    let (was, is) = (stack_used(&orig), stack_used(&rw));
+    assert!(is - was <= 1024, "the rewritten program used {is} bytes of the small stack, the original {was}");
+    // The waitpid wrapper recorded the child's end; the root recorded its return from main.
+    let tree = tree_json(&profiles);
+    let procs = tree["processes"].as_array().expect("processes");
+    let ended: Vec<(Option<&str>, Option<u64>, Option<&str>)> =
+        procs.iter().map(|p| (p["link"].as_str(), p["exit_status"].as_u64(), p["ended"].as_str())).collect();
+    assert_eq!(ended, [(Some("root"), Some(0), Some("exit")), (Some("fork"), Some(7), Some("exit"))], "{tree:#}");
 }

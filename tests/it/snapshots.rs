@@ -82,6 +82,8 @@ fn redacted_number_key(key: &str) -> Option<&'static str> {
             Some("[time]")
         }
         _ if k.contains("elapsed") || k.contains("started") || k.contains("duration") => Some("[time]"),
+        // when the image ended (`ended.at`, ns since the epoch)
+        "at" => Some("[time]"),
         _ => None,
     }
 }

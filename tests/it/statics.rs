@@ -8,6 +8,7 @@
 //! | `<kind>::exact_counts` | per thread: main calls `tick` 7 times, the workers 100, 200 and 300; each worker's `pthread_mutex_lock` / `_unlock` as often as its `tick` |
 //! | `<kind>::thread_records` | five threads; each created one names main as its creator, its start routine (`worker`, `waiter`) and `returned` |
 //! | `<kind>::lock_wait` | the waiter's wait on `held` (main keeps it 60 ms): one acquisition, contended, ≥ 20 ms |
+//! | `<kind>::ends_recorded` | the parent's profile says `exit 0` (main's return), the child's `exit 3` (`exit(3)`): `exit`, `_exit`, `_Exit` and `__libc_start_main` are wrapped by name (D22) |
 //! | `<kind>::fork_child` | the forked child has its own profile (fork_child, parent pid) with `child_work` called 5 times; the parent none |
 //! | `<kind>::no_stint_variables` | run without any `STINT_*` variable: same behaviour, the cwd stays empty, the profiles go to `$XDG_RUNTIME_DIR/stint` |
 //! | `<kind>::segments` | the output's kind in the rewrite report, and no segment both writable and executable |
@@ -236,6 +237,15 @@ fn fork_child(kind: Kind) {
     assert!(r.got.stdout_str().contains("child exited 3"), "{ctx}: {:?}", r.got);
 }
 
+fn ends_recorded(kind: Kind) {
+    let Some(r) = runs(kind) else { return };
+    let ctx = kind.name();
+    let ended = |p: &Value| (p["ended"]["how"].clone(), p["ended"]["exit_status"].clone());
+    // main returns 0 (its thunk, or libc's exit, both wrapped here); the child calls exit(3).
+    assert_eq!(ended(&r.parent), (Value::from("exit"), Value::from(0)), "{ctx}: the parent's end");
+    assert_eq!(ended(&r.child), (Value::from("exit"), Value::from(3)), "{ctx}: the child's end");
+}
+
 fn no_stint_variables(kind: Kind) {
     let Some(b) = built(kind) else { return };
     let _share = cpu_share();
@@ -289,6 +299,7 @@ macro_rules! static_kind_tests {
             #[test] fn thread_records() { super::thread_records($kind) }
             #[test] fn lock_wait() { super::lock_wait($kind) }
             #[test] fn fork_child() { super::fork_child($kind) }
+            #[test] fn ends_recorded() { super::ends_recorded($kind) }
             #[test] fn no_stint_variables() { super::no_stint_variables($kind) }
             #[test] fn segments() { super::segments($kind) }
         }

@@ -307,6 +307,49 @@ pub fn decode_at(elf: &InputElf, addr: u64, max_len: u64) -> Vec<Instruction> {
     out
 }
 
+/// The C library's start function (`__libc_start_main`) of a program without symbols,
+/// found from its entry point (D22: its thunk records `main`'s return value): the target of
+/// the first direct `call`/`jmp` that follows a load of `main` into `rdi` (`mov rdi, imm`
+/// or `lea rdi, [rip+X]`). glibc's `_start` does that itself; musl's calls `_start_c`
+/// first, which does it, so one direct call before any load of `rdi` is followed.
+pub fn start_main_from_entry(elf: &InputElf) -> Option<u64> {
+    use iced_x86::{Code, FlowControl, OpKind, Register};
+    let mut at = elf.entry;
+    for _hop in 0..2 {
+        let mut next = None;
+        let mut main_in_rdi = false;
+        for x in decode_at(elf, at, 96) {
+            let loads_rdi = x.op_count() == 2
+                && x.op0_kind() == OpKind::Register
+                && matches!(x.op0_register(), Register::RDI | Register::EDI);
+            if loads_rdi {
+                main_in_rdi = match x.code() {
+                    Code::Mov_rm64_imm32 | Code::Mov_r64_imm64 | Code::Mov_r32_imm32 => true,
+                    Code::Lea_r64_m => x.is_ip_rel_memory_operand(),
+                    _ => false,
+                };
+                continue;
+            }
+            match x.flow_control() {
+                FlowControl::Call | FlowControl::UnconditionalBranch if x.op0_kind() == OpKind::NearBranch64 => {
+                    if main_in_rdi {
+                        return Some(x.near_branch_target());
+                    }
+                    if x.flow_control() != FlowControl::Call {
+                        return None;
+                    }
+                    next = Some(x.near_branch_target());
+                    break;
+                }
+                FlowControl::Next => {}
+                _ => return None,
+            }
+        }
+        at = next?;
+    }
+    None
+}
+
 /// Executable ranges of the program, by section.
 pub(crate) struct CodeMap {
     /// `(start, end, is_plt)` of executable sections, sorted by start.

@@ -239,7 +239,13 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         PieceKind::WrapThunk { point: i, site, real } => {
             let p = point(i)?;
             let w = p.wrap.as_ref().ok_or_else(|| Error::Internal(format!("codegen: point {} is no wrapper", p.id)))?;
+            if w.func == stint_layout::ProcessFn::StartMain as u32 {
+                return start_main_thunk(at, site, rt(rtimage::STINT_RT_MAIN));
+            }
             let real = if real != 0 { Real::Code(real) } else { Real::Got(w.got_slot) };
+            if w.func == stint_layout::ProcessFn::Syscall as u32 {
+                return syscall_thunk(at, site, rt(rtimage::STINT_RT_MAIN), real);
+            }
             if crate::plan::is_signal_wrap(w) {
                 signal_thunk(at, site, rt(rtimage::STINT_RT_WRAP))
             } else {
@@ -898,6 +904,132 @@ pub fn signal_thunk(at: u64, site: u64, rt_wrap: u64) -> Result<Vec<u8>> {
     b.op(Instruction::with2(Code::Mov_r64_rm64, Register::R8, mem(Register::RSP, 0)))?;
     b.op(Instruction::with2(Code::Lea_r64_m, Register::R9, rip(site)))?;
     b.add(Instruction::with_branch(Code::Jmp_rel32_64, rt_wrap).map_err(internal)?);
+    b.encode(at)
+}
+
+/// The thunk of `__libc_start_main` (D22), which `_start` calls (its PLT stub, GOT call or,
+/// in a static program, its entry leads here), and the main thunk that records `main`'s
+/// return value as the image's exit status, the common end no wrapper of `exit` sees:
+/// ```text
+///        push  rdi, rsi, rdx, rcx, r8, r9  ; every register argument (main, argc, argv,
+///        sub   rsp, 8                      ;   init, fini, rtld_fini), the ABI's alignment
+///        mov   rdx, rdi                    ; stint_rt_main(site, 0, main): keeps main,
+///        lea   rdi, [rip+site]             ;   returns the real __libc_start_main
+///        mov   esi, 0
+///        call  stint_rt_main
+///        add   rsp, 8
+///        pop   r9, r8, rcx, rdx, rsi, rdi
+///        lea   rdi, [rip+.main]            ; main := the main thunk
+///        jmp   rax                         ; the stack argument (stack_end) is untouched
+/// .main  endbr64                           ; libc calls main(argc, argv, envp)
+///        push  rdi, rsi, rdx
+///        lea   rdi, [rip+site]             ; stint_rt_main(site, 1, _): the program's main
+///        mov   esi, 1
+///        call  stint_rt_main
+///        pop   rdx, rsi, rdi
+///        sub   rsp, 8
+///        call  rax                         ; main(argc, argv, envp)
+///        lea   rdi, [rip+site]             ; stint_rt_main(site, 2, status): records
+///        mov   esi, 2                      ;   status & 0xff, returns status
+///        mov   edx, eax
+///        call  stint_rt_main
+///        add   rsp, 8
+///        ret                               ; to libc, which calls exit(status)
+/// ```
+/// It runs whatever the gates say (it measures nothing) and costs three runtime calls per
+/// process. Every instruction has a fixed size, so the first part is encoded once to learn
+/// where `.main` is.
+pub fn start_main_thunk(at: u64, site: u64, rt_main: u64) -> Result<Vec<u8>> {
+    use Register::*;
+    let push = |b: &mut Block, r| b.op(Instruction::with1(Code::Push_r64, r));
+    let pop = |b: &mut Block, r| b.op(Instruction::with1(Code::Pop_r64, r));
+    let call_rt = |b: &mut Block, op: u32| -> Result<()> {
+        b.op(Instruction::with2(Code::Lea_r64_m, RDI, rip(site)))?;
+        b.op(Instruction::with2(Code::Mov_r32_imm32, ESI, op))?;
+        b.add(Instruction::with_branch(Code::Call_rel32_64, rt_main).map_err(internal)?);
+        Ok(())
+    };
+    let start = |main: u64| -> Result<Vec<u8>> {
+        let mut b = Block::new();
+        for r in [RDI, RSI, RDX, RCX, R8, R9] {
+            push(&mut b, r)?;
+        }
+        b.op(Instruction::with2(Code::Sub_rm64_imm8, RSP, 8))?;
+        b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RDI))?;
+        call_rt(&mut b, 0)?;
+        b.op(Instruction::with2(Code::Add_rm64_imm8, RSP, 8))?;
+        for r in [R9, R8, RCX, RDX, RSI, RDI] {
+            pop(&mut b, r)?;
+        }
+        b.op(Instruction::with2(Code::Lea_r64_m, RDI, rip(main)))?;
+        b.op(Instruction::with1(Code::Jmp_rm64, RAX))?;
+        b.encode(at)
+    };
+    let len = start(at)?.len() as u64;
+    let mut code = start(at + len)?;
+    if code.len() as u64 != len {
+        return Err(Error::Internal(format!("codegen: start_main_thunk at 0x{at:x} changed size")));
+    }
+    let mut b = Block::new();
+    b.op(Ok(Instruction::with(Code::Endbr64)))?;
+    for r in [RDI, RSI, RDX] {
+        push(&mut b, r)?;
+    }
+    call_rt(&mut b, 1)?;
+    for r in [RDX, RSI, RDI] {
+        pop(&mut b, r)?;
+    }
+    b.op(Instruction::with2(Code::Sub_rm64_imm8, RSP, 8))?;
+    b.op(Instruction::with1(Code::Call_rm64, RAX))?;
+    b.op(Instruction::with2(Code::Mov_r32_rm32, EDX, EAX))?;
+    call_rt(&mut b, 2)?;
+    b.op(Instruction::with2(Code::Add_rm64_imm8, RSP, 8))?;
+    b.op(Ok(Instruction::with(Code::Retnq)))?;
+    code.extend(b.encode(at + len)?);
+    Ok(code)
+}
+
+/// `SYS_exit_group` on x86-64.
+const SYS_EXIT_GROUP: i32 = 231;
+
+/// The thunk of `syscall(2)` (D22): `syscall(SYS_exit_group, n)` ends the process without
+/// `exit`, so its status is recorded here; every other call costs one compare and a jump.
+/// ```text
+///        cmp   rdi, SYS_exit_group
+///        je    .exit
+/// .real  jmp   [rip+got_slot]              ; (static: jmp <the WrapReal piece>)
+/// .exit  push  rdi, rsi, rdx, rcx, r8, r9, rax  ; the call's registers (al: a variadic
+///        mov   rdx, rsi                    ;   call's vector count); 7 pushes align
+///        lea   rdi, [rip+site]             ; stint_rt_main(site, 2, status): records
+///        mov   esi, 2                      ;   status & 0xff
+///        call  stint_rt_main
+///        pop   rax, r9, r8, rcx, rdx, rsi, rdi
+///        jmp   .real
+/// ```
+pub fn syscall_thunk(at: u64, site: u64, rt_main: u64, real: Real) -> Result<Vec<u8>> {
+    use Register::*;
+    let mut b = Block::new();
+    let (real_l, exit_l) = (b.label(), b.label());
+    b.op(Instruction::with2(Code::Cmp_rm64_imm32, RDI, SYS_EXIT_GROUP))?;
+    b.add(Instruction::with_branch(Code::Je_rel32_64, exit_l).map_err(internal)?);
+    b.bind(real_l);
+    match real {
+        Real::Got(slot) => b.op(Instruction::with1(Code::Jmp_rm64, rip(slot)))?,
+        Real::Code(code) => b.add(Instruction::with_branch(Code::Jmp_rel32_64, code).map_err(internal)?),
+    }
+    b.bind(exit_l);
+    b.op(Instruction::with1(Code::Push_r64, RDI))?;
+    for r in [RSI, RDX, RCX, R8, R9, RAX] {
+        b.op(Instruction::with1(Code::Push_r64, r))?;
+    }
+    b.op(Instruction::with2(Code::Mov_r64_rm64, RDX, RSI))?;
+    b.op(Instruction::with2(Code::Lea_r64_m, RDI, rip(site)))?;
+    b.op(Instruction::with2(Code::Mov_r32_imm32, ESI, 2))?;
+    b.add(Instruction::with_branch(Code::Call_rel32_64, rt_main).map_err(internal)?);
+    for r in [RAX, R9, R8, RCX, RDX, RSI, RDI] {
+        b.op(Instruction::with1(Code::Pop_r64, r))?;
+    }
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, real_l).map_err(internal)?);
     b.encode(at)
 }
 

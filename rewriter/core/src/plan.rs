@@ -1811,10 +1811,11 @@ fn wrap_bits(spec: &Spec, name: &str, signals: bool) -> u8 {
 }
 
 /// The name a static program's function `func` (`WRAP_*`) is wrapped under: thread-library
-/// functions always, signal functions in the signal pass.
+/// and process functions always, signal functions in the signal pass.
 fn static_wrap_name(func: u32, signals: bool) -> Option<&'static str> {
     let signal = stint_layout::SignalFn::from_u32(func).filter(|_| signals).map(|f| f.name());
-    stint_layout::WrappedFn::from_u32(func).map(|w| w.name()).or(signal)
+    let process = stint_layout::ProcessFn::from_u32(func).map(|p| p.name());
+    stint_layout::WrappedFn::from_u32(func).map(|w| w.name()).or(process).or(signal)
 }
 
 /// A static program whose first plan has trap sites and that has signal functions is planned
@@ -1836,7 +1837,8 @@ fn static_libc_without_cfi(elf: &InputElf, name: &str) -> bool {
 /// address: every `.symtab` function symbol whose name, or the name without its leading
 /// underscores, is a wrapped function's (`pthread_mutex_lock` and glibc's
 /// `___pthread_mutex_lock`, musl's `__pthread_mutex_lock` alias one another). Empty for a
-/// dynamic program (its wrappers are at the PLT) and for a stripped one.
+/// dynamic program (its wrappers are at the PLT); in a stripped one, `__libc_start_main` only,
+/// found from the entry point.
 fn static_wrapped_functions(elf: &InputElf) -> HashMap<u64, u32> {
     use object::read::elf::{ElfFile64, Sym as _};
     let mut out = HashMap::new();
@@ -1859,6 +1861,13 @@ fn static_wrapped_functions(elf: &InputElf) -> HashMap<u64, u32> {
             if exact.is_some() && !alias {
                 *slot = id;
             }
+        }
+    }
+    // A stripped program: `__libc_start_main` is found from `_start` (D22, `main`'s return).
+    let start_main = stint_layout::ProcessFn::StartMain as u32;
+    if !out.values().any(|&id| id == start_main) {
+        if let Some(at) = crate::analysis::start_main_from_entry(elf) {
+            out.entry(at).or_insert(start_main);
         }
     }
     out

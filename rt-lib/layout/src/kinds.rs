@@ -89,15 +89,17 @@ u32_enum! {
     /// `FileHeader::end_how`: how a process image ended (D22), as far as it was recorded.
     /// Who records what:
     /// - `exec`: the next image of the same process marks the one it replaced;
-    /// - `exit`: the image itself, when it calls `exit`, `_exit` or `_Exit` (from any
-    ///   thread) through an import it was rewritten with ([`ProcessFn`]);
+    /// - `exit`: the image itself, when `main` returns (the thunk of `__libc_start_main`
+    ///   substitutes a main thunk), or when it calls `exit`, `_exit`, `_Exit` or
+    ///   `syscall(SYS_exit_group, n)` (from any thread), wrapped imports or, in a static
+    ///   program, wrapped functions ([`ProcessFn`]);
     /// - `exit` or `signal`: the parent, when it is a rewritten program that reaps the child
     ///   with `wait`, `waitpid`, `wait4` or `waitid`, or `stint run` for the program it
-    ///   started; the parent's view wins (it is what the kernel reported), so a return from
-    ///   `main` and a death by a signal are recorded there.
+    ///   started; the parent's view wins (it is what the kernel reported), so a death by a
+    ///   signal is recorded there.
     ///
-    /// An image with no record either still runs or ended unseen (returned from `main` or was
-    /// killed, and nobody that records reaped it): a reader tells those apart by whether the
+    /// An image with no record either still runs or ended unseen (was killed, or ended in a
+    /// way no wrapper sees, and nobody that records reaped it): a reader tells those apart by whether the
     /// process is still there.
     pub enum ProcessEnd {
         /// No end recorded: still running, or ended unseen.
@@ -113,8 +115,8 @@ u32_enum! {
 
 u32_enum! {
     /// The process functions the rewriter wraps (D22), `WrapSite::func` like [`WrappedFn`]'s
-    /// but from 64 up: the ends of a process (`exit`, `_exit`, `_Exit`: the image records its
-    /// status) and the reaping of a child (`wait*`: the parent records how the child ended,
+    /// but from 64 up: the ends of a process (`exit`, `_exit`, `_Exit`, `main`'s return through
+    /// `__libc_start_main`, `syscall(SYS_exit_group)`: the image records its status) and the reaping of a child (`wait*`: the parent records how the child ended,
     /// in the child's profile). Their wrappers run whatever the metrics' gates say: they
     /// measure nothing, they record.
     pub enum ProcessFn {
@@ -125,6 +127,14 @@ u32_enum! {
         Waitpid = 68 => "waitpid",
         Wait4 = 69 => "wait4",
         Waitid = 70 => "waitid",
+        /// The C library's start (`_start` calls it with `main`): its thunk hands it a
+        /// runtime thunk in place of `main`, which records `main`'s return value as the
+        /// image's exit status (D22), seen by no parent when the parent is not rewritten.
+        StartMain = 71 => "__libc_start_main",
+        /// `syscall(2)`: its thunk compares the number with `SYS_exit_group` (one compare per
+        /// call) and records the status of `syscall(SYS_exit_group, n)`; every other call
+        /// goes straight to the real function.
+        Syscall = 72 => "syscall",
     }
 }
 
@@ -264,6 +274,7 @@ mod tests {
         assert!(ProcessFn::ALL.iter().all(|p| WrappedFn::from_u32(*p as u32).is_none()));
         assert!(ProcessFn::ALL.iter().all(|p| WrappedFn::from_name(p.name()).is_none()));
         assert_eq!(ProcessFn::from_name("_Exit"), Some(ProcessFn::CapitalExit));
+        assert_eq!(ProcessFn::from_name("__libc_start_main"), Some(ProcessFn::StartMain));
         // Signal functions share no id or name with the others.
         assert!(SignalFn::ALL.iter().all(|f| WrappedFn::from_u32(*f as u32).is_none()));
         assert!(SignalFn::ALL.iter().all(|f| ProcessFn::from_u32(*f as u32).is_none()));
