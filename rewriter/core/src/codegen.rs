@@ -1482,7 +1482,7 @@ impl Movable {
     pub fn moved(self, to: u64) -> Option<Vec<u8>> {
         // The measuring path's alignment padding ([`ON_ALIGN`]) depends on the address modulo
         // the alignment: a move by anything else is encoded again.
-        if to.wrapping_sub(self.at) % ON_ALIGN != 0 {
+        if !to.wrapping_sub(self.at).is_multiple_of(ON_ALIGN) {
             return None;
         }
         let fields = self.fields?;
