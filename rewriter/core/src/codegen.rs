@@ -459,6 +459,29 @@ pub fn exit_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u
     b.encode(at)
 }
 
+/// Where the trampoline of exit `i`, placed at `at`, has its copy of the displaced
+/// instruction at `to` (for the exit instruction itself: the gate test before it). Both exit
+/// trampolines ([`exit_trampoline`], [`tail_call_trampoline`]) open with the displaced
+/// instructions before the exit, relocated, so the copy lies after the encoding of those
+/// before `to`: a jump of the program into the run ([`crate::plan::Redirect`]) runs the rest
+/// of the run and the exit instrumentation.
+pub fn exit_copy_at(plan: &Plan, i: usize, to: u64, at: u64, t: &Targets) -> Result<u64> {
+    let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
+    let displaced = redirect_wrapped(&x.displaced, &t.wrap_thunks)?.unwrap_or_else(|| x.displaced.clone());
+    let n = displaced
+        .iter()
+        .position(|d| d.ip() == to)
+        .ok_or_else(|| Error::Internal(format!("exit 0x{:x}: 0x{to:x} is not displaced", x.site)))?;
+    if n == 0 {
+        return Ok(at);
+    }
+    let mut b = Block::new();
+    for d in &displaced[..n] {
+        b.add(*d);
+    }
+    Ok(at + b.encode(at)?.len() as u64)
+}
+
 /// Encode the trampoline of a call into an import (D19) at `at`; `call` is the program's
 /// call instruction, `point` the import's point:
 /// ```text

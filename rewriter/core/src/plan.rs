@@ -70,6 +70,17 @@ pub enum Tactic {
     /// changed to lead to the exit trampoline; the run itself stays as it is.
     #[serde(rename = "retarget")]
     Retarget,
+    /// Exit: a run ending at the exit with branch targets inside it (`pop rbx; ret` where
+    /// `ret` is a jump target, `xor eax, eax; pop rbx; ret` entered both by falling through
+    /// and by jumps). Every target inside the run is reached only by direct jumps of the
+    /// function or its cold parts, and each of those is redirected ([`Exit::redirects`]) to
+    /// the trampoline's copy of its target: a `jmp rel32` / `jcc rel32` gets a new
+    /// displacement, a `jmp rel8` / `jcc rel8` a new rel8 to a 5-byte slot within its reach
+    /// that holds `jmp rel32` to the copy. The run itself gets a `jmp rel32` window (with the
+    /// padding after the exit if need be), or a `jmp rel8` to a slot when it has 2–4 bytes,
+    /// or nothing when only jumps enter it.
+    #[serde(rename = "window+jumps")]
+    WindowJumps,
     /// One `int3` on the site's first byte; the runtime's SIGTRAP handler resumes the thread
     /// in the trampoline, which runs the displaced instruction. Exact but slow; opt-in.
     #[serde(rename = "trap")]
@@ -84,6 +95,7 @@ impl Tactic {
             Tactic::EntryExit => "entry+exit",
             Tactic::Rel8Slot => "jmp8+slot",
             Tactic::Retarget => "retarget",
+            Tactic::WindowJumps => "window+jumps",
             Tactic::Trap => "trap",
         }
     }
@@ -436,6 +448,22 @@ pub struct Exit {
     /// [`Tactic::Retarget`]: (address, length) of every jump whose rel32 now leads to the
     /// trampoline.
     pub retargets: Vec<(u64, u64)>,
+    /// [`Tactic::WindowJumps`]: the jumps into the run, each led to the trampoline's copy of
+    /// its target.
+    pub redirects: Vec<Redirect>,
+}
+
+/// A direct jump of the program into the run of a [`Tactic::WindowJumps`] exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Redirect {
+    /// Address and length of the jump (2: a rel8 jump, whose rel8 now leads to `slot`; else
+    /// its last 4 bytes are a rel32 that now leads to the copy of `to`).
+    pub jump: u64,
+    pub len: u64,
+    /// Its target: one of the exit's displaced instructions.
+    pub to: u64,
+    /// For a rel8 jump: the 5-byte slot within its reach that gets `jmp rel32` to the copy.
+    pub slot: Option<u64>,
 }
 
 /// An exit site that is not patched.
@@ -897,9 +925,12 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                     exit_patch(&ctx, ins, k, fp, &decoded_parts, &mut room, opts)
                 });
                 match res {
-                    Ok((tactic, address, window_len, displaced, slot, retargets)) => {
+                    Ok((tactic, address, window_len, displaced, slot, retargets, redirects)) => {
                         for &(j, len) in &retargets {
                             patches.insert(j, len);
+                        }
+                        for r in &redirects {
+                            patches.insert(r.jump, r.len);
                         }
                         if window_len > 0 {
                             patches.insert(address, window_len);
@@ -918,6 +949,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                             tactic,
                             slot,
                             retargets,
+                            redirects,
                         });
                     }
                     Err(reason) => {
@@ -950,6 +982,9 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                     }
                     for &(j, _) in &x.retargets {
                         patches.remove(j);
+                    }
+                    for r in &x.redirects {
+                        patches.remove(r.jump);
                     }
                     if x.tactic == Tactic::Window {
                         slots.remove_tail(x.address, x.window_len);
@@ -1241,8 +1276,8 @@ impl ExitCtx<'_> {
 }
 
 /// A patch: tactic, first byte, length, displaced instructions, slot ([`Exit::slot`]),
-/// retargeted jumps ([`Exit::retargets`]).
-type ExitPatch = (Tactic, u64, u64, Vec<Instruction>, Option<u64>, Vec<(u64, u64)>);
+/// retargeted jumps ([`Exit::retargets`]), redirected jumps ([`Exit::redirects`]).
+type ExitPatch = (Tactic, u64, u64, Vec<Instruction>, Option<u64>, Vec<(u64, u64)>, Vec<Redirect>);
 
 /// Choose the tactic for the exit `ins[k]` of part `fp` (see `plan_exits`).
 fn exit_patch(
@@ -1260,22 +1295,24 @@ fn exit_patch(
         // Displaced by the entry window: its trampoline runs the exit instrumentation. (A
         // trap entry displaces one instruction; the exit may be another in the window.)
         if ctx.entry_displaced.iter().any(|d| d.ip() == x.ip()) {
-            return Ok((Tactic::EntryExit, x.ip(), 0, vec![x], None, Vec::new()));
+            return Ok((Tactic::EntryExit, x.ip(), 0, vec![x], None, Vec::new(), Vec::new()));
         }
         return Err(SkipReason::ExitInEntryWindow);
     }
     let window = exit_window(ctx.an, ins, k, 0, patches, JMP_LEN);
     let padding = dead_after(ctx.an, ins, k, fp);
     let padded = if padding > 0 { exit_window(ctx.an, ins, k, padding, patches, JMP_LEN).ok() } else { None };
-    let padded =
-        padded.map(|(i, _)| (Tactic::WindowPadding, ins[i].ip(), JMP_LEN, ins[i..=k].to_vec(), None, Vec::new()));
+    let padded = padded
+        .map(|(i, _)| (Tactic::WindowPadding, ins[i].ip(), JMP_LEN, ins[i..=k].to_vec(), None, Vec::new(), Vec::new()));
     let reason = match window {
         // A window that takes in a loop's back edge (`dec ecx; jne .Lloop; ret`) runs every
         // iteration through the trampoline: correct, but slow. Padding avoids that.
         Ok((i, _)) if loops_back(&ins[i..k], fp) && padded.as_ref().is_some_and(|p| !loops_back(&p.3, fp)) => {
             return Ok(padded.expect("checked"));
         }
-        Ok((i, len)) => return Ok((Tactic::Window, ins[i].ip(), len, ins[i..=k].to_vec(), None, Vec::new())),
+        Ok((i, len)) => {
+            return Ok((Tactic::Window, ins[i].ip(), len, ins[i..=k].to_vec(), None, Vec::new(), Vec::new()))
+        }
         Err(r) => r,
     };
     if let Some(p) = padded {
@@ -1295,18 +1332,29 @@ fn exit_patch(
             let from = at + JMP8_LEN;
             let slot = room.slots.take(from, room.patches).or_else(|| room.stretch(ctx.an, from));
             if let Some(slot) = slot {
-                return Ok((Tactic::Rel8Slot, at, len.max(JMP8_LEN), ins[i..=k].to_vec(), Some(slot), Vec::new()));
+                return Ok((
+                    Tactic::Rel8Slot,
+                    at,
+                    len.max(JMP8_LEN),
+                    ins[i..=k].to_vec(),
+                    Some(slot),
+                    Vec::new(),
+                    Vec::new(),
+                ));
             }
         }
     }
     if let Some((i, jumps)) = retarget(ctx, family, ins, k, fp, room.patches) {
-        return Ok((Tactic::Retarget, ins[i].ip(), 0, ins[i..=k].to_vec(), None, jumps));
+        return Ok((Tactic::Retarget, ins[i].ip(), 0, ins[i..=k].to_vec(), None, jumps, Vec::new()));
+    }
+    if let Some(p) = window_jumps(ctx, family, ins, k, fp, padding, room) {
+        return Ok(p);
     }
     let patches = &*room.patches;
     if opts.traps {
         check_relocatable(&x)?;
         if patches.overlap(x.ip(), 1).is_none() {
-            return Ok((Tactic::Trap, x.ip(), 1, vec![x], None, Vec::new()));
+            return Ok((Tactic::Trap, x.ip(), 1, vec![x], None, Vec::new(), Vec::new()));
         }
     }
     Err(reason)
@@ -1362,6 +1410,142 @@ fn retarget(
         }
     }
     (jumps.len() == n && n > 0).then_some((i, jumps))
+}
+
+/// [`Tactic::WindowJumps`] for the exit `ins[k]` of part `fp` (`padding` dead bytes after
+/// it). The run `ins[i..=k]` is straight-line and relocatable (no call, no transfer before
+/// the exit); the candidates, in order: the shortest run that reaches 5 bytes with the
+/// padding (a `jmp rel32` window), the shortest that reaches 2 (a `jmp rel8` to a slot), and,
+/// when only jumps enter the longest run, that run with nothing patched at it. Every branch
+/// target inside the run (and its first instruction when nothing is patched there) must be
+/// reached only by direct jumps of the function or its cold parts, all of them found, none
+/// inside the run or another patch; the rel8 ones each take a slot within their reach. No
+/// branch in the run may lead back into it or before it (a loop through the trampoline).
+fn window_jumps(
+    ctx: &ExitCtx,
+    family: &[(&Function, Vec<Instruction>)],
+    ins: &[Instruction],
+    k: usize,
+    fp: &Function,
+    padding: u64,
+    room: &mut Room,
+) -> Option<ExitPatch> {
+    check_relocatable(&ins[k]).ok()?;
+    let extends = |i: usize| -> bool {
+        let Some(prev) = i.checked_sub(1).map(|j| &ins[j]) else { return false };
+        prev.next_ip() == ins[i].ip() && !ends_flow(prev) && !is_call(prev) && check_relocatable(prev).is_ok()
+    };
+    let len = |i: usize| ins[k].next_ip() - ins[i].ip();
+    let shortest = |need: u64| {
+        let mut i = k;
+        while len(i) + padding < need && extends(i) {
+            i -= 1;
+        }
+        (len(i) + padding >= need).then_some(i)
+    };
+    let mut longest = k;
+    while extends(longest) {
+        longest -= 1;
+    }
+    // Only jumps enter the longest run: it follows a transfer, or starts a cold part.
+    let jumps_only = match longest.checked_sub(1).map(|j| &ins[j]) {
+        None => fp.is_cold_part(),
+        Some(prev) => prev.next_ip() == ins[longest].ip() && ends_flow(prev),
+    };
+    let candidates = [
+        shortest(JMP_LEN).map(|i| (i, len(i).max(JMP_LEN))),
+        shortest(JMP8_LEN).filter(|&i| len(i) + padding < JMP_LEN).map(|i| (i, len(i).max(JMP8_LEN))),
+        jumps_only.then_some((longest, 0)),
+    ];
+    candidates.into_iter().flatten().find_map(|(i, window_len)| run_jumps(ctx, family, ins, i, k, fp, window_len, room))
+}
+
+/// One candidate of [`window_jumps`]: the run `ins[i..=k]` patched with `window_len` bytes.
+#[allow(clippy::too_many_arguments)]
+fn run_jumps(
+    ctx: &ExitCtx,
+    family: &[(&Function, Vec<Instruction>)],
+    ins: &[Instruction],
+    i: usize,
+    k: usize,
+    fp: &Function,
+    window_len: u64,
+    room: &mut Room,
+) -> Option<ExitPatch> {
+    let at = ins[i].ip();
+    if at >= ctx.start && at - ctx.start < ctx.window || loops_back(&ins[i..k], fp) {
+        return None;
+    }
+    let end = at + window_len.max(ins[k].next_ip() - at);
+    // Branches of the run into the patched bytes would run `int3`s.
+    let into_run = |x: &Instruction| {
+        matches!(x.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+            && (at..end).contains(&x.near_branch_target())
+    };
+    if ins[i..k].iter().any(into_run) || (window_len > 0 && room.patches.overlap(at, window_len).is_some()) {
+        return None;
+    }
+    let first = if window_len == 0 { i } else { i + 1 };
+    let targets: Vec<u64> =
+        ins[first..=k].iter().map(Instruction::ip).filter(|t| ctx.an.branch_targets.contains(t)).collect();
+    if targets.is_empty() {
+        return None; // another tactic's case
+    }
+    // Every jump to each target, counted against what analysis found.
+    let mut jumps: Vec<(Instruction, u64)> = Vec::new();
+    for &t in &targets {
+        let n = *ctx.an.jump_only.get(&t)? as usize;
+        let before = jumps.len();
+        for (_, part) in family {
+            for j in part.iter().filter(|j| {
+                matches!(j.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+                    && j.near_branch_target() == t
+                    && matches!(j.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch)
+            }) {
+                let short = j.len() as u64 == JMP8_LEN;
+                if !(short || is_rel32_branch(j))
+                    || (at..end).contains(&j.ip())
+                    || room.patches.overlap(j.ip(), j.len() as u64).is_some()
+                {
+                    return None;
+                }
+                jumps.push((*j, t));
+            }
+        }
+        if jumps.len() - before != n {
+            return None;
+        }
+    }
+    // The run's own patch first: slots must not fall into it.
+    if window_len > 0 {
+        room.patches.insert(at, window_len);
+    }
+    let mut slot = None;
+    let mut ok = true;
+    if window_len > 0 && window_len < JMP_LEN {
+        slot = room.slots.take(at + JMP8_LEN, room.patches).or_else(|| room.stretch(ctx.an, at + JMP8_LEN));
+        ok = slot.is_some();
+    }
+    let mut redirects = Vec::with_capacity(jumps.len());
+    for &(j, to) in &jumps {
+        if !ok {
+            break;
+        }
+        let len = j.len() as u64;
+        let s = if len == JMP8_LEN {
+            let s = room.slots.take(j.next_ip(), room.patches).or_else(|| room.stretch(ctx.an, j.next_ip()));
+            ok = s.is_some();
+            s
+        } else {
+            None
+        };
+        redirects.push(Redirect { jump: j.ip(), len, to, slot: s });
+    }
+    if window_len > 0 {
+        room.patches.remove(at);
+    }
+    // (A slot taken for a candidate that then fails stays taken: nothing is written there.)
+    ok.then(|| (Tactic::WindowJumps, at, window_len, ins[i..=k].to_vec(), slot, Vec::new(), redirects))
 }
 
 /// A `jmp` or `jcc` whose last 4 bytes are its displacement.
