@@ -445,7 +445,11 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     let tactic = |x: &Exit| if x.slot.is_some() { Tactic::Rel8Slot } else { x.tactic };
     let sites = sites.chain(exits.map(|x| (x.address, x.window_len, tactic(x))));
     let retargets = plan.exits.iter().flat_map(|x| x.retargets.iter().map(|&(j, len)| (j, len, Tactic::Retarget)));
-    let redirects = plan.exits.iter().flat_map(|x| x.redirects.iter().map(|r| (r.jump, r.len, Tactic::Retarget)));
+    let redirect = |r: &crate::plan::Redirect| match r.window.is_empty() {
+        true => (r.jump, r.len, Tactic::Retarget),
+        false => (r.patch().0, r.patch().1, Tactic::Window),
+    };
+    let redirects = plan.exits.iter().flat_map(|x| x.redirects.iter().map(redirect));
     let sites = sites.chain(retargets).chain(redirects);
     let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.window_len(), Tactic::Window)));
     let mut patched: Vec<(u64, u64)> = Vec::new();
@@ -453,8 +457,8 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     let mut slots: Vec<u64> = Vec::new();
     let rel8_exits = plan.exits.iter().filter(|x| x.tactic == Tactic::Rel8Slot || x.slot.is_some());
     let exit_slots = rel8_exits.map(|x| x.slot.ok_or(x.site));
-    let jump_slots =
-        plan.exits.iter().flat_map(|x| &x.redirects).filter(|r| r.len == JMP8_LEN).map(|r| r.slot.ok_or(r.jump));
+    let jump_slots = plan.exits.iter().flat_map(|x| &x.redirects).filter(|r| r.len == JMP8_LEN && r.window.is_empty());
+    let jump_slots = jump_slots.map(|r| r.slot.ok_or(r.jump));
     for slot in exit_slots.chain(jump_slots) {
         let slot = match slot {
             Ok(s) => s,
@@ -521,7 +525,10 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         }
         patched.push((address, len));
     }
-    // A slot in a window's tail overlaps only bytes after that window's `jmp rel32`.
+    // A slot in a window's tail overlaps only bytes after that window's `jmp rel32`; jumps to
+    // one target may share a slot.
+    slots.sort_unstable();
+    slots.dedup();
     patched.sort_unstable();
     let in_tail = |s: u64| {
         let i = patched.partition_point(|&(a, _)| a <= s);

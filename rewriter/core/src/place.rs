@@ -377,11 +377,20 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         }
         // Jumps into the run lead to the trampoline's copy of their target, a rel8 one through
         // its slot.
-        for r in &x.redirects {
+        for (ri, r) in x.redirects.iter().enumerate() {
             let copy = codegen::exit_copy_at(plan, i, r.to, target, &t)?;
             match r.slot {
+                _ if !r.window.is_empty() => {
+                    let kind = PieceKind::JumpWindow { exit: i, redirect: ri, copy };
+                    let piece = c.code(plan, kind, &t, &mut pieces)?;
+                    let (address, len) = r.patch();
+                    sites.push(Site { address, len, tactic: Tactic::Window, target: piece });
+                }
                 Some(slot) => {
-                    sites.push(Site { address: slot, len: JMP_LEN, tactic: Tactic::Window, target: copy });
+                    // Jumps to one target in reach of one slot share it.
+                    if !x.redirects[..ri].iter().any(|o| o.slot == Some(slot)) {
+                        sites.push(Site { address: slot, len: JMP_LEN, tactic: Tactic::Window, target: copy });
+                    }
                     sites.push(Site { address: r.jump, len: r.len, tactic: Tactic::Retarget, target: slot });
                 }
                 None => sites.push(Site { address: r.jump, len: r.len, tactic: Tactic::Retarget, target: copy }),

@@ -454,7 +454,7 @@ pub struct Exit {
 }
 
 /// A direct jump of the program into the run of a [`Tactic::WindowJumps`] exit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Redirect {
     /// Address and length of the jump (2: a rel8 jump, whose rel8 now leads to `slot`; else
     /// its last 4 bytes are a rel32 that now leads to the copy of `to`).
@@ -464,6 +464,20 @@ pub struct Redirect {
     pub to: u64,
     /// For a rel8 jump: the 5-byte slot within its reach that gets `jmp rel32` to the copy.
     pub slot: Option<u64>,
+    /// For a rel8 jump with no slot in reach: the straight-line run ending with the jump (at
+    /// least 5 bytes) becomes a window to a piece that runs the run relocated, the jump as a
+    /// rel32 to the copy, then `jmp` back after the jump (`codegen::jump_window`).
+    pub window: Vec<Instruction>,
+}
+
+impl Redirect {
+    /// The bytes of the program this redirect patches: its window, else the jump.
+    pub fn patch(&self) -> (u64, u64) {
+        match (self.window.first(), self.window.last()) {
+            (Some(a), Some(b)) => (a.ip(), b.next_ip() - a.ip()),
+            _ => (self.jump, self.len),
+        }
+    }
 }
 
 /// An exit site that is not patched.
@@ -930,7 +944,8 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                             patches.insert(j, len);
                         }
                         for r in &redirects {
-                            patches.insert(r.jump, r.len);
+                            let (at, len) = r.patch();
+                            patches.insert(at, len);
                         }
                         if window_len > 0 {
                             patches.insert(address, window_len);
@@ -984,7 +999,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                         patches.remove(j);
                     }
                     for r in &x.redirects {
-                        patches.remove(r.jump);
+                        patches.remove(r.patch().0);
                     }
                     if x.tactic == Tactic::Window {
                         slots.remove_tail(x.address, x.window_len);
@@ -1526,26 +1541,76 @@ fn run_jumps(
         slot = room.slots.take(at + JMP8_LEN, room.patches).or_else(|| room.stretch(ctx.an, at + JMP8_LEN));
         ok = slot.is_some();
     }
-    let mut redirects = Vec::with_capacity(jumps.len());
+    let mut redirects: Vec<Redirect> = Vec::with_capacity(jumps.len());
     for &(j, to) in &jumps {
         if !ok {
             break;
         }
         let len = j.len() as u64;
-        let s = if len == JMP8_LEN {
-            let s = room.slots.take(j.next_ip(), room.patches).or_else(|| room.stretch(ctx.an, j.next_ip()));
-            ok = s.is_some();
-            s
-        } else {
-            None
-        };
-        redirects.push(Redirect { jump: j.ip(), len, to, slot: s });
+        let mut r = Redirect { jump: j.ip(), len, to, slot: None, window: Vec::new() };
+        if len == JMP8_LEN {
+            // A slot this exit took for an earlier jump to the same target, within reach.
+            let reach = |s: u64| (-128..=127).contains(&(s as i64 - j.next_ip() as i64));
+            r.slot = redirects.iter().filter(|o| o.to == to).filter_map(|o| o.slot).find(|&s| reach(s));
+            if r.slot.is_none() {
+                r.slot = room.slots.take(j.next_ip(), room.patches).or_else(|| room.stretch(ctx.an, j.next_ip()));
+            }
+            if r.slot.is_none() {
+                let (fp_j, part) = family.iter().find(|(f, _)| f.contains(j.ip()))?;
+                r.window = jump_window(ctx.an, part, fp_j, j.ip(), room.patches).unwrap_or_default();
+                if let Some((a, l)) = (!r.window.is_empty()).then(|| r.patch()) {
+                    room.patches.insert(a, l);
+                }
+            }
+            ok = r.slot.is_some() || !r.window.is_empty();
+        }
+        redirects.push(r);
+    }
+    for r in redirects.iter().filter(|r| !r.window.is_empty()) {
+        room.patches.remove(r.patch().0);
     }
     if window_len > 0 {
         room.patches.remove(at);
     }
     // (A slot taken for a candidate that then fails stays taken: nothing is written there.)
     ok.then(|| (Tactic::WindowJumps, at, window_len, ins[i..=k].to_vec(), slot, Vec::new(), redirects))
+}
+
+/// The window of a rel8 jump at `jump` in `part` ([`Redirect::window`]): the shortest run of
+/// straight-line instructions ending with the jump that covers 5 bytes; no instruction but the
+/// first is a branch target, none before the jump is a call or a transfer or a branch, all
+/// can be relocated, and no byte is patched yet.
+fn jump_window(
+    an: &Analysis,
+    part: &[Instruction],
+    fp: &Function,
+    jump: u64,
+    patches: &Patches,
+) -> Option<Vec<Instruction>> {
+    let k = part.iter().position(|x| x.ip() == jump)?;
+    let mut i = k;
+    loop {
+        let len = part[k].next_ip() - part[i].ip();
+        if len >= JMP_LEN {
+            break;
+        }
+        if an.branch_targets.contains(&part[i].ip()) {
+            return None;
+        }
+        let prev = i.checked_sub(1).map(|j| &part[j])?;
+        if prev.next_ip() != part[i].ip()
+            || prev.flow_control() != FlowControl::Next
+            || check_relocatable(prev).is_err()
+        {
+            return None;
+        }
+        i -= 1;
+    }
+    let (at, len) = (part[i].ip(), part[k].next_ip() - part[i].ip());
+    if patches.overlap(at, len).is_some() || at < fp.address {
+        return None;
+    }
+    Some(part[i..=k].to_vec())
 }
 
 /// A `jmp` or `jcc` whose last 4 bytes are its displacement.

@@ -176,13 +176,29 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
             let jump = decode_at(elf, r.jump, r.len)[0];
             assert_eq!((jump.near_branch_target(), jump.len() as u64), (r.to, r.len));
             assert!(x.displaced.iter().any(|d| d.ip() == r.to), "jump {:x} into {:x} not displaced", r.jump, r.to);
-            ranges.push((r.jump, r.jump + r.len, format!("redirected jump {:x}", r.jump)));
-            assert_eq!(r.slot.is_some(), r.len == JMP8_LEN);
+            assert_eq!(r.slot.is_some() || !r.window.is_empty(), r.len == JMP8_LEN);
             if let Some(s) = r.slot {
                 let reach = s as i64 - (r.jump + JMP8_LEN) as i64;
                 assert!((-128..=127).contains(&reach), "slot 0x{s:x} out of reach of jump 0x{:x}", r.jump);
-                slots.push((s, format!("slot {s:x} of jump {:x}", r.jump)));
+                // Jumps to one target may share a slot.
+                if !slots.iter().any(|(o, _)| *o == s) {
+                    slots.push((s, format!("slot {s:x} of jump {:x}", r.jump)));
+                }
             }
+            if !r.window.is_empty() {
+                // A jump window: straight-line instructions ending with the jump, 5 bytes or more.
+                let (a, l) = r.patch();
+                assert!(l >= JMP_LEN && r.slot.is_none() && r.window.last().map(|j| j.ip()) == Some(r.jump));
+                for w in r.window.windows(2) {
+                    assert_eq!(w[0].next_ip(), w[1].ip());
+                }
+                for d in &r.window[1..] {
+                    assert!(!an.branch_targets.contains(&d.ip()), "branch target 0x{:x} inside jump window", d.ip());
+                }
+                ranges.push((a, a + l, format!("jump window {a:x}")));
+                continue;
+            }
+            ranges.push((r.jump, r.jump + r.len, format!("redirected jump {:x}", r.jump)));
         }
         if x.window_len > 0 {
             ranges.push((x.address, x.address + x.window_len, format!("exit {:x}", x.site)));
