@@ -28,6 +28,10 @@
 // - jw_only: a lone ret after a ret reached only by a `je rel8`: nothing patched at the ret,
 //   the je led to a slot that leads to the trampoline ("window+jumps"); jw_end right after it
 //   leaves no padding.
+// - jw_far: `cmp eax, 0; je rel8 .L; add eax, 1000; .L: ret` with no dead byte in the je's
+//   reach (jw_pad's nops are used up, jw_far_filler's entry window is a call): a window over
+//   add; ret, and `cmp; je` a window of its own whose piece runs the je as a rel32 to the
+//   copy of the ret ("window+jumps").
 // spin_a, spin_b, spin_c and spin_d spin a fixed loop, so the functions that call them take time.
 //
 //# variants: pie-O2 nopie-O0
@@ -48,7 +52,8 @@
 //# expect: main calls jw32 100
 //# expect: main calls jw8 100
 //# expect: main calls jw_only 100
-//# expect: main calls spin_d 300
+//# expect: main calls jw_far 100
+//# expect: main calls spin_d 400
 #include <stdio.h>
 
 int tiny_ret(void);
@@ -64,6 +69,7 @@ int filler_b(int x);
 int jw32(int x);
 int jw8(int x);
 int jw_only(int x);
+int jw_far(int x);
 
 static int spin(int x, int n) {
     volatile int s = 0;
@@ -282,7 +288,7 @@ __asm__(".intel_syntax noprefix\n"
         "    ret\n"
         ".cfi_endproc\n"
         ".size jw_pad, .-jw_pad\n"
-        "    .nops 24\n"
+        "    .nops 17\n"
         ".globl jw_only\n"
         ".type jw_only, @function\n"
         "jw_only:\n"
@@ -312,6 +318,36 @@ __asm__(".intel_syntax noprefix\n"
         "    ret\n"
         ".cfi_endproc\n"
         ".size jw_end, .-jw_end\n"
+        ".globl jw_far\n"
+        ".type jw_far, @function\n"
+        "jw_far:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_d\n"
+        "    mov eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    cmp eax, 0\n"
+        "    je .Ljf_ret\n"
+        "    add eax, 1000\n"
+        ".Ljf_ret:\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_far, .-jw_far\n"
+        ".globl jw_far_filler\n"
+        ".type jw_far_filler, @function\n"
+        "jw_far_filler:\n"
+        ".cfi_startproc\n"
+        "    call spin_d\n"
+        ".rept 40\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_far_filler, .-jw_far_filler\n"
         ".att_syntax prefix\n");
 
 int main(void) {
@@ -320,7 +356,8 @@ int main(void) {
         acc += tiny_ret() + stretch_ret(i);
     for (int i = 0; i < 100; i++)
         acc += stretch_tail(i) + short_epi(i) + prologue_fn(i, 2) + short_nops(i & 1) + after_nops(i) + filler_a(i)
-               + filler_b(i) + retarget_fn(i & 1) + jw32(i & 1) + jw8(i & 1) + jw_only(i & 1);
+               + filler_b(i) + retarget_fn(i & 1) + jw32(i & 1) + jw8(i & 1) + jw_only(i & 1)
+               + jw_far(i & 1);
     printf("%ld\n", acc);
     return 0;
 }

@@ -1138,13 +1138,33 @@ FUNC jw_other
     .endr
     ret
 END jw_other
+# `je rel8` to the ret with no dead byte in its reach (the fillers around start with a call,
+# their entry windows cannot grow): `cmp eax, 1000; je` becomes a window of its own.
+FUNC jw_far
+    push rbx
+    mov ebx, edi
+    call ext
+    pop rbx
+    cmp eax, 1000
+    je .Ljw_far_ret
+    add eax, 1000
+.Ljw_far_ret:
+    ret
+END jw_far
+FUNC far_filler
+    call ext
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END far_filler
     .section .note.GNU-stack,"",@progbits
 "#;
 
 #[test]
 fn exit_tactics_window_jumps() {
     let dir = temp_dir("wj");
-    let main = "int jw32(int), jw8(int), jw_out(int), jw_other(int), filler(int);
+    let main = "int jw32(int), jw8(int), jw_out(int), jw_other(int), filler(int), jw_far(int);
         int main(int c, char **v) { (void)v; return jw32(c) + jw8(c) + jw_out(c) + jw_other(c) + filler(c); }";
     let p = Planned::new(&gcc(&dir, "wj", &[("main.c", main), ("wj.s", WJ_S)], &["-O1"]), false);
     let redirects = |name: &str| {
@@ -1166,6 +1186,16 @@ fn exit_tactics_window_jumps() {
     assert_eq!(p.exits("jw8"), ["+16 Ret window+jumps at +13 len 4 ins 2"]);
     assert_eq!(redirects("jw8"), (Some(22), vec![(11, 2, 16, Some(27))]));
     assert!(p.timed("jw8"));
+    // ... | cmp eax, 1000 (+9, 5) | je rel8 (+14, 2) | add eax, 1000 (+16, 5) | ret (+21): a
+    // window over add; ret; no slot in the je's reach, so cmp; je (7 bytes) is a window of its
+    // own, its piece runs them with the je as a rel32 to the copy of the ret.
+    assert_eq!(p.exits("jw_far"), ["+21 Ret window+jumps at +16 len 6 ins 2"]);
+    assert_eq!(redirects("jw_far"), (None, vec![(14, 2, 21, None)]));
+    let (i, f) = p.function("jw_far");
+    let x = p.plan.exits.iter().find(|x| x.function == i).expect("jw_far exit");
+    assert_eq!(x.redirects[0].patch(), (f.address + 9, 7));
+    assert_eq!(x.redirects[0].window.len(), 2);
+    assert!(p.timed("jw_far"));
     // jw_other jumps to jw_out's ret too: no redirect list is complete.
     assert_eq!(p.exits("jw_out"), ["+16 Ret skipped: branch target +16"]);
     assert!(!p.timed("jw_out"));
