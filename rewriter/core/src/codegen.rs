@@ -251,9 +251,7 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
                 None => exit_trampoline(x, t.trampoline_env(x.point), at),
             }
         }
-        PieceKind::JumpWindow { exit, redirect, copy } => {
-            jump_window(&redirect_window(plan, exit, redirect)?, copy, at)
-        }
+        PieceKind::JumpWindow { exit, redirect, copy } => jump_window(redirect_window(plan, exit, redirect)?, copy, at),
         PieceKind::ImportTrampoline(i) => {
             let x = plan.import_sites.get(i).ok_or_else(|| Error::Internal(format!("codegen: no import site {i}")))?;
             let p = point(x.point as usize)?;
