@@ -20,7 +20,19 @@
 // - retarget_fn: a lone ret after a ret, the next function right after it, reached only by a
 //   `je rel32`: the je is retargeted to the exit trampoline ("retarget"); main calls it with
 //   0 and 1, so both rets run 50 times.
-// spin_a, spin_b and spin_c spin a fixed loop, so the functions that call them take time.
+// - jw32: `pop rbx; test; je rel32 .L; add eax, 1000; .L: ret`: the ret is a jump target that
+//   add falls into: a window over add; ret, and the je led to the trampoline's copy of the ret
+//   ("window+jumps"); called with 0 and 1, so both paths run 50 times.
+// - jw8: the same with `je rel8` and `add eax, 5` (3 bytes): `jmp rel8` over add; ret to a
+//   slot in the nops after jw_pad, the je to another slot there ("window+jumps").
+// - jw_only: a lone ret after a ret reached only by a `je rel8`: nothing patched at the ret,
+//   the je led to a slot that leads to the trampoline ("window+jumps"); jw_end right after it
+//   leaves no padding.
+// - jw_far: `cmp eax, 0; je rel8 .L; add eax, 1000; .L: ret` with no dead byte in the je's
+//   reach (jw_pad's nops are used up, jw_far_filler's entry window is a call): a window over
+//   add; ret, and `cmp; je` a window of its own whose piece runs the je as a rel32 to the
+//   copy of the ret ("window+jumps").
+// spin_a, spin_b, spin_c and spin_d spin a fixed loop, so the functions that call them take time.
 //
 //# variants: pie-O2 nopie-O0
 //# expect: threads 1
@@ -37,6 +49,11 @@
 //# expect: main calls spin_a 200
 //# expect: main calls spin_b 100
 //# expect: main calls spin_c 100
+//# expect: main calls jw32 100
+//# expect: main calls jw8 100
+//# expect: main calls jw_only 100
+//# expect: main calls jw_far 100
+//# expect: main calls spin_d 400
 #include <stdio.h>
 
 int tiny_ret(void);
@@ -49,6 +66,10 @@ int after_nops(int x);
 int filler_a(int x);
 int retarget_fn(int x);
 int filler_b(int x);
+int jw32(int x);
+int jw8(int x);
+int jw_only(int x);
+int jw_far(int x);
 
 static int spin(int x, int n) {
     volatile int s = 0;
@@ -67,6 +88,10 @@ __attribute__((noinline)) int spin_b(int x) {
 
 __attribute__((noinline)) int spin_c(int x, int y) {
     return spin(x + y, 40000);
+}
+
+__attribute__((noinline)) int spin_d(int x) {
+    return spin(x, 10000);
 }
 
 __asm__(".intel_syntax noprefix\n"
@@ -217,6 +242,112 @@ __asm__(".intel_syntax noprefix\n"
         "    ret\n"
         ".cfi_endproc\n"
         ".size filler_b, .-filler_b\n"
+        ".globl jw32\n"
+        ".type jw32, @function\n"
+        "jw32:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_d\n"
+        "    mov eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    test eax, eax\n"
+        "    {disp32} je .Ljw32_ret\n"
+        "    add eax, 1000\n"
+        ".Ljw32_ret:\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw32, .-jw32\n"
+        ".globl jw8\n"
+        ".type jw8, @function\n"
+        "jw8:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_d\n"
+        "    mov eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    test eax, eax\n"
+        "    je .Ljw8_ret\n"
+        "    add eax, 5\n"
+        ".Ljw8_ret:\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw8, .-jw8\n"
+        ".globl jw_pad\n"
+        ".type jw_pad, @function\n"
+        "jw_pad:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_pad, .-jw_pad\n"
+        "    .nops 17\n"
+        ".globl jw_only\n"
+        ".type jw_only, @function\n"
+        "jw_only:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_d\n"
+        "    mov eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    test eax, eax\n"
+        "    je .Ljo_ret\n"
+        "    add eax, 1000\n"
+        "    ret\n"
+        ".Ljo_ret:\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_only, .-jw_only\n"
+        ".globl jw_end\n"
+        ".type jw_end, @function\n"
+        "jw_end:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    add eax, 1\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_end, .-jw_end\n"
+        ".globl jw_far\n"
+        ".type jw_far, @function\n"
+        "jw_far:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_d\n"
+        "    mov eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    cmp eax, 0\n"
+        "    je .Ljf_ret\n"
+        "    add eax, 1000\n"
+        ".Ljf_ret:\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_far, .-jw_far\n"
+        ".globl jw_far_filler\n"
+        ".type jw_far_filler, @function\n"
+        "jw_far_filler:\n"
+        ".cfi_startproc\n"
+        "    call spin_d\n"
+        ".rept 40\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_far_filler, .-jw_far_filler\n"
         ".att_syntax prefix\n");
 
 int main(void) {
@@ -225,7 +356,8 @@ int main(void) {
         acc += tiny_ret() + stretch_ret(i);
     for (int i = 0; i < 100; i++)
         acc += stretch_tail(i) + short_epi(i) + prologue_fn(i, 2) + short_nops(i & 1) + after_nops(i) + filler_a(i)
-               + filler_b(i) + retarget_fn(i & 1);
+               + filler_b(i) + retarget_fn(i & 1) + jw32(i & 1) + jw8(i & 1) + jw_only(i & 1)
+               + jw_far(i & 1);
     printf("%ld\n", acc);
     return 0;
 }

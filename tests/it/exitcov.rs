@@ -51,6 +51,10 @@ const TACTICS: &[(&str, &[&str])] = &[
     ("short_nops", &["jmp8+slot"]),
     ("after_nops", &["entry+exit"]),
     ("retarget_fn", &["retarget", "window"]),
+    ("jw32", &["window+jumps"]),
+    ("jw8", &["window+jumps"]),
+    ("jw_only", &["window", "window+jumps"]),
+    ("jw_far", &["window+jumps"]),
 ];
 
 fn check_tactics(variant: Variant) {
@@ -127,6 +131,11 @@ fn check_run(variant: Variant) {
         ("spin_a", 200),
         ("spin_b", 100),
         ("spin_c", 100),
+        ("jw32", 100),
+        ("jw8", 100),
+        ("jw_only", 100),
+        ("jw_far", 100),
+        ("spin_d", 400),
     ];
     for (f, n) in calls {
         assert_eq!(row(&report, f).0, n, "{variant}: calls of {f}");
@@ -145,6 +154,18 @@ fn check_run(variant: Variant) {
     let (_, rc, rw) = row(&report, "retarget_fn");
     assert!(sc + rc >= ac && sw + rw >= aw, "{variant}: short_epi + retarget_fn shorter than spin_a");
     assert!(sc >= ac / 5 && rc >= ac / 5, "{variant}: short_epi {sc} ns, retarget_fn {rc} ns, spin_a {ac} ns (cpu)");
+    // jw32, jw8, jw_only and jw_far each call spin_d 100 times, half of them leaving by a jump
+    // the window+jumps tactic redirected: together they cover spin_d, and each a fair share.
+    let (_, dc, dw) = row(&report, "spin_d");
+    let jw: Vec<(u64, u64)> =
+        ["jw32", "jw8", "jw_only", "jw_far"].iter().map(|f| row(&report, f)).map(|r| (r.1, r.2)).collect();
+    assert!(
+        jw.iter().map(|r| r.0).sum::<u64>() >= dc && jw.iter().map(|r| r.1).sum::<u64>() >= dw,
+        "{variant}: jw32 + jw8 + jw_only + jw_far {jw:?} shorter than spin_d ({dc}/{dw} ns)"
+    );
+    // A quarter of spin_d each; a frame left open would run on to main's end.
+    assert!(jw.iter().all(|r| r.0 >= dc / 8 && r.0 < dc), "{variant}: jw functions {jw:?}, spin_d {dc} ns (cpu)");
+    assert!(jw.iter().all(|r| r.1 <= main_wall), "{variant}: a jw function longer than main");
     // Frames close at all: a function whose exit were missed would stay open until main
     // ends. stretch_tail's frame ends at its tail jump, before spin_c runs.
     let (_, spin_c_cpu, _) = row(&report, "spin_c");
@@ -181,13 +202,14 @@ const DEBIAN: &[(&str, &str)] = &[
     ("/usr/bin/cppcheck", "cppcheck"),
 ];
 
-/// Totals over [`DEBIAN`] when the tactics were written (entries 99.75 %, exits without
-/// traps 96.44 %, timed functions 98.82 %; before them: 99.75 %, 86.38 %, 87.57 %), minus a
-/// margin of about 0.3 points for other package versions. (An exit of a function with an
-/// exit no tactic fits is not patched: "exits without traps" counts those as missing.)
+/// Totals over [`DEBIAN`] with window+jumps and cold-part rule (e) (entries 99.78 %, exits
+/// without traps 97.45 %, timed functions 99.38 %; before them 99.75 %, 96.44 %, 98.82 %;
+/// before the first exit tactics 99.75 %, 86.38 %, 87.57 %), minus a margin of about 0.3
+/// points for other package versions. (An exit of a function with an exit no tactic fits is
+/// not patched: "exits without traps" counts those as missing.)
 const MIN_ENTRIES_PCT: f64 = 99.5;
-const MIN_EXITS_PCT: f64 = 96.1;
-const MIN_TIMED_PCT: f64 = 98.5;
+const MIN_EXITS_PCT: f64 = 97.1;
+const MIN_TIMED_PCT: f64 = 99.1;
 
 #[test]
 fn coverage_of_debian_programs() {

@@ -49,6 +49,10 @@
 //!      `.comment` names no LLVM-based compiler (clang, rustc): GCC never emits a conditional
 //!      tail call, so a `jcc` to an FDE start is a jump to a cold part — typically a frameless
 //!      one such as `xor eax, eax; ret` for a switch's out-of-range case;
+//!    - (e) if exactly one other function enters it, and that function jumps (or its LSDA
+//!      lands) into its interior, not only to its entry: a function is entered at its entry,
+//!      only a cold part (a `.cold` split whose symbol is gone) is entered in the middle by
+//!      its parent's jumps; also with clang;
 //!    - otherwise a function. In particular a function that is only tail-called (`jmp f`
 //!      with CFA = rsp+8 at its start) stays a function.
 //!

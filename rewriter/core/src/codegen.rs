@@ -155,6 +155,9 @@ pub enum PieceKind {
     ImportTrampoline(usize),
     /// The calibration routine ([`calibration`]), for point 0.
     Calibration,
+    /// The window of `plan.exits[exit].redirects[redirect]` ([`jump_window`]); `copy` is the
+    /// exit trampoline's copy of the jump's target.
+    JumpWindow { exit: usize, redirect: usize, copy: u64 },
 }
 
 /// A piece of generated code and the place the layout pass gave it.
@@ -264,6 +267,7 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
                 None => exit_trampoline(x, t.trampoline_env(x.point), at),
             }
         }
+        PieceKind::JumpWindow { exit, redirect, copy } => jump_window(redirect_window(plan, exit, redirect)?, copy, at),
         PieceKind::ImportTrampoline(i) => {
             let x = plan.import_sites.get(i).ok_or_else(|| Error::Internal(format!("codegen: no import site {i}")))?;
             let p = point(x.point as usize)?;
@@ -301,22 +305,25 @@ pub fn collect(plan: &Plan, pieces: &[PieceAt], code: Vec<Vec<u8>>) -> Result<Ve
                     p.len
                 )));
             }
-            Ok(Piece { start: p.at, code, initial: initial_state(plan, p.kind) })
+            Ok(Piece { start: p.at, code, initial: initial_state(plan, p.kind)? })
         })
         .collect()
 }
 
 /// The state a piece's unwind information starts from.
-fn initial_state(plan: &Plan, kind: PieceKind) -> Initial {
-    match kind {
+fn initial_state(plan: &Plan, kind: PieceKind) -> Result<Initial> {
+    Ok(match kind {
         PieceKind::EntryStub => Initial::Entry,
         PieceKind::Trampoline(i) | PieceKind::WrapReal(i) => Initial::At(plan.points[i].address),
         PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
+        PieceKind::JumpWindow { exit, redirect, .. } => {
+            Initial::At(redirect_window(plan, exit, redirect)?.first().map_or(0, |x| x.ip()))
+        }
         // The caller's frame at the call: while the import runs, the return address
         // lies in the trampoline and the unwinder reads the caller's CFI from there.
         PieceKind::ImportTrampoline(i) => Initial::At(plan.import_sites[i].address()),
         _ => Initial::Call,
-    }
+    })
 }
 
 /// Addresses a trampoline needs.
@@ -532,6 +539,61 @@ pub fn exit_trampoline(exit: &Exit, env: TrampolineEnv, at: u64) -> Result<Vec<u
     b.bind(skip);
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
     b.add(*last);
+    b.encode(at)
+}
+
+/// Where the trampoline of exit `i`, placed at `at`, has its copy of the displaced
+/// instruction at `to` (for the exit instruction itself: the gate test before it). Both exit
+/// trampolines ([`exit_trampoline`], [`tail_call_trampoline`]) open with the displaced
+/// instructions before the exit, relocated, so the copy lies after the encoding of those
+/// before `to`: a jump of the program into the run ([`crate::plan::Redirect`]) runs the rest
+/// of the run and the exit instrumentation.
+pub fn exit_copy_at(plan: &Plan, i: usize, to: u64, at: u64, t: &Targets) -> Result<u64> {
+    let x = plan.exits.get(i).ok_or_else(|| Error::Internal(format!("codegen: no exit {i}")))?;
+    let displaced = redirect_wrapped(&x.displaced, &t.wrap_thunks)?.unwrap_or_else(|| x.displaced.clone());
+    let n = displaced
+        .iter()
+        .position(|d| d.ip() == to)
+        .ok_or_else(|| Error::Internal(format!("exit 0x{:x}: 0x{to:x} is not displaced", x.site)))?;
+    if n == 0 {
+        return Ok(at);
+    }
+    let mut b = Block::new();
+    for d in &displaced[..n] {
+        b.add(*d);
+    }
+    Ok(at + b.encode(at)?.len() as u64)
+}
+
+/// The window of a redirected rel8 jump ([`crate::plan::Redirect::window`]).
+fn redirect_window(plan: &Plan, exit: usize, redirect: usize) -> Result<&[Instruction]> {
+    plan.exits
+        .get(exit)
+        .and_then(|x| x.redirects.get(redirect))
+        .map(|r| r.window.as_slice())
+        .filter(|w| !w.is_empty())
+        .ok_or_else(|| Error::Internal(format!("codegen: exit {exit} has no jump window {redirect}")))
+}
+
+/// Encode the window of a rel8 jump into the run of a `window+jumps` exit at `at`:
+/// ```text
+///        <the instructions before the jump, relocated>
+///        jcc   <copy>                  ; the jump as a rel32, to the exit trampoline's copy
+///        jmp   <after the jump>        ;   of its target (a `jmp`: only the jump)
+/// ```
+pub fn jump_window(window: &[Instruction], copy: u64, at: u64) -> Result<Vec<u8>> {
+    let (jump, before) =
+        window.split_last().ok_or_else(|| Error::Internal(format!("jump window at 0x{at:x} is empty")))?;
+    let mut b = Block::new();
+    for x in before {
+        b.add(*x);
+    }
+    let mut j = *jump;
+    j.set_near_branch64(copy);
+    b.add(j);
+    if jump.flow_control() == FlowControl::ConditionalBranch {
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, jump.next_ip()).map_err(internal)?);
+    }
     b.encode(at)
 }
 

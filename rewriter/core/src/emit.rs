@@ -52,7 +52,7 @@
 use crate::error::{Error, Result};
 use crate::input::{InputElf, Segment};
 use crate::place::{Placement, SegmentData, Site, WrapCall, PHDR_SIZE};
-use crate::plan::{Plan, Tactic, JMP8_LEN, JMP_LEN};
+use crate::plan::{Exit, Plan, Tactic, JMP8_LEN, JMP_LEN};
 use crate::rtimage;
 use crate::unwind::{EhOut, Piece};
 use object::elf::{self, FileHeader64, ProgramHeader64, SectionHeader64};
@@ -193,6 +193,12 @@ fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
     let end = off + len as usize;
     if end > out.len() || elf.vaddr_to_offset(address + len - 1).is_none() {
         return Err(Error::Internal(format!("window 0x{address:x}+{len} leaves the file")));
+    }
+    if tactic == Tactic::Retarget && len == JMP8_LEN {
+        let rel = target as i64 - (address + len) as i64;
+        let rel = i8::try_from(rel).map_err(|_| Error::Internal(format!("0x{address:x}: slot out of rel8 reach")))?;
+        out[end - 1] = rel as u8;
+        return Ok(());
     }
     if tactic == Tactic::Retarget {
         let rel = target as i64 - (address + len) as i64;
@@ -435,15 +441,29 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         .filter(|p| p.import.is_none() && p.window_len > 0)
         .map(|p| (p.address, p.window_len, p.tactic));
     let exits = plan.exits.iter().filter(|x| !matches!(x.tactic, Tactic::EntryExit | Tactic::Retarget));
-    let sites = sites.chain(exits.map(|x| (x.address, x.window_len, x.tactic)));
+    let exits = exits.filter(|x| x.window_len > 0);
+    let tactic = |x: &Exit| if x.slot.is_some() { Tactic::Rel8Slot } else { x.tactic };
+    let sites = sites.chain(exits.map(|x| (x.address, x.window_len, tactic(x))));
     let retargets = plan.exits.iter().flat_map(|x| x.retargets.iter().map(|&(j, len)| (j, len, Tactic::Retarget)));
-    let sites = sites.chain(retargets);
+    let redirect = |r: &crate::plan::Redirect| match r.window.is_empty() {
+        true => (r.jump, r.len, Tactic::Retarget),
+        false => (r.patch().0, r.patch().1, Tactic::Window),
+    };
+    let redirects = plan.exits.iter().flat_map(|x| x.redirects.iter().map(redirect));
+    let sites = sites.chain(retargets).chain(redirects);
     let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.window_len(), Tactic::Window)));
     let mut patched: Vec<(u64, u64)> = Vec::new();
     // Slots lie in dead bytes, possibly the tail of another window after its `jmp rel32`.
     let mut slots: Vec<u64> = Vec::new();
-    for x in plan.exits.iter().filter(|x| x.tactic == Tactic::Rel8Slot) {
-        let Some(slot) = x.slot else { return bad(format!("exit 0x{:x} has no slot", x.site)) };
+    let rel8_exits = plan.exits.iter().filter(|x| x.tactic == Tactic::Rel8Slot || x.slot.is_some());
+    let exit_slots = rel8_exits.map(|x| x.slot.ok_or(x.site));
+    let jump_slots = plan.exits.iter().flat_map(|x| &x.redirects).filter(|r| r.len == JMP8_LEN && r.window.is_empty());
+    let jump_slots = jump_slots.map(|r| r.slot.ok_or(r.jump));
+    for slot in exit_slots.chain(jump_slots) {
+        let slot = match slot {
+            Ok(s) => s,
+            Err(site) => return bad(format!("exit or jump 0x{site:x} has no slot")),
+        };
         let Some(&(v, _, _, off, _)) = loads.iter().find(|l| slot >= l.0 && slot < l.0 + l.4) else {
             return bad(format!("slot 0x{slot:x} is not in a file-backed segment"));
         };
@@ -479,6 +499,11 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
             if out[o] != INT3 {
                 return bad(format!("trap site 0x{address:x} is not an int3"));
             }
+        } else if tactic == Tactic::Retarget && len == JMP8_LEN {
+            let target = (address as i64 + JMP8_LEN as i64 + out[o + 1] as i8 as i64) as u64;
+            if !slots.contains(&target) {
+                return bad(format!("jump 0x{address:x} does not lead to its slot"));
+            }
         } else if tactic == Tactic::Retarget {
             let end = o + len as usize;
             let rel = i32::from_le_bytes(out[end - 4..end].try_into().unwrap_or_default()) as i64;
@@ -500,7 +525,10 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         }
         patched.push((address, len));
     }
-    // A slot in a window's tail overlaps only bytes after that window's `jmp rel32`.
+    // A slot in a window's tail overlaps only bytes after that window's `jmp rel32`; jumps to
+    // one target may share a slot.
+    slots.sort_unstable();
+    slots.dedup();
     patched.sort_unstable();
     let in_tail = |s: u64| {
         let i = patched.partition_point(|&(a, _)| a <= s);

@@ -104,7 +104,9 @@ pub struct Site {
     pub len: u64,
     /// A window gets `jmp rel32` to `target`; a trap gets `int3` and a trap-table entry; a
     /// [`Tactic::Rel8Slot`] exit gets `jmp rel8` to its slot (`target`), a site of its own; a
-    /// [`Tactic::Retarget`] site is a jump whose last 4 bytes (its rel32) get `target`.
+    /// [`Tactic::Retarget`] site is a jump whose last 4 bytes (its rel32) get `target`, or
+    /// with length 2 (a rel8 jump of [`Tactic::WindowJumps`]) whose last byte gets the rel8
+    /// to `target`, its slot.
     pub tactic: Tactic,
     /// The trampoline or thunk.
     pub target: u64,
@@ -415,14 +417,38 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
             }
             continue;
         }
+        // Jumps into the run lead to the trampoline's copy of their target, a rel8 one through
+        // its slot.
+        for (ri, r) in x.redirects.iter().enumerate() {
+            let copy = codegen::exit_copy_at(plan, i, r.to, target, &t)?;
+            match r.slot {
+                _ if !r.window.is_empty() => {
+                    let kind = PieceKind::JumpWindow { exit: i, redirect: ri, copy };
+                    let piece = c.code(plan, kind, &t, &mut pieces)?;
+                    let (address, len) = r.patch();
+                    sites.push(Site { address, len, tactic: Tactic::Window, target: piece });
+                }
+                Some(slot) => {
+                    // Jumps to one target in reach of one slot share it.
+                    if !x.redirects[..ri].iter().any(|o| o.slot == Some(slot)) {
+                        sites.push(Site { address: slot, len: JMP_LEN, tactic: Tactic::Window, target: copy });
+                    }
+                    sites.push(Site { address: r.jump, len: r.len, tactic: Tactic::Retarget, target: slot });
+                }
+                None => sites.push(Site { address: r.jump, len: r.len, tactic: Tactic::Retarget, target: copy }),
+            }
+        }
+        // The exit's own window with a slot is a `jmp rel8`, whatever its tactic.
+        let tactic = if x.slot.is_some() { Tactic::Rel8Slot } else { x.tactic };
         match x.slot {
             // The slot (after the window whose tail it may lie in) leads to the trampoline,
             // the exit's `jmp rel8` to the slot.
             Some(slot) => {
                 sites.push(Site { address: slot, len: JMP_LEN, tactic: Tactic::Window, target });
-                sites.push(Site { address: x.address, len: x.window_len, tactic: x.tactic, target: slot });
+                sites.push(Site { address: x.address, len: x.window_len, tactic, target: slot });
             }
-            None => sites.push(Site { address: x.address, len: x.window_len, tactic: x.tactic, target }),
+            None if x.window_len == 0 => {} // only jumps enter the run: nothing patched there
+            None => sites.push(Site { address: x.address, len: x.window_len, tactic, target }),
         }
     }
     for (i, x) in plan.import_sites.iter().enumerate() {

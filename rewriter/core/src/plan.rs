@@ -70,6 +70,17 @@ pub enum Tactic {
     /// changed to lead to the exit trampoline; the run itself stays as it is.
     #[serde(rename = "retarget")]
     Retarget,
+    /// Exit: a run ending at the exit with branch targets inside it (`pop rbx; ret` where
+    /// `ret` is a jump target, `xor eax, eax; pop rbx; ret` entered both by falling through
+    /// and by jumps). Every target inside the run is reached only by direct jumps of the
+    /// function or its cold parts, and each of those is redirected ([`Exit::redirects`]) to
+    /// the trampoline's copy of its target: a `jmp rel32` / `jcc rel32` gets a new
+    /// displacement, a `jmp rel8` / `jcc rel8` a new rel8 to a 5-byte slot within its reach
+    /// that holds `jmp rel32` to the copy. The run itself gets a `jmp rel32` window (with the
+    /// padding after the exit if need be), or a `jmp rel8` to a slot when it has 2–4 bytes,
+    /// or nothing when only jumps enter it.
+    #[serde(rename = "window+jumps")]
+    WindowJumps,
     /// One `int3` on the site's first byte; the runtime's SIGTRAP handler resumes the thread
     /// in the trampoline, which runs the displaced instruction. Exact but slow; opt-in.
     #[serde(rename = "trap")]
@@ -84,6 +95,7 @@ impl Tactic {
             Tactic::EntryExit => "entry+exit",
             Tactic::Rel8Slot => "jmp8+slot",
             Tactic::Retarget => "retarget",
+            Tactic::WindowJumps => "window+jumps",
             Tactic::Trap => "trap",
         }
     }
@@ -436,6 +448,36 @@ pub struct Exit {
     /// [`Tactic::Retarget`]: (address, length) of every jump whose rel32 now leads to the
     /// trampoline.
     pub retargets: Vec<(u64, u64)>,
+    /// [`Tactic::WindowJumps`]: the jumps into the run, each led to the trampoline's copy of
+    /// its target.
+    pub redirects: Vec<Redirect>,
+}
+
+/// A direct jump of the program into the run of a [`Tactic::WindowJumps`] exit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redirect {
+    /// Address and length of the jump (2: a rel8 jump, whose rel8 now leads to `slot`; else
+    /// its last 4 bytes are a rel32 that now leads to the copy of `to`).
+    pub jump: u64,
+    pub len: u64,
+    /// Its target: one of the exit's displaced instructions.
+    pub to: u64,
+    /// For a rel8 jump: the 5-byte slot within its reach that gets `jmp rel32` to the copy.
+    pub slot: Option<u64>,
+    /// For a rel8 jump with no slot in reach: the straight-line run ending with the jump (at
+    /// least 5 bytes) becomes a window to a piece that runs the run relocated, the jump as a
+    /// rel32 to the copy, then `jmp` back after the jump (`codegen::jump_window`).
+    pub window: Vec<Instruction>,
+}
+
+impl Redirect {
+    /// The bytes of the program this redirect patches: its window, else the jump.
+    pub fn patch(&self) -> (u64, u64) {
+        match (self.window.first(), self.window.last()) {
+            (Some(a), Some(b)) => (a.ip(), b.next_ip() - a.ip()),
+            _ => (self.jump, self.len),
+        }
+    }
 }
 
 /// An exit site that is not patched.
@@ -907,9 +949,13 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                     exit_patch(&ctx, ins, k, fp, &decoded_parts, &mut room, opts)
                 });
                 match res {
-                    Ok((tactic, address, window_len, displaced, slot, retargets)) => {
+                    Ok((tactic, address, window_len, displaced, slot, retargets, redirects)) => {
                         for &(j, len) in &retargets {
                             patches.insert(j, len);
+                        }
+                        for r in &redirects {
+                            let (at, len) = r.patch();
+                            patches.insert(at, len);
                         }
                         if window_len > 0 {
                             patches.insert(address, window_len);
@@ -928,6 +974,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                             tactic,
                             slot,
                             retargets,
+                            redirects,
                         });
                     }
                     Err(reason) => {
@@ -960,6 +1007,9 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                     }
                     for &(j, _) in &x.retargets {
                         patches.remove(j);
+                    }
+                    for r in &x.redirects {
+                        patches.remove(r.patch().0);
                     }
                     if x.tactic == Tactic::Window {
                         slots.remove_tail(x.address, x.window_len);
@@ -1251,8 +1301,8 @@ impl ExitCtx<'_> {
 }
 
 /// A patch: tactic, first byte, length, displaced instructions, slot ([`Exit::slot`]),
-/// retargeted jumps ([`Exit::retargets`]).
-type ExitPatch = (Tactic, u64, u64, Vec<Instruction>, Option<u64>, Vec<(u64, u64)>);
+/// retargeted jumps ([`Exit::retargets`]), redirected jumps ([`Exit::redirects`]).
+type ExitPatch = (Tactic, u64, u64, Vec<Instruction>, Option<u64>, Vec<(u64, u64)>, Vec<Redirect>);
 
 /// Choose the tactic for the exit `ins[k]` of part `fp` (see `plan_exits`).
 fn exit_patch(
@@ -1270,22 +1320,24 @@ fn exit_patch(
         // Displaced by the entry window: its trampoline runs the exit instrumentation. (A
         // trap entry displaces one instruction; the exit may be another in the window.)
         if ctx.entry_displaced.iter().any(|d| d.ip() == x.ip()) {
-            return Ok((Tactic::EntryExit, x.ip(), 0, vec![x], None, Vec::new()));
+            return Ok((Tactic::EntryExit, x.ip(), 0, vec![x], None, Vec::new(), Vec::new()));
         }
         return Err(SkipReason::ExitInEntryWindow);
     }
     let window = exit_window(ctx.an, ins, k, 0, patches, JMP_LEN);
     let padding = dead_after(ctx.an, ins, k, fp);
     let padded = if padding > 0 { exit_window(ctx.an, ins, k, padding, patches, JMP_LEN).ok() } else { None };
-    let padded =
-        padded.map(|(i, _)| (Tactic::WindowPadding, ins[i].ip(), JMP_LEN, ins[i..=k].to_vec(), None, Vec::new()));
+    let padded = padded
+        .map(|(i, _)| (Tactic::WindowPadding, ins[i].ip(), JMP_LEN, ins[i..=k].to_vec(), None, Vec::new(), Vec::new()));
     let reason = match window {
         // A window that takes in a loop's back edge (`dec ecx; jne .Lloop; ret`) runs every
         // iteration through the trampoline: correct, but slow. Padding avoids that.
         Ok((i, _)) if loops_back(&ins[i..k], fp) && padded.as_ref().is_some_and(|p| !loops_back(&p.3, fp)) => {
             return Ok(padded.expect("checked"));
         }
-        Ok((i, len)) => return Ok((Tactic::Window, ins[i].ip(), len, ins[i..=k].to_vec(), None, Vec::new())),
+        Ok((i, len)) => {
+            return Ok((Tactic::Window, ins[i].ip(), len, ins[i..=k].to_vec(), None, Vec::new(), Vec::new()))
+        }
         Err(r) => r,
     };
     if let Some(p) = padded {
@@ -1305,18 +1357,29 @@ fn exit_patch(
             let from = at + JMP8_LEN;
             let slot = room.slots.take(from, room.patches).or_else(|| room.stretch(ctx.an, from));
             if let Some(slot) = slot {
-                return Ok((Tactic::Rel8Slot, at, len.max(JMP8_LEN), ins[i..=k].to_vec(), Some(slot), Vec::new()));
+                return Ok((
+                    Tactic::Rel8Slot,
+                    at,
+                    len.max(JMP8_LEN),
+                    ins[i..=k].to_vec(),
+                    Some(slot),
+                    Vec::new(),
+                    Vec::new(),
+                ));
             }
         }
     }
     if let Some((i, jumps)) = retarget(ctx, family, ins, k, fp, room.patches) {
-        return Ok((Tactic::Retarget, ins[i].ip(), 0, ins[i..=k].to_vec(), None, jumps));
+        return Ok((Tactic::Retarget, ins[i].ip(), 0, ins[i..=k].to_vec(), None, jumps, Vec::new()));
+    }
+    if let Some(p) = window_jumps(ctx, family, ins, k, fp, padding, room) {
+        return Ok(p);
     }
     let patches = &*room.patches;
     if opts.traps {
         check_relocatable(&x)?;
         if patches.overlap(x.ip(), 1).is_none() {
-            return Ok((Tactic::Trap, x.ip(), 1, vec![x], None, Vec::new()));
+            return Ok((Tactic::Trap, x.ip(), 1, vec![x], None, Vec::new(), Vec::new()));
         }
     }
     Err(reason)
@@ -1372,6 +1435,192 @@ fn retarget(
         }
     }
     (jumps.len() == n && n > 0).then_some((i, jumps))
+}
+
+/// [`Tactic::WindowJumps`] for the exit `ins[k]` of part `fp` (`padding` dead bytes after
+/// it). The run `ins[i..=k]` is straight-line and relocatable (no call, no transfer before
+/// the exit); the candidates, in order: the shortest run that reaches 5 bytes with the
+/// padding (a `jmp rel32` window), the shortest that reaches 2 (a `jmp rel8` to a slot), and,
+/// when only jumps enter the longest run, that run with nothing patched at it. Every branch
+/// target inside the run (and its first instruction when nothing is patched there) must be
+/// reached only by direct jumps of the function or its cold parts, all of them found, none
+/// inside the run or another patch; the rel8 ones each take a slot within their reach. No
+/// branch in the run may lead back into it or before it (a loop through the trampoline).
+fn window_jumps(
+    ctx: &ExitCtx,
+    family: &[(&Function, Vec<Instruction>)],
+    ins: &[Instruction],
+    k: usize,
+    fp: &Function,
+    padding: u64,
+    room: &mut Room,
+) -> Option<ExitPatch> {
+    check_relocatable(&ins[k]).ok()?;
+    let extends = |i: usize| -> bool {
+        let Some(prev) = i.checked_sub(1).map(|j| &ins[j]) else { return false };
+        prev.next_ip() == ins[i].ip() && !ends_flow(prev) && !is_call(prev) && check_relocatable(prev).is_ok()
+    };
+    let len = |i: usize| ins[k].next_ip() - ins[i].ip();
+    let shortest = |need: u64| {
+        let mut i = k;
+        while len(i) + padding < need && extends(i) {
+            i -= 1;
+        }
+        (len(i) + padding >= need).then_some(i)
+    };
+    let mut longest = k;
+    while extends(longest) {
+        longest -= 1;
+    }
+    // Only jumps enter the longest run: it follows a transfer, or starts a cold part.
+    let jumps_only = match longest.checked_sub(1).map(|j| &ins[j]) {
+        None => fp.is_cold_part(),
+        Some(prev) => prev.next_ip() == ins[longest].ip() && ends_flow(prev),
+    };
+    let candidates = [
+        shortest(JMP_LEN).map(|i| (i, len(i).max(JMP_LEN))),
+        shortest(JMP8_LEN).filter(|&i| len(i) + padding < JMP_LEN).map(|i| (i, len(i).max(JMP8_LEN))),
+        jumps_only.then_some((longest, 0)),
+    ];
+    candidates.into_iter().flatten().find_map(|(i, window_len)| run_jumps(ctx, family, ins, i, k, fp, window_len, room))
+}
+
+/// One candidate of [`window_jumps`]: the run `ins[i..=k]` patched with `window_len` bytes.
+#[allow(clippy::too_many_arguments)]
+fn run_jumps(
+    ctx: &ExitCtx,
+    family: &[(&Function, Vec<Instruction>)],
+    ins: &[Instruction],
+    i: usize,
+    k: usize,
+    fp: &Function,
+    window_len: u64,
+    room: &mut Room,
+) -> Option<ExitPatch> {
+    let at = ins[i].ip();
+    if at >= ctx.start && at - ctx.start < ctx.window || loops_back(&ins[i..k], fp) {
+        return None;
+    }
+    let end = at + window_len.max(ins[k].next_ip() - at);
+    // Branches of the run into the patched bytes would run `int3`s.
+    let into_run = |x: &Instruction| {
+        matches!(x.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+            && (at..end).contains(&x.near_branch_target())
+    };
+    if ins[i..k].iter().any(into_run) || (window_len > 0 && room.patches.overlap(at, window_len).is_some()) {
+        return None;
+    }
+    let first = if window_len == 0 { i } else { i + 1 };
+    let targets: Vec<u64> =
+        ins[first..=k].iter().map(Instruction::ip).filter(|t| ctx.an.branch_targets.contains(t)).collect();
+    if targets.is_empty() {
+        return None; // another tactic's case
+    }
+    // Every jump to each target, counted against what analysis found.
+    let mut jumps: Vec<(Instruction, u64)> = Vec::new();
+    for &t in &targets {
+        let n = *ctx.an.jump_only.get(&t)? as usize;
+        let before = jumps.len();
+        for (_, part) in family {
+            for j in part.iter().filter(|j| {
+                matches!(j.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+                    && j.near_branch_target() == t
+                    && matches!(j.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch)
+            }) {
+                let short = j.len() as u64 == JMP8_LEN;
+                if !(short || is_rel32_branch(j))
+                    || (at..end).contains(&j.ip())
+                    || room.patches.overlap(j.ip(), j.len() as u64).is_some()
+                {
+                    return None;
+                }
+                jumps.push((*j, t));
+            }
+        }
+        if jumps.len() - before != n {
+            return None;
+        }
+    }
+    // The run's own patch first: slots must not fall into it.
+    if window_len > 0 {
+        room.patches.insert(at, window_len);
+    }
+    let mut slot = None;
+    let mut ok = true;
+    if window_len > 0 && window_len < JMP_LEN {
+        slot = room.slots.take(at + JMP8_LEN, room.patches).or_else(|| room.stretch(ctx.an, at + JMP8_LEN));
+        ok = slot.is_some();
+    }
+    let mut redirects: Vec<Redirect> = Vec::with_capacity(jumps.len());
+    for &(j, to) in &jumps {
+        if !ok {
+            break;
+        }
+        let len = j.len() as u64;
+        let mut r = Redirect { jump: j.ip(), len, to, slot: None, window: Vec::new() };
+        if len == JMP8_LEN {
+            // A slot this exit took for an earlier jump to the same target, within reach.
+            let reach = |s: u64| (-128..=127).contains(&(s as i64 - j.next_ip() as i64));
+            r.slot = redirects.iter().filter(|o| o.to == to).filter_map(|o| o.slot).find(|&s| reach(s));
+            if r.slot.is_none() {
+                r.slot = room.slots.take(j.next_ip(), room.patches).or_else(|| room.stretch(ctx.an, j.next_ip()));
+            }
+            if r.slot.is_none() {
+                let (fp_j, part) = family.iter().find(|(f, _)| f.contains(j.ip()))?;
+                r.window = jump_window(ctx.an, part, fp_j, j.ip(), room.patches).unwrap_or_default();
+                if let Some((a, l)) = (!r.window.is_empty()).then(|| r.patch()) {
+                    room.patches.insert(a, l);
+                }
+            }
+            ok = r.slot.is_some() || !r.window.is_empty();
+        }
+        redirects.push(r);
+    }
+    for r in redirects.iter().filter(|r| !r.window.is_empty()) {
+        room.patches.remove(r.patch().0);
+    }
+    if window_len > 0 {
+        room.patches.remove(at);
+    }
+    // (A slot taken for a candidate that then fails stays taken: nothing is written there.)
+    ok.then(|| (Tactic::WindowJumps, at, window_len, ins[i..=k].to_vec(), slot, Vec::new(), redirects))
+}
+
+/// The window of a rel8 jump at `jump` in `part` ([`Redirect::window`]): the shortest run of
+/// straight-line instructions ending with the jump that covers 5 bytes; no instruction but the
+/// first is a branch target, none before the jump is a call or a transfer or a branch, all
+/// can be relocated, and no byte is patched yet.
+fn jump_window(
+    an: &Analysis,
+    part: &[Instruction],
+    fp: &Function,
+    jump: u64,
+    patches: &Patches,
+) -> Option<Vec<Instruction>> {
+    let k = part.iter().position(|x| x.ip() == jump)?;
+    let mut i = k;
+    loop {
+        let len = part[k].next_ip() - part[i].ip();
+        if len >= JMP_LEN {
+            break;
+        }
+        if an.branch_targets.contains(&part[i].ip()) {
+            return None;
+        }
+        let prev = i.checked_sub(1).map(|j| &part[j])?;
+        if prev.next_ip() != part[i].ip()
+            || prev.flow_control() != FlowControl::Next
+            || check_relocatable(prev).is_err()
+        {
+            return None;
+        }
+        i -= 1;
+    }
+    let (at, len) = (part[i].ip(), part[k].next_ip() - part[i].ip());
+    if patches.overlap(at, len).is_some() || at < fp.address {
+        return None;
+    }
+    Some(part[i..=k].to_vec())
 }
 
 /// A `jmp` or `jcc` whose last 4 bytes are its displacement.

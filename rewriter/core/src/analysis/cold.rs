@@ -273,7 +273,9 @@ pub(crate) fn classify(inp: &Inputs) -> Vec<FunctionKind> {
             };
             // (d)
             let d = !inp.llvm && !looks_handwritten(c) && srcs.len() == 1 && only_cond[i];
-            rule_c || d
+            // (e)
+            let e = !looks_handwritten(c) && srcs.len() == 1 && !into_interior[i].is_empty();
+            rule_c || d || e
         };
     }
 

@@ -169,9 +169,42 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
             }
             continue;
         }
-        ranges.push((x.address, x.address + x.window_len, format!("exit {:x}", x.site)));
+        // window+jumps: each jump into the run leads to a displaced instruction, a rel8 one
+        // through a slot in its reach; the jumps are patches of their own.
+        assert_eq!(x.tactic == Tactic::WindowJumps, !x.redirects.is_empty(), "redirects of 0x{:x}", x.site);
+        for r in &x.redirects {
+            let jump = decode_at(elf, r.jump, r.len)[0];
+            assert_eq!((jump.near_branch_target(), jump.len() as u64), (r.to, r.len));
+            assert!(x.displaced.iter().any(|d| d.ip() == r.to), "jump {:x} into {:x} not displaced", r.jump, r.to);
+            assert_eq!(r.slot.is_some() || !r.window.is_empty(), r.len == JMP8_LEN);
+            if let Some(s) = r.slot {
+                let reach = s as i64 - (r.jump + JMP8_LEN) as i64;
+                assert!((-128..=127).contains(&reach), "slot 0x{s:x} out of reach of jump 0x{:x}", r.jump);
+                // Jumps to one target may share a slot.
+                if !slots.iter().any(|(o, _)| *o == s) {
+                    slots.push((s, format!("slot {s:x} of jump {:x}", r.jump)));
+                }
+            }
+            if !r.window.is_empty() {
+                // A jump window: straight-line instructions ending with the jump, 5 bytes or more.
+                let (a, l) = r.patch();
+                assert!(l >= JMP_LEN && r.slot.is_none() && r.window.last().map(|j| j.ip()) == Some(r.jump));
+                for w in r.window.windows(2) {
+                    assert_eq!(w[0].next_ip(), w[1].ip());
+                }
+                for d in &r.window[1..] {
+                    assert!(!an.branch_targets.contains(&d.ip()), "branch target 0x{:x} inside jump window", d.ip());
+                }
+                ranges.push((a, a + l, format!("jump window {a:x}")));
+                continue;
+            }
+            ranges.push((r.jump, r.jump + r.len, format!("redirected jump {:x}", r.jump)));
+        }
+        if x.window_len > 0 {
+            ranges.push((x.address, x.address + x.window_len, format!("exit {:x}", x.site)));
+        }
         if let Some(s) = x.slot {
-            assert_eq!(x.tactic, Tactic::Rel8Slot);
+            assert!(matches!(x.tactic, Tactic::Rel8Slot | Tactic::WindowJumps));
             let reach = s as i64 - (x.address + JMP8_LEN) as i64;
             assert!((-128..=127).contains(&reach), "slot 0x{s:x} out of reach of 0x{:x}", x.address);
             slots.push((s, format!("slot {s:x} of exit {:x}", x.site)));
@@ -184,8 +217,15 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
         for w in x.displaced.windows(2) {
             assert_eq!(w[0].next_ip(), w[1].ip(), "displaced instructions of 0x{:x} not contiguous", x.site);
         }
-        for d in &x.displaced[1..] {
-            assert!(!an.branch_targets.contains(&d.ip()), "branch target 0x{:x} inside exit window", d.ip());
+        // Branch targets inside the window only when every jump to them is redirected.
+        let first = if x.window_len == 0 { 0 } else { 1 };
+        for d in &x.displaced[first..] {
+            let redirected = x.redirects.iter().any(|r| r.to == d.ip());
+            assert!(
+                !an.branch_targets.contains(&d.ip()) || redirected,
+                "branch target 0x{:x} inside exit window",
+                d.ip()
+            );
         }
         let covered = last.next_ip() - x.address;
         match x.tactic {
@@ -193,6 +233,11 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
             Tactic::WindowPadding => assert!(x.window_len == JMP_LEN && covered < JMP_LEN),
             Tactic::Trap => assert!(x.window_len == 1 && x.address == x.site && x.displaced.len() == 1),
             Tactic::Rel8Slot => assert!(x.window_len == covered.max(JMP8_LEN) && covered < JMP_LEN && x.slot.is_some()),
+            Tactic::WindowJumps => match x.window_len {
+                0 => assert!(x.slot.is_none()),
+                n if n < JMP_LEN => assert!(n == covered.max(JMP8_LEN) && x.slot.is_some()),
+                n => assert!(n == covered.max(JMP_LEN) && x.slot.is_none()),
+            },
             Tactic::EntryExit | Tactic::Retarget => unreachable!(),
         }
         // The bytes match the displaced instructions.
@@ -479,6 +524,23 @@ FUNC after_packed
     pop rbp
     ret
 END after_packed
+
+# A ret whose address is taken as well as jumped to: no list of jumps to redirect, no padding
+# (the next function follows): a trap with --traps, else untimed.
+    .p2align 4
+FUNC addr_ret
+    lea rax, [rip + .Lar_ret]
+    test edi, edi
+    je .Lar_ret
+    add eax, edi
+.Lar_ret:
+    ret
+END addr_ret
+FUNC after_addr_ret
+    mov eax, edi
+    add eax, 1
+    ret
+END after_addr_ret
     .section .note.GNU-stack,"",@progbits
 "#;
 
@@ -525,15 +587,22 @@ fn exit_tactics_without_traps() {
     );
     assert!(p.timed("inner_pad"));
 
+    // The lone ret after `jmp .Lmr_more` is reached only by `je rel8`: the je leads to a slot,
+    // the slot to the exit trampoline; nothing is patched at the ret.
     assert_eq!(
         p.exits("midret"),
-        [
-            "+14 Ret skipped: branch target +14",
-            "+21 TailJump skipped: another exit of the function cannot be patched (fits window)"
-        ]
+        ["+14 Ret window+jumps at +14 len 0 ins 1", "+21 TailJump window at +21 len 5 ins 1"]
     );
-    assert!(!p.timed("midret"));
-    let u = p.plan.untimed.iter().find(|u| u.function == p.function("midret").0).expect("midret untimed");
+    assert!(p.timed("midret"));
+    let (i, f) = p.function("midret");
+    let x = p.plan.exits.iter().find(|x| x.function == i && x.tactic == Tactic::WindowJumps).expect("midret");
+    assert_eq!(x.redirects.len(), 1);
+    assert_eq!((x.redirects[0].jump - f.address, x.redirects[0].len, x.redirects[0].to), (10, 2, f.address + 14));
+
+    // A ret whose address is taken: no tactic fits it.
+    assert_eq!(p.exits("addr_ret"), ["+13 Ret skipped: branch target +13"]);
+    assert!(!p.timed("addr_ret"));
+    let u = p.plan.untimed.iter().find(|u| u.function == p.function("addr_ret").0).expect("addr_ret untimed");
     assert_eq!(u.reason, SkipReason::BranchTarget(u.site));
 
     // The entry window stretches over the tail jump too.
@@ -606,8 +675,12 @@ const TIMER_AND_CALLS: u8 = stint_layout::TIMER_BITS | stint_layout::metric_bit(
 #[test]
 fn exit_tactics_with_traps() {
     let p = Planned::new(&exits_program(), true);
-    assert_eq!(p.exits("midret"), ["+14 Ret trap at +14 len 1 ins 1", "+21 TailJump window at +21 len 5 ins 1"]);
-    assert!(p.timed("midret"));
+    assert_eq!(p.exits("addr_ret"), ["+13 Ret trap at +13 len 1 ins 1"]);
+    assert!(p.timed("addr_ret"));
+    assert_eq!(
+        p.exits("midret"),
+        ["+14 Ret window+jumps at +14 len 0 ins 1", "+21 TailJump window at +21 len 5 ins 1"]
+    );
     // Traps only where nothing else fits.
     assert_eq!(p.exits("ov"), ["+11 Ret entry+exit at +11 len 0 ins 1"]);
     assert_eq!(p.exits("packed"), ["+17 Ret jmp8+slot at +16 len 2 ins 2"]);
@@ -860,7 +933,7 @@ FUNC rt
 .Lrt_ret:
     ret
 END rt
-# The same, but the jump to the lone ret is rel8: it cannot be retargeted.
+# The same, but the jump to the lone ret is rel8: no retarget, but window+jumps (a slot).
 FUNC rt8
     mov eax, edi
     add eax, 2
@@ -977,15 +1050,9 @@ fn exit_tactics_reaching_out() {
     let (_, rt) = p.function("rt");
     assert_eq!(x.retargets, vec![(rt.address + 13, 6)]);
     assert!(p.timed("rt"));
-    // rel8: the lone ret stays unpatched, rt8 untimed.
-    assert_eq!(
-        p.exits("rt8"),
-        [
-            "+14 Ret skipped: another exit of the function cannot be patched (fits window)",
-            "+15 Ret skipped: branch target +15"
-        ]
-    );
-    assert!(!p.timed("rt8"));
+    // rel8: the je leads to a slot within its reach (window+jumps, nothing patched at the ret).
+    assert_eq!(p.exits("rt8"), ["+14 Ret window at +9 len 6 ins 2", "+15 Ret window+jumps at +15 len 0 ins 1"]);
+    assert!(p.timed("rt8"));
     // packed's own entry window (push, mov, sub: 8 bytes) grows over the store to 11: its
     // tail holds the slot of the leave; ret.
     assert_eq!(p.exits("packed"), ["+17 Ret jmp8+slot at +16 len 2 ins 2"]);
@@ -1029,4 +1096,147 @@ fn signal_wrappers_only_with_trap_sites() {
     // Their calls stay imports, never skipped as "wrapped".
     assert!(!p.plan.skipped_import_sites.iter().any(|s| s.reason == SkipReason::Wrapped));
     assert!(p.plan.points.iter().any(|pt| pt.import.as_ref().is_some_and(|i| i.name == "sigprocmask")));
+}
+
+/// [`Tactic::WindowJumps`]: rets that are branch targets and are also fallen into.
+const WJ_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+
+    .p2align 4
+FUNC ext
+    lea eax, [rdi + 1]
+    ret
+END ext
+FUNC filler
+    mov eax, edi
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END filler
+# `je rel32` to the ret, which add (5 bytes) falls into: a window over add; ret, the je led
+# to the trampoline's copy of the ret.
+FUNC jw32
+    push rbx
+    mov ebx, edi
+    call ext
+    pop rbx
+    test eax, eax
+    {disp32} je .Ljw32_ret
+    add eax, 1000
+.Ljw32_ret:
+    ret
+END jw32
+# `je rel8` to the ret, add (3 bytes) falls into it: `jmp rel8` over add; ret to a slot, the
+# je to another slot that leads to the copy of the ret.
+FUNC jw8
+    push rbx
+    mov ebx, edi
+    call ext
+    pop rbx
+    test eax, eax
+    je .Ljw8_ret
+    add eax, 5
+.Ljw8_ret:
+    ret
+END jw8
+# Dead bytes for the slots of jw8.
+FUNC pad_holder
+    mov eax, edi
+    ret
+END pad_holder
+    .nops 16
+# The ret is also jumped to from another function: it stays unpatched.
+FUNC jw_out
+    push rbx
+    mov ebx, edi
+    call ext
+    pop rbx
+    test eax, eax
+    je .Ljw_out_ret
+    add eax, 5
+.Ljw_out_ret:
+    ret
+END jw_out
+FUNC jw_other
+    test edi, edi
+    je .Ljw_out_ret
+    mov eax, edi
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END jw_other
+# `je rel8` to the ret with no dead byte in its reach (the fillers around start with a call,
+# their entry windows cannot grow): `cmp eax, 1000; je` becomes a window of its own.
+FUNC jw_far
+    push rbx
+    mov ebx, edi
+    call ext
+    pop rbx
+    cmp eax, 1000
+    je .Ljw_far_ret
+    add eax, 1000
+.Ljw_far_ret:
+    ret
+END jw_far
+FUNC far_filler
+    call ext
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END far_filler
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn exit_tactics_window_jumps() {
+    let dir = temp_dir("wj");
+    let main = "int jw32(int), jw8(int), jw_out(int), jw_other(int), filler(int), jw_far(int);
+        int main(int c, char **v) { (void)v; return jw32(c) + jw8(c) + jw_out(c) + jw_other(c) + filler(c); }";
+    let p = Planned::new(&gcc(&dir, "wj", &[("main.c", main), ("wj.s", WJ_S)], &["-O1"]), false);
+    let redirects = |name: &str| {
+        let (i, f) = p.function(name);
+        let x = p.plan.exits.iter().find(|x| x.function == i).expect("exit");
+        let off = |a: u64| a as i64 - f.address as i64;
+        (
+            x.slot.map(off),
+            x.redirects.iter().map(|r| (off(r.jump), r.len, off(r.to), r.slot.map(off))).collect::<Vec<_>>(),
+        )
+    };
+    // push rbx; mov ebx, edi; call ext (8) | pop rbx; test (3) | je rel32 (+11, 6) | add eax,
+    // 1000 (+17, 5) | ret (+22): a window over add; ret, the je led to the copy of the ret.
+    assert_eq!(p.exits("jw32"), ["+22 Ret window+jumps at +17 len 6 ins 2"]);
+    assert_eq!(redirects("jw32"), (None, vec![(11, 6, 22, None)]));
+    assert!(p.timed("jw32"));
+    // ... | je rel8 (+11, 2) | add eax, 5 (+13, 3) | ret (+16), pad_holder (3 bytes) and 16
+    // bytes of nops after it: jmp rel8 at +13 to a slot there, the je to another slot.
+    assert_eq!(p.exits("jw8"), ["+16 Ret window+jumps at +13 len 4 ins 2"]);
+    assert_eq!(redirects("jw8"), (Some(22), vec![(11, 2, 16, Some(27))]));
+    assert!(p.timed("jw8"));
+    // ... | cmp eax, 1000 (+9, 5) | je rel8 (+14, 2) | add eax, 1000 (+16, 5) | ret (+21): a
+    // window over add; ret; no slot in the je's reach, so cmp; je (7 bytes) is a window of its
+    // own, its piece runs them with the je as a rel32 to the copy of the ret.
+    assert_eq!(p.exits("jw_far"), ["+21 Ret window+jumps at +16 len 6 ins 2"]);
+    assert_eq!(redirects("jw_far"), (None, vec![(14, 2, 21, None)]));
+    let (i, f) = p.function("jw_far");
+    let x = p.plan.exits.iter().find(|x| x.function == i).expect("jw_far exit");
+    assert_eq!(x.redirects[0].patch(), (f.address + 9, 7));
+    assert_eq!(x.redirects[0].window.len(), 2);
+    assert!(p.timed("jw_far"));
+    // jw_other jumps to jw_out's ret too: no redirect list is complete.
+    assert_eq!(p.exits("jw_out"), ["+16 Ret skipped: branch target +16"]);
+    assert!(!p.timed("jw_out"));
 }
