@@ -1411,6 +1411,7 @@ pub fn calibration(at: u64, env: TrampolineEnv, bits: u8) -> Result<Vec<u8>> {
         tactic: Tactic::Window,
         slot: None,
         retargets: Vec::new(),
+        redirects: Vec::new(),
     };
     let mut out = vec![0xcc; CALIB_TRAMPOLINES as usize];
     let next = |code: Vec<u8>, out: &mut Vec<u8>| -> u64 {

@@ -424,7 +424,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
             match r.slot {
                 _ if !r.window.is_empty() => {
                     let kind = PieceKind::JumpWindow { exit: i, redirect: ri, copy };
-                    let piece = c.code(plan, kind, &t, &mut pieces)?;
+                    let piece = c.code(plan, kind, &t)?;
                     let (address, len) = r.patch();
                     sites.push(Site { address, len, tactic: Tactic::Window, target: piece });
                 }
