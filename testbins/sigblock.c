@@ -3,8 +3,8 @@
 //
 // trapped_a and trapped_b are written in assembly so that no tactic but a trap fits them:
 // their second instruction is a loop's branch target (no entry window), and their `ret` is
-// the target of a `jge rel8` after a `jmp`, with the next function right after it (no exit
-// window, no padding, no slot, nothing to retarget).
+// the target of a `jge rel8` whose address is also taken (an unreached `lea` before it), with
+// the next function right after it (no exit window, no slot, no jump to redirect).
 // With --traps both get a trap at the entry and one at the exit.
 //
 // What the program does, printing what it sees at each step:
@@ -46,6 +46,7 @@ __asm__(".intel_syntax noprefix\n"
         "    cmp eax, edi\n"
         "    jge 3f\n"
         "    jmp 1b\n"
+        "    lea rdx, [rip + 3f]\n"
         "3:  ret\n"
         ".cfi_endproc\n"
         ".size trapped_a, .-trapped_a\n"
@@ -58,6 +59,7 @@ __asm__(".intel_syntax noprefix\n"
         "    cmp eax, edi\n"
         "    jge 4f\n"
         "    jmp 2b\n"
+        "    lea rdx, [rip + 4f]\n"
         "4:  ret\n"
         ".cfi_endproc\n"
         ".size trapped_b, .-trapped_b\n"
