@@ -63,17 +63,19 @@ pub struct RewriteArgs {
     /// Where to write the rewritten executable.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Metric spec (YAML); the built-in default counts calls of every function.
+    /// Metric spec (YAML); the built-in default (specs/default.yaml) counts calls and times
+    /// CPU and wall time of every function.
     #[arg(long)]
     pub spec: Option<PathBuf>,
     /// Also write the rewrite report (JSON) to this file.
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// Print nothing on success.
+    /// Print nothing on success (and no progress line).
     #[arg(short, long)]
     pub quiet: bool,
-    /// Use int3 + SIGTRAP where no jump fits (exact but slow; a thread that blocks SIGTRAP is
-    /// killed when it hits one; debuggers stop at every trap).
+    /// Use int3 + SIGTRAP where no jump fits (exact but slow; the program's signal functions
+    /// are then wrapped so that SIGTRAP stays usable, see "Safe traps" in the README;
+    /// debuggers stop at every trap).
     #[arg(long)]
     pub traps: bool,
 }
