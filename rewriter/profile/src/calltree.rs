@@ -126,19 +126,19 @@ pub fn paths(t: &ThreadProfile) -> Vec<PathSample> {
 /// descendants, that descendant's `pair` (each nested timed call, whole); `cost(point)` is
 /// (inner, pair) of a point's events; a point's flat time (`times`: point, CPU,
 /// wall, outermost activations only) loses what its outermost nodes lost. Costs are in ticks
-/// × [`stint_layout::CALIB_SCALE`]. A time that would go below zero is clamped at 0; returns
-/// how many were.
+/// × [`stint_layout::CALIB_SCALE`]. A time that would go below zero is clamped at 0, and a
+/// node's time below its children's compensated sum is raised to it (never above what it
+/// measured); returns how many times were clamped.
 pub fn compensate(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], cost: impl Fn(u32) -> (u64, u64)) -> u64 {
     let mut clamped = 0u64;
-    let mut sub = |v: &mut u64, by: u64| {
-        let by = by / stint_layout::CALIB_SCALE;
+    // Subtract `by` ticks; whether the time had less than that (clamped at 0).
+    let sub = |v: &mut u64, by: u64| -> bool {
         if *v == 0 || by == 0 {
-            return;
+            return false;
         }
-        if by > *v {
-            clamped += 1;
-        }
+        let short = by > *v;
         *v = v.saturating_sub(by);
+        short
     };
     let n = tree.len();
     let parent = |tree: &[CallNode], i: usize| tree[i].parent.map(|p| p as usize).filter(|&p| p < i);
@@ -150,11 +150,35 @@ pub fn compensate(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], cost: im
             nested[p] = nested[p].saturating_add(nested[i]).saturating_add(own);
         }
     }
-    let mut by_point: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    let measured: Vec<(u64, u64)> = tree.iter().map(|c| (c.cpu_ticks, c.wall_ticks)).collect();
     for i in 0..n {
         let over = tree[i].calls.saturating_mul(cost(tree[i].point).0).saturating_add(nested[i]);
-        // A recursive activation is inside an outer one of the same function, whose flat
-        // time already holds it.
+        let over = over / stint_layout::CALIB_SCALE;
+        clamped += u64::from(sub(&mut tree[i].cpu_ticks, over)) + u64::from(sub(&mut tree[i].wall_ticks, over));
+    }
+    // A calibrated cost a little above what the program's calls really cost must not leave a
+    // caller with less time than its callees (qsort shorter than its callback): a node keeps
+    // at least its children's compensated sum, never more than it measured.
+    let mut below = vec![(0u64, 0u64); n];
+    for i in (0..n).rev() {
+        let (cpu_floor, wall_floor) = below[i];
+        let (cpu, wall) = measured[i];
+        for (v, floor, m) in [(&mut tree[i].cpu_ticks, cpu_floor, cpu), (&mut tree[i].wall_ticks, wall_floor, wall)] {
+            let floor = floor.min(m);
+            if *v < floor {
+                *v = floor;
+                clamped += 1;
+            }
+        }
+        if let Some(p) = parent(tree, i) {
+            below[p].0 = below[p].0.saturating_add(tree[i].cpu_ticks);
+            below[p].1 = below[p].1.saturating_add(tree[i].wall_ticks);
+        }
+    }
+    // A point's flat time loses what its outermost nodes lost. A recursive activation is
+    // inside an outer one of the same function, whose flat time already holds it.
+    let mut by_point: std::collections::BTreeMap<u32, (u64, u64)> = std::collections::BTreeMap::new();
+    for i in 0..n {
         let mut at = parent(tree, i);
         let mut outermost = true;
         while let Some(a) = at {
@@ -166,15 +190,13 @@ pub fn compensate(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], cost: im
         }
         if outermost {
             let e = by_point.entry(tree[i].point).or_default();
-            *e = e.saturating_add(over);
+            e.0 = e.0.saturating_add(measured[i].0 - tree[i].cpu_ticks);
+            e.1 = e.1.saturating_add(measured[i].1 - tree[i].wall_ticks);
         }
-        sub(&mut tree[i].cpu_ticks, over);
-        sub(&mut tree[i].wall_ticks, over);
     }
     for (point, cpu, wall) in times.iter_mut() {
-        let by = by_point.get(point).copied().unwrap_or(0);
-        sub(cpu, by);
-        sub(wall, by);
+        let (by_cpu, by_wall) = by_point.get(point).copied().unwrap_or((0, 0));
+        clamped += u64::from(sub(cpu, by_cpu)) + u64::from(sub(wall, by_wall));
     }
     clamped
 }
@@ -228,6 +250,23 @@ mod tests {
         let mut tree = vec![node(None, 0, 10, 50, 60)];
         assert_eq!(compensate(&mut tree, &mut [], |_| (10 * S, 0)), 2);
         assert_eq!((tree[0].cpu_ticks, tree[0].wall_ticks), (0, 0));
+    }
+
+    #[test]
+    fn a_caller_keeps_at_least_its_callees_compensated_time() {
+        const S: u64 = stint_layout::CALIB_SCALE;
+        // qsort(1) → by_value(2) × 100, the calibrated pair (5 ticks) above what the calls
+        // cost here: qsort would drop to 500, below its callback's 800.
+        let mut tree = vec![node(None, 1, 10, 1000, 1000), node(Some(0), 2, 100, 900, 900)];
+        let mut times = vec![(1, 1000, 1000), (2, 900, 900)];
+        let clamped = compensate(&mut tree, &mut times, |p| if p == 1 { (0, 0) } else { (S, 5 * S) });
+        assert_eq!((tree[0].cpu_ticks, tree[0].wall_ticks, tree[1].cpu_ticks), (800, 800, 800));
+        assert_eq!(times, vec![(1, 800, 800), (2, 800, 800)]);
+        assert_eq!(clamped, 2, "qsort's cpu and wall raised to the callback's");
+        // Never above what the caller measured (a raw parent below its child stays as it was).
+        let mut tree = vec![node(None, 1, 1, 100, 100), node(Some(0), 2, 1, 150, 150)];
+        compensate(&mut tree, &mut [], |_| (S, S));
+        assert_eq!((tree[0].cpu_ticks, tree[1].cpu_ticks), (100, 149));
     }
 
     #[test]
