@@ -159,13 +159,7 @@ fn check_same_output(c: &Case) {
     }
 }
 
-fn func<'a>(t: &'a Value, name: &str) -> Option<&'a Value> {
-    t["functions"].as_array()?.iter().find(|f| f["name"] == name)
-}
-
-fn calls(t: &Value, name: &str) -> u64 {
-    func(t, name).and_then(|f| f["calls"].as_u64()).unwrap_or(0)
-}
+use crate::common::{function_row as func, thread_calls as calls};
 
 fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v[key].as_str().unwrap_or("")

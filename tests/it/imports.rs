@@ -128,10 +128,7 @@ fn eh_case(v: Variant) -> Arc<Case> {
     cached_run(&CASES, v, &format!("imports_eh {v}"), || run_case("imports_eh", Build::Std(v), &[]))
 }
 
-/// The function row named `name` of thread `t`.
-fn func<'a>(t: &'a Value, name: &str) -> Option<&'a Value> {
-    t.get("functions")?.as_array()?.iter().find(|f| f.get("name").and_then(Value::as_str) == Some(name))
-}
+use crate::common::function_row as func;
 
 fn num(f: &Value, key: &str) -> u64 {
     f.get(key).and_then(Value::as_u64).unwrap_or(0)

@@ -148,16 +148,7 @@ fn runs(kind: Kind) -> Option<&'static Runs> {
         .as_ref()
 }
 
-/// Calls of `function` on thread `t`.
-fn calls(t: &Value, function: &str) -> u64 {
-    t["functions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| f["name"] == function)
-        .map(|f| f["calls"].as_u64().unwrap_or(0))
-        .sum()
-}
+use crate::common::thread_calls as calls;
 
 /// The threads of a report whose start routine is `routine`.
 fn started_by<'v>(r: &'v Value, routine: &str) -> Vec<&'v Value> {

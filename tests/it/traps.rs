@@ -132,13 +132,7 @@ fn check_same_output(c: &Case) {
     }
 }
 
-fn func<'a>(t: &'a Value, name: &str) -> Option<&'a Value> {
-    t["functions"].as_array()?.iter().find(|f| f["name"] == name)
-}
-
-fn calls(t: &Value, name: &str) -> u64 {
-    func(t, name).and_then(|f| f["calls"].as_u64()).unwrap_or(0)
-}
+use crate::common::{function_row as func, thread_calls as calls};
 
 /// `name` was timed on thread `t`: CPU and wall time above 0 (CPU no more than wall, give or
 /// take the two clocks' resolution).

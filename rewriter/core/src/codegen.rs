@@ -1617,6 +1617,18 @@ mod tests {
             .collect()
     }
 
+    /// The targets every trampoline test encodes against.
+    fn test_env() -> TrampolineEnv {
+        TrampolineEnv {
+            gate: 0x500000,
+            counter: 152,
+            tid_offset: 0x2d0,
+            slow_stub: 0x600000,
+            timer_enter: 0x610000,
+            timer_exit: 0x620000,
+        }
+    }
+
     #[test]
     fn trampoline_reads_fs_and_gs_absolute_and_jumps_back() {
         // push rbp; mov rbp, rsp; sub rsp, 0x10  at 0x401000
@@ -1634,14 +1646,7 @@ mod tests {
             wrap: None,
             import: None,
         };
-        let env = TrampolineEnv {
-            gate: 0x500000,
-            counter: 152,
-            tid_offset: 0x2d0,
-            slow_stub: 0x600000,
-            timer_enter: 0x610000,
-            timer_exit: 0x620000,
-        };
+        let env = test_env();
         let out = trampoline(&p, env, 0x700000, None).unwrap();
         let text = disasm(&out, 0x700000).join("\n");
         assert!(text.contains("test byte ptr [500000h],1"), "{text}");
@@ -1671,14 +1676,7 @@ mod tests {
             wrap: None,
             import: None,
         };
-        let env = TrampolineEnv {
-            gate: 0x500000,
-            counter: 152,
-            tid_offset: 0x2d0,
-            slow_stub: 0x600000,
-            timer_enter: 0x610000,
-            timer_exit: 0x620000,
-        };
+        let env = test_env();
         let mut pads = std::collections::BTreeSet::new();
         for at in 0x700000..0x700000 + 16 {
             let out = trampoline(&p, env, at, None).unwrap();
@@ -1703,14 +1701,7 @@ mod tests {
     /// call site enters an import trampoline that comes back to the loop.
     #[test]
     fn calibration_routine_runs_real_trampolines() {
-        let env = TrampolineEnv {
-            gate: 0x500000,
-            counter: 152,
-            tid_offset: 0x2d0,
-            slow_stub: 0x600000,
-            timer_enter: 0x610000,
-            timer_exit: 0x620000,
-        };
+        let env = test_env();
         let at = 0x700000u64;
         let code = calibration(at, env, TIMER_BITS | CALLS_BIT).unwrap();
         let first = |off: u64| {

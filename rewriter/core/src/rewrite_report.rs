@@ -44,7 +44,7 @@ pub struct FunctionRow {
     pub endbr: bool,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 pub struct PointRow {
     /// "entry", "exit", "wrap" or "import" (a call site into an imported function).
     pub kind: &'static str,
@@ -271,13 +271,8 @@ impl RewriteReport {
                     address: hex(f.address),
                     site: hex(sk.address),
                     tactic: "skipped",
-                    window: None,
-                    patch: None,
                     reason: Some(sk.reason.to_string()),
-                    exit: None,
-                    fits: None,
-                    caller: None,
-                    note: None,
+                    ..Default::default()
                 },
             ));
         }
@@ -296,14 +291,12 @@ impl RewriteReport {
                     tactic: x.tactic.name(),
                     window: Some(x.window_len),
                     patch: Some(hex(x.address)),
-                    reason: None,
                     exit: Some(x.kind),
-                    fits: None,
-                    caller: None,
                     note: p.plan.tail_imports.iter().find(|t| t.site == x.site).map(|t| match t.called {
                         true => format!("frame kept open across tail jump to {}", t.name),
                         false => format!("time ends at tail jump to {}", t.name),
                     }),
+                    ..Default::default()
                 },
             ));
         }
@@ -319,13 +312,10 @@ impl RewriteReport {
                     address: hex(f.address),
                     site: hex(x.site),
                     tactic: "skipped",
-                    window: None,
-                    patch: None,
                     reason: Some(x.reason.to_string()),
                     exit: Some(x.kind),
                     fits: x.fits.map(Tactic::name),
-                    caller: None,
-                    note: None,
+                    ..Default::default()
                 },
             ));
         }
@@ -340,12 +330,8 @@ impl RewriteReport {
                     site: hex(x.address()),
                     tactic: Tactic::Window.name(),
                     window: Some(x.window_len()),
-                    patch: None,
-                    reason: None,
-                    exit: None,
-                    fits: None,
                     caller: Some(fs[x.function].name.clone()),
-                    note: None,
+                    ..Default::default()
                 },
             ));
         }
@@ -359,13 +345,9 @@ impl RewriteReport {
                     address: hex(x.address),
                     site: hex(x.site),
                     tactic: "skipped",
-                    window: None,
-                    patch: None,
                     reason: Some(x.reason.to_string()),
-                    exit: None,
-                    fits: None,
                     caller: Some(fs[x.function].name.clone()),
-                    note: None,
+                    ..Default::default()
                 },
             ));
         }
@@ -380,12 +362,8 @@ impl RewriteReport {
                     site: hex(x.address()),
                     tactic: if x.is_call() { "got-call" } else { "got-jmp" },
                     window: Some(x.window_len()),
-                    patch: None,
-                    reason: None,
-                    exit: None,
-                    fits: None,
                     caller: Some(fs[x.function].name.clone()),
-                    note: None,
+                    ..Default::default()
                 },
             ));
         }
@@ -398,13 +376,9 @@ impl RewriteReport {
                     address: hex(u.site),
                     site: hex(u.site),
                     tactic: "skipped",
-                    window: None,
-                    patch: None,
                     reason: Some(u.to_string()),
-                    exit: None,
-                    fits: None,
                     caller: fs.get(u.function).map(|f| f.name.clone()),
-                    note: None,
+                    ..Default::default()
                 },
             ));
         }

@@ -410,17 +410,26 @@ pub fn report_json(profile: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("stint report {} --format json: not JSON ({e}): {o:?}", profile.display()))
 }
 
-/// Calls of `function` in a `stint-profile/1` document (a report or a merged program),
-/// summed over its threads.
-pub fn calls_of(doc: &serde_json::Value, function: &str) -> u64 {
-    doc["threads"]
+/// The row of `function` among thread `t`'s functions in a `stint-profile/1` document.
+pub fn function_row<'a>(t: &'a serde_json::Value, function: &str) -> Option<&'a serde_json::Value> {
+    t["functions"].as_array()?.iter().find(|f| f["name"] == function)
+}
+
+/// Calls of `function` on thread `t`, summed over its rows (0 when it has none).
+pub fn thread_calls(t: &serde_json::Value, function: &str) -> u64 {
+    t["functions"]
         .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|t| t["functions"].as_array().into_iter().flatten())
         .filter(|f| f["name"] == function)
         .map(|f| f["calls"].as_u64().unwrap_or(0))
         .sum()
+}
+
+/// Calls of `function` in a `stint-profile/1` document (a report or a merged program),
+/// summed over its threads.
+pub fn calls_of(doc: &serde_json::Value, function: &str) -> u64 {
+    doc["threads"].as_array().into_iter().flatten().map(|t| thread_calls(t, function)).sum()
 }
 
 /// The `STINT_PROFILE` value that puts a program's profiles into `dir`.
