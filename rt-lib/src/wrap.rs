@@ -500,6 +500,11 @@ pub unsafe fn main_hook(site: *const WrapSite, op: usize, value: usize) -> usize
                 // Safety: this process's own mapped header.
                 unsafe { crate::process::record_end(hdr, ProcessEnd::Exit, value as u32 & 0xff) };
             }
+            // A main thread that returns from `main` never reaches `thread_end`: its time on
+            // a CPU and on a run queue (the RUN split, issue 12) is read here.
+            if let Some(col) = threads::registered_column(&rt).filter(|_| ours) {
+                threads::record_schedstat(col.h);
+            }
             value
         }
     }

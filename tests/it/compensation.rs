@@ -22,6 +22,18 @@
 //! 18.4–19.7 ns each in the same runs, more the busier the machine (its column, call-path
 //! nodes and shadow stack are evicted whenever another process runs, which a 1,000-call
 //! batch at start does not see). The test of the issue's bound prints those figures.
+//!
+//! Measuring the cost where it is paid was tried (issue 12, not kept): the timer routines
+//! sampled one timed call in 1,024 (T0 at the enter routine's start, T3 after the exit
+//! routine's last instruction, minus the function's own interval), the calibration sampled
+//! the same part the same way, and each thread's pair was moved by the difference. At load
+//! 8–14 the original's `loop` took 13.6–13.9 ms; the calibration alone left it at 17.6 ms
+//! (+28 %). The in-situ mean of the sampled part was stable (20.0–20.1 ns, 9,765 samples)
+//! but 0.4–1.3 ns above the calibration's (19.2–19.7 ns, 131–262 samples), while the
+//! program's calls really cost only 0.2–0.4 ns more than the calibrated 18.1 ns: the
+//! sampled path's own cold code and mispredicted branches are inside the measurement, and
+//! the adjusted `loop` went to −2 % … −63 %. A variant that ran the shared routine code
+//! for the sampled call (return address swapped) measured 21–25 ns in situ, worse.
 use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
@@ -152,7 +164,7 @@ fn its_caller_loses_the_cost_of_the_calls() {
 /// The issue's target for the caller. Not met on a loaded machine (see the module doc):
 /// run it with `--ignored` on an idle one.
 #[test]
-#[ignore = "the caller is 33-116 % above the original at load 10 on 2 cores; the module doc has the figures"]
+#[ignore = "the caller is 28-116 % above the original at load 8-10 on 2 cores; the module doc has the figures"]
 fn its_caller_is_within_10_percent_of_the_original() {
     let f = figures();
     let left = f.loop_compensated - f.orig_loop;

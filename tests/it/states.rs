@@ -10,6 +10,9 @@
 //!
 //! `report --by thread` shows the split as CPU%, OFFCPU% and RUNQ% columns; the JSON has the
 //! same shares and their ns under each thread's `run_split` (`the_json_has_the_split_the_table_shows`).
+//! The main thread returns from `main` and never ends like the others: the runtime reads its
+//! schedstat in the `__libc_start_main` main thunk as `main` returns
+//! (`the_main_thread_has_the_split_when_main_returns`).
 
 use crate::common::*;
 use serde_json::Value;
@@ -100,4 +103,16 @@ fn the_json_has_the_split_the_table_shows() {
         let sum = ns("on_cpu_ns") + ns("off_cpu_ns") + ns("run_queue_ns");
         assert!(sum.abs_diff(run) <= 3, "{first}: the split's ns {sum} are not RUN's {run}: {s}");
     }
+}
+
+#[test]
+fn the_main_thread_has_the_split_when_main_returns() {
+    let r = run();
+    let t = threads(&r.doc).iter().find(|t| t["main"] == true).unwrap_or_else(|| panic!("no main thread in {}", r.doc));
+    let s = &t["run_split"];
+    let ns = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("main: run_split.{k}: {t}"));
+    let run = t["states"]["RUN"].as_u64().unwrap_or_else(|| panic!("main: states.RUN: {t}"));
+    let sum = ns("on_cpu_ns") + ns("off_cpu_ns") + ns("run_queue_ns");
+    assert!(sum.abs_diff(run) <= 3, "main: the split's ns {sum} are not RUN's {run}: {s}");
+    assert!(ns("on_cpu_ns") > 0, "main: no time on a CPU: {s}");
 }

@@ -206,7 +206,10 @@ pub struct ReportArgs {
     pub since_snapshot: bool,
     /// Times as measured: without subtracting what the instrumentation itself costs (by
     /// default every inclusive and self time loses the calibrated cost of the timed calls
-    /// nested in it, and the report says "compensated").
+    /// nested in it, and the report says "compensated"). Never subtracted: counted-only calls
+    /// and thread-library wrappers nested in a timed function (they make no call-path node,
+    /// so nothing says which caller made them), and without call paths a callee's cost in its
+    /// caller.
     #[arg(long)]
     pub raw: bool,
     /// The calling-context tree of each thread, top down: calls, inclusive and self times,
