@@ -291,7 +291,7 @@ pub fn decode_at(elf: &InputElf, addr: u64, max_len: u64) -> Vec<Instruction> {
 
 /// [`decode_at`] without collecting: `f` sees each instruction in turn; the address where
 /// decoding stopped (after the last instruction decoded, `addr` if none).
-pub fn decode_each(elf: &InputElf, addr: u64, max_len: u64, mut f: impl FnMut(&Instruction)) -> u64 {
+pub(crate) fn decode_each(elf: &InputElf, addr: u64, max_len: u64, mut f: impl FnMut(&Instruction)) -> u64 {
     let mut len = max_len;
     let bytes = loop {
         if len == 0 {
