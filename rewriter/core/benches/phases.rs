@@ -1,7 +1,9 @@
-//! Wall and CPU time (all threads) of each pass of the rewriter on one input (`cargo bench -p stint-rewrite --bench
+//! Wall time, CPU time (all threads) and the calling thread's CPU time of each pass of the
+//! rewriter on one input (`cargo bench -p stint-rewrite --bench
 //! phases -- /usr/bin/gdb`): where a rewrite spends its time, bytes in and out (the input is
 //! read before the clock starts, nothing is written). Not a divan bench: one run, one line per
-//! pass.
+//! pass. The calling thread's CPU time is the part no other core can take (on a loaded
+//! machine the wall time is not): a pass whose `main` is close to its `cpu` runs on one core.
 
 use std::time::Instant;
 use stint_rewrite::spec::Spec;
@@ -18,21 +20,22 @@ fn main() {
         let spec = Spec::default_spec();
         let opts = Options { program: "bench", input: None, spec: &spec, traps: false };
         let start = Instant::now();
-        let mut last: Option<(Phase, Instant, f64)> = None;
+        let mut last: Option<(Phase, Instant, f64, f64)> = None;
         let mut rows = Vec::new();
         let res = stint_rewrite::rewrite_observed(&data, &opts, &mut |ph| {
-            let (now, cpu) = (Instant::now(), cpu_seconds());
-            if let Some((p, t, c)) = last.replace((ph, now, cpu)) {
-                rows.push((p, now - t, cpu - c));
+            let (now, cpu, main) =
+                (Instant::now(), cpu_seconds("/proc/self/stat"), cpu_seconds("/proc/thread-self/stat"));
+            if let Some((p, t, c, m)) = last.replace((ph, now, cpu, main)) {
+                rows.push((p, now - t, cpu - c, main - m));
             }
         });
         let total = start.elapsed();
         match res {
             Ok((out, _)) => {
                 println!("{path}: {:.3} s, {} -> {} bytes", total.as_secs_f64(), data.len(), out.len());
-                println!("  {:<9} {:>9} {:>9}", "pass", "wall", "cpu");
-                for (p, d, c) in rows {
-                    println!("  {:<9} {:7.3} s {:7.2} s", p.name(), d.as_secs_f64(), c);
+                println!("  {:<9} {:>9} {:>9} {:>9}", "pass", "wall", "cpu", "main");
+                for (p, d, c, m) in rows {
+                    println!("  {:<9} {:7.3} s {:7.2} s {:7.2} s", p.name(), d.as_secs_f64(), c, m);
                 }
             }
             Err(e) => println!("{path}: {e}"),
@@ -40,10 +43,11 @@ fn main() {
     }
 }
 
-/// CPU time of the process so far, all threads (user + system, from `/proc/self/stat`, in
-/// clock ticks of 10 ms; 0 where it cannot be read).
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+/// CPU time so far (user + system) of the process (`/proc/self/stat`, all threads) or of the
+/// calling thread (`/proc/thread-self/stat`), in clock ticks of 10 ms; 0 where it cannot be
+/// read.
+fn cpu_seconds(stat: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(stat) else { return 0.0 };
     // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
     let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
     let f: Vec<&str> = rest.split_whitespace().collect();

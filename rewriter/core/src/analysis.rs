@@ -284,10 +284,18 @@ impl Analysis {
 /// Decode up to `max_len` bytes at `addr`, stopping before the first invalid or cut-short
 /// instruction (or where the file-backed bytes of the segment end).
 pub fn decode_at(elf: &InputElf, addr: u64, max_len: u64) -> Vec<Instruction> {
+    let mut out = Vec::new();
+    decode_each(elf, addr, max_len, |x| out.push(*x));
+    out
+}
+
+/// [`decode_at`] without collecting: `f` sees each instruction in turn; the address where
+/// decoding stopped (after the last instruction decoded, `addr` if none).
+pub(crate) fn decode_each(elf: &InputElf, addr: u64, max_len: u64, mut f: impl FnMut(&Instruction)) -> u64 {
     let mut len = max_len;
     let bytes = loop {
         if len == 0 {
-            return Vec::new();
+            return addr;
         }
         if let Some(b) = elf.bytes_at(addr, len) {
             break b;
@@ -295,10 +303,10 @@ pub fn decode_at(elf: &InputElf, addr: u64, max_len: u64) -> Vec<Instruction> {
         // Shorten to what the segment holds.
         match elf.loads().find(|s| addr >= s.vaddr && addr - s.vaddr < s.filesz) {
             Some(s) if s.vaddr.saturating_add(s.filesz) - addr < len => len = s.vaddr.saturating_add(s.filesz) - addr,
-            _ => return Vec::new(),
+            _ => return addr,
         }
     };
-    let mut out = Vec::new();
+    let mut end = addr;
     let mut dec = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
     let mut ins = Instruction::default();
     while dec.can_decode() {
@@ -306,9 +314,10 @@ pub fn decode_at(elf: &InputElf, addr: u64, max_len: u64) -> Vec<Instruction> {
         if ins.is_invalid() {
             break;
         }
-        out.push(ins);
+        end = ins.next_ip();
+        f(&ins);
     }
-    out
+    end
 }
 
 /// The C library's start function (`__libc_start_main`) of a program without symbols,
@@ -493,7 +502,6 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
     let fdes = unwind::read_fdes(elf)?;
     let cands = symbols::merge(&syms, &fdes, &codemap);
     let index = FuncIndex::new(&cands);
-    let n = cands.len();
 
     // 2. Code pointers in data and relocations, PLT stubs.
     let dynrefs = dynrel::collect(elf, &file, &codemap)?;
@@ -605,25 +613,29 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
     let branch_targets: BTreeSet<u64> = targets.into_iter().collect();
 
     // 9. Functions.
-    let mut functions = Vec::with_capacity(n);
-    for (i, c) in cands.iter().enumerate() {
-        let name = match &c.raw_name {
-            Some(raw) => symbols::demangle(raw),
-            None => format!("sub_{:x}", c.address),
-        };
-        let has_endbr = elf.bytes_at(c.address, 4) == Some(&[0xf3, 0x0f, 0x1e, 0xfa][..]);
-        functions.push(Function {
-            name,
-            address: c.address,
-            size: c.size,
-            source: c.source,
-            kind: kinds[i],
-            has_endbr,
-            padding: padding_after(elf, &codemap, &cands, i, &branch_targets),
-            unresolved_indirect_jump: code.unresolved[i],
-            has_unwind: c.fde.is_some(),
-        });
-    }
+    // Names (demangling) and padding on every core.
+    let functions = crate::par::map(
+        &cands.iter().enumerate().collect::<Vec<_>>(),
+        || (),
+        |_, &(i, c)| {
+            let name = match &c.raw_name {
+                Some(raw) => symbols::demangle(raw),
+                None => format!("sub_{:x}", c.address),
+            };
+            let has_endbr = elf.bytes_at(c.address, 4) == Some(&[0xf3, 0x0f, 0x1e, 0xfa][..]);
+            Function {
+                name,
+                address: c.address,
+                size: c.size,
+                source: c.source,
+                kind: kinds[i],
+                has_endbr,
+                padding: padding_after(elf, &codemap, &cands, i, &branch_targets),
+                unresolved_indirect_jump: code.unresolved[i],
+                has_unwind: c.fde.is_some(),
+            }
+        },
+    );
     let got_imports = dynrefs.got_names.iter().map(|(&slot, name)| (slot, name.clone())).collect();
     Ok(Analysis { functions, branch_targets, plt_stubs, indirect_jumps, got_imports, lsda_sites, jump_only })
 }

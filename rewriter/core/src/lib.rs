@@ -122,15 +122,10 @@ pub fn rewrite(data: &[u8], opts: &Options) -> Result<(Vec<u8>, RewriteReport)> 
     rewrite_observed(data, opts, &mut |_| {})
 }
 
-/// [`rewrite`], calling `on_phase` as each pass starts and [`Phase::Done`] at the end.
-pub fn rewrite_observed(
-    data: &[u8],
-    opts: &Options,
-    on_phase: &mut dyn FnMut(Phase),
-) -> Result<(Vec<u8>, RewriteReport)> {
-    let p = plan_observed(data, opts.spec, opts.traps, on_phase)?;
+/// Passes 4–7 of a planned program: the output bytes and their layout.
+fn generate(p: &Planned, opts: &Options, on_phase: &mut dyn FnMut(Phase)) -> Result<(Vec<u8>, emit::Layout)> {
     on_phase(Phase::Place);
-    let contents = place::SegmentData::new(&p, opts.program, opts.input, opts.spec);
+    let contents = place::SegmentData::new(p, opts.program, opts.input, opts.spec);
     let mut placed = place::place(&p.elf, &p.plan, &contents)?;
     on_phase(Phase::Codegen);
     let code = codegen::collect(&p.plan, &placed.pieces, std::mem::take(&mut placed.code))?;
@@ -141,6 +136,18 @@ pub fn rewrite_observed(
     if cfg!(debug_assertions) {
         emit::validate_output(&out, &p.plan, &layout)?;
     }
+    Ok((out, layout))
+}
+
+/// [`rewrite`], calling `on_phase` as each pass starts and [`Phase::Done`] at the end.
+pub fn rewrite_observed(
+    data: &[u8],
+    opts: &Options,
+    on_phase: &mut dyn FnMut(Phase),
+) -> Result<(Vec<u8>, RewriteReport)> {
+    let p = plan_observed(data, opts.spec, opts.traps, on_phase)?;
+    let (out, layout) = generate(&p, opts, on_phase)?;
+    // Built after the output: the report's memory would add to the passes' peak.
     let report = RewriteReport::new(&p, opts.program, Some(layout));
     on_phase(Phase::Done);
     Ok((out, report))

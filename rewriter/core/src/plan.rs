@@ -567,34 +567,46 @@ fn plan_pass(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions
     // without one is hand-written or generated.
     let has_unwind = analysis.functions.iter().any(|f| f.has_unwind);
     let static_wraps = static_wrapped_functions(elf);
-    for (i, f) in analysis.functions.iter().enumerate() {
+    let start_of = |f: &Function| if f.has_endbr { f.address + 4 } else { f.address };
+    // Each function's selection and entry window on every core (they depend on the function
+    // alone); `None`: not a point, for the reason the loop below finds.
+    let entries = crate::par::map(
+        &analysis.functions,
+        || (),
+        |_, f| {
+            let bits = spec.bits_for(&f.name);
+            if f.is_cold_part() || bits == 0 || (has_unwind && !f.has_unwind && !static_libc_without_cfi(elf, &f.name))
+            {
+                return None;
+            }
+            let start = start_of(f);
+            let planned = entry_window(elf, analysis, f, start, opts).or_else(|reason| {
+                // A trap needs only the first instruction and changes only its first byte, so it
+                // also serves functions whose other instructions may be branch targets.
+                if opts.traps {
+                    entry_trap(elf, f, start).map_err(|_| reason)
+                } else {
+                    Err(reason)
+                }
+            });
+            Some((bits, planned))
+        },
+    );
+    for ((i, f), entry) in analysis.functions.iter().enumerate().zip(entries) {
         if f.is_cold_part() {
             continue; // never a call: counted under its parent's entry
         }
-        let start = if f.has_endbr { f.address + 4 } else { f.address };
+        let start = start_of(f);
         if let Some(&func) = static_wraps.get(&f.address) {
             if plan_static_wrap(elf, analysis, spec, &mut plan, (i, f), start, func, (opts, static_signals)) {
                 continue;
             }
         }
-        let bits = spec.bits_for(&f.name);
-        if bits == 0 {
-            plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NotSelected });
+        let Some((bits, planned)) = entry else {
+            let reason = if spec.bits_for(&f.name) == 0 { SkipReason::NotSelected } else { SkipReason::NoUnwindInfo };
+            plan.skipped.push(Skipped { function: i, address: start, reason });
             continue;
-        }
-        if has_unwind && !f.has_unwind && !static_libc_without_cfi(elf, &f.name) {
-            plan.skipped.push(Skipped { function: i, address: start, reason: SkipReason::NoUnwindInfo });
-            continue;
-        }
-        let planned = entry_window(elf, analysis, f, start, opts).or_else(|reason| {
-            // A trap needs only the first instruction and changes only its first byte, so it
-            // also serves functions whose other instructions may be branch targets.
-            if opts.traps {
-                entry_trap(elf, f, start).map_err(|_| reason)
-            } else {
-                Err(reason)
-            }
-        });
+        };
         match planned {
             Ok((window_len, displaced, emulate_call, tactic)) => {
                 let id = plan.points.len() as u32;
@@ -617,8 +629,10 @@ fn plan_pass(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions
     plan_exits(elf, analysis, &mut plan, opts);
     let signals = static_signals || trap_sites(&plan) > 0;
     plan_wraps(elf, analysis, spec, &mut plan, signals);
-    plan_got_wraps(elf, analysis, spec, &mut plan, signals);
-    plan_imports(elf, analysis, spec, &mut plan, opts);
+    // Each function decoded once, on every core, for both passes below.
+    let refs = import_refs(elf, analysis);
+    plan_got_wraps(analysis, spec, &mut plan, signals, &refs);
+    plan_imports(analysis, spec, &mut plan, opts, &refs);
     plan
 }
 
@@ -752,7 +766,7 @@ impl std::fmt::Display for UncoveredWrap {
 /// the dynamic linker's resolver on the first call. What call-site patching misses is a slot
 /// loaded into a register (`mov r15, [rip+slot]`, hoisted out of a loop) and called
 /// through it: those are listed in `Plan::uncovered_wraps` and reported.
-fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, signals: bool) {
+fn plan_got_wraps(an: &Analysis, spec: &Spec, plan: &mut Plan, signals: bool, refs: &ImportRefs) {
     // Wrapped slots: slot -> (WRAP_* id, symbol, bits).
     let mut slots: BTreeMap<u64, (u32, &str, u8)> = BTreeMap::new();
     for (&slot, name) in &an.got_imports {
@@ -796,11 +810,11 @@ fn plan_got_wraps(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, s
         });
         id
     };
-    // Each function decoded on every core; its RIP-relative instructions kept, in order.
-    let rip_rel = decoded_where(elf, an, |x| x.is_ip_rel_memory_operand());
-    for (fi, ins) in rip_rel.iter().enumerate() {
+    // The RIP-relative instructions of each function, in order (those of a named GOT slot:
+    // the others are no slot of `slots`).
+    for (fi, ins) in refs.iter().enumerate() {
         let Some(ins) = ins else { continue };
-        for x in ins {
+        for x in ins.iter().filter(|x| x.is_ip_rel_memory_operand()) {
             let slot = x.ip_rel_memory_address();
             let Some(&w) = slots.get(&slot) else { continue };
             used.insert(slot);
@@ -890,18 +904,55 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
         .filter(|(_, p)| p.import.is_none() && p.wrap.is_none() && p.tactic == Tactic::Window)
         .map(|(i, p)| (p.address, i))
         .collect();
-    for pi in 0..plan.points.len() {
-        if plan.points[pi].bits & stint_layout::TIMER_BITS == 0
-            || plan.points[pi].wrap.is_some()
-            || plan.points[pi].import.is_some()
-        {
-            continue;
+    // The points with exits to find (only a point's own timer bits change below).
+    let timed: Vec<usize> = (0..plan.points.len())
+        .filter(|&pi| {
+            let p = &plan.points[pi];
+            p.bits & stint_layout::TIMER_BITS != 0 && p.wrap.is_none() && p.import.is_none()
+        })
+        .collect();
+    // A point's function and its cold parts.
+    let family_of = |p: &Point| -> Vec<usize> {
+        let mut family = vec![p.function];
+        family.extend(parts.get(&an.functions[p.function].address).into_iter().flatten().copied());
+        family
+    };
+    // Decoding is independent of the patches: it runs on every core a chunk of points ahead.
+    for chunk in timed.chunks(EXIT_DECODE_CHUNK) {
+        let decoded = crate::par::map(
+            chunk,
+            || (),
+            |_, &pi| {
+                let family = family_of(&plan.points[pi]);
+                family.iter().map(|&part| decode_at(elf, an.functions[part].address, an.functions[part].size)).collect()
+            },
+        );
+        for (&pi, family_ins) in chunk.iter().zip(decoded) {
+            plan_point_exits(elf, an, plan, opts, pi, &family_of, family_ins, (&by_address, &mut patches, &mut slots));
         }
+    }
+}
+
+/// How many points' functions [`plan_exits`] decodes ahead at once.
+const EXIT_DECODE_CHUNK: usize = 4096;
+
+/// [`plan_exits`] for point `pi`, its family decoded (`family_ins`).
+#[allow(clippy::too_many_arguments)]
+fn plan_point_exits(
+    elf: &InputElf,
+    an: &Analysis,
+    plan: &mut Plan,
+    opts: PlanOptions,
+    pi: usize,
+    family_of: &dyn Fn(&Point) -> Vec<usize>,
+    family_ins: Vec<Vec<Instruction>>,
+    (by_address, patches, slots): (&BTreeMap<u64, usize>, &mut Patches, &mut Slots),
+) {
+    {
         // A copy: finding a slot may stretch another point's entry window.
         let p = plan.points[pi].clone();
         let f = &an.functions[p.function];
-        let mut family = vec![p.function];
-        family.extend(parts.get(&f.address).into_iter().flatten().copied());
+        let family = family_of(&p);
         let ctx = ExitCtx {
             an,
             family: &family,
@@ -914,9 +965,8 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
         let mut skipped: Vec<SkippedExit> = Vec::new();
         let mut untimed: Option<(u64, SkipReason)> = None;
         let mut decoded_parts = Vec::with_capacity(family.len());
-        for &part in &family {
+        for (&part, ins) in family.iter().zip(family_ins) {
             let fp = &an.functions[part];
-            let ins = decode_at(elf, fp.address, fp.size);
             // Alignment nops after unconditional transfers inside the part: slots.
             for (k, x) in ins.iter().enumerate() {
                 if ends_flow(x) && k + 1 < ins.len() {
@@ -939,13 +989,8 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                     Some(c) => c,
                 };
                 let res = found.and_then(|()| {
-                    let mut room = Room {
-                        elf,
-                        points: &mut plan.points,
-                        by_address: &by_address,
-                        patches: &mut patches,
-                        slots: &mut slots,
-                    };
+                    let mut room =
+                        Room { elf, points: &mut plan.points, by_address, patches: &mut *patches, slots: &mut *slots };
                     exit_patch(&ctx, ins, k, fp, &decoded_parts, &mut room, opts)
                 });
                 match res {
@@ -1070,7 +1115,7 @@ const RETURN_ADDRESS_IMPORTS: [&str; 14] = [
 /// - the caller has no FDE in a program that has them (the trampoline's CFI is the
 ///   caller's at the call), the program is marked for CET shadow stacks, or the call
 ///   overlaps another patch.
-fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opts: PlanOptions) {
+fn plan_imports(an: &Analysis, spec: &Spec, plan: &mut Plan, opts: PlanOptions, refs: &ImportRefs) {
     let mut by_stub: HashMap<u64, (u64, &str)> = HashMap::new();
     for s in &an.plt_stubs {
         by_stub.insert(s.address, (s.address, s.name.as_str()));
@@ -1095,29 +1140,40 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
         .collect();
     // Point ids by symbol, created on the first selected call.
     let mut ids: HashMap<String, u32> = HashMap::new();
-    // Each function decoded on every core; its calls kept, in order.
-    let calls = decoded_where(elf, an, is_call);
-    for (fi, ins) in calls.iter().enumerate() {
+    // What each import's calls get, by symbol: demangled once (not per call site).
+    struct Callee {
+        name: String,
+        /// Why its calls stay as they are, whoever calls.
+        reason: Option<SkipReason>,
+        bits: u8,
+    }
+    let mut callees: HashMap<&str, Callee> = HashMap::new();
+    // The calls of each function, in order (those into an import: the others have no callee).
+    for (fi, ins) in refs.iter().enumerate() {
         let Some(ins) = ins else { continue };
         let f = &an.functions[fi];
-        for x in ins {
+        for x in ins.iter().filter(|x| is_call(x)) {
             let Some((address, symbol)) = import_callee(an, &by_stub, x) else { continue };
-            let name = crate::analysis::demangle(symbol);
+            let callee = callees.entry(symbol).or_insert_with(|| {
+                let name = crate::analysis::demangle(symbol);
+                let reason = if wrapped.contains(symbol) {
+                    Some(SkipReason::Wrapped)
+                } else if crate::analysis::is_noreturn_import(symbol) {
+                    Some(SkipReason::NoReturn)
+                } else if RETURN_ADDRESS_IMPORTS.contains(&symbol) {
+                    Some(SkipReason::ReturnAddressSensitive)
+                } else {
+                    None
+                };
+                let bits = if reason.is_some() { 0 } else { spec.bits_for(&name) };
+                Callee { name, reason, bits }
+            });
+            let (name, bits) = (&callee.name, callee.bits);
             let skip = |reason| SkippedImportSite { function: fi, site: x.ip(), name: name.clone(), address, reason };
-            let reason = if wrapped.contains(symbol) {
-                Some(SkipReason::Wrapped)
-            } else if crate::analysis::is_noreturn_import(symbol) {
-                Some(SkipReason::NoReturn)
-            } else if RETURN_ADDRESS_IMPORTS.contains(&symbol) {
-                Some(SkipReason::ReturnAddressSensitive)
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                plan.skipped_import_sites.push(skip(reason));
+            if let Some(reason) = &callee.reason {
+                plan.skipped_import_sites.push(skip(reason.clone()));
                 continue;
             }
-            let bits = spec.bits_for(&name);
             if bits == 0 {
                 continue; // not selected: not listed, like functions the spec leaves out
             }
@@ -1823,18 +1879,42 @@ fn loops_back(run: &[Instruction], fp: &Function) -> bool {
     })
 }
 
+/// Per function (by index), the instructions that may refer to an import, in order: those
+/// with a RIP-relative operand on a named GOT slot and the direct calls and jumps to a PLT
+/// stub; `None` for a function whose instructions do not decode to its end.
+type ImportRefs = Vec<Option<Vec<Instruction>>>;
+
+/// [`ImportRefs`] of every function: each decoded once, on every core, for both
+/// [`plan_got_wraps`] and [`plan_imports`] (which decoded everything once each before).
+fn import_refs(elf: &InputElf, an: &Analysis) -> ImportRefs {
+    let stubs: HashSet<u64> = an.plt_stubs.iter().map(|s| s.address).collect();
+    decoded_where(elf, an, &|x: &Instruction| {
+        if x.is_ip_rel_memory_operand() {
+            an.got_imports.contains_key(&x.ip_rel_memory_address())
+        } else {
+            matches!(x.op0_kind(), OpKind::NearBranch64) && stubs.contains(&x.near_branch_target())
+        }
+    })
+}
+
 /// Every function decoded, on every core ([`crate::par`]), keeping the instructions `keep`
 /// selects, in order; `None` for a function whose instructions do not decode to its end.
-fn decoded_where(elf: &InputElf, an: &Analysis, keep: fn(&Instruction) -> bool) -> Vec<Option<Vec<Instruction>>> {
+fn decoded_where(
+    elf: &InputElf,
+    an: &Analysis,
+    keep: &(dyn Fn(&Instruction) -> bool + Sync),
+) -> Vec<Option<Vec<Instruction>>> {
     crate::par::map(
         &an.functions,
         || (),
         |_, f| {
-            let ins = decode_at(elf, f.address, f.size);
-            if ins.last().map_or(f.address, |x| x.next_ip()) != f.end() {
-                return None;
-            }
-            Some(ins.into_iter().filter(&keep).collect())
+            let mut kept = Vec::new();
+            let end = crate::analysis::decode_each(elf, f.address, f.size, |x| {
+                if keep(x) {
+                    kept.push(*x);
+                }
+            });
+            (end == f.end()).then_some(kept)
         },
     )
 }

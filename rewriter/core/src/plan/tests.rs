@@ -1240,3 +1240,52 @@ fn exit_tactics_window_jumps() {
     assert_eq!(p.exits("jw_out"), ["+16 Ret skipped: branch target +16"]);
     assert!(!p.timed("jw_out"));
 }
+
+/// `import_refs` (one decoding shared by the GOT-wrap and import passes) keeps exactly what
+/// those passes use from a full decoding of every function: the RIP-relative instructions on
+/// a named GOT slot and the calls with an import callee, in order, and `None` for the same
+/// functions; besides them only direct jumps to PLT stubs.
+#[test]
+fn import_refs_keep_what_the_import_passes_use() {
+    let dir = temp_dir("import-refs");
+    let mut bins = vec![
+        gcc(&dir, "noplt", &[("t.c", C_SRC)], &["-O2", "-fno-plt"]),
+        gcc(&dir, "plt", &[("t.c", C_SRC)], &["-O2"]),
+    ];
+    bins.extend(["/usr/bin/pigz", "/usr/bin/sqlite3"].iter().map(PathBuf::from).filter(|b| b.exists()));
+    for bin in &bins {
+        let data = std::fs::read(bin).expect("read binary");
+        let elf = InputElf::parse(&data).expect("parse");
+        let an = analyze(&elf).expect("analyze");
+        let by_stub: HashMap<u64, (u64, &str)> =
+            an.plt_stubs.iter().map(|s| (s.address, (s.address, s.name.as_str()))).collect();
+        let used = |x: &Instruction| {
+            (x.is_ip_rel_memory_operand() && an.got_imports.contains_key(&x.ip_rel_memory_address()))
+                || (is_call(x) && import_callee(&an, &by_stub, x).is_some())
+        };
+        let refs = import_refs(&elf, &an);
+        assert_eq!(refs.len(), an.functions.len(), "{}", bin.display());
+        let mut n_used = 0;
+        for (f, kept) in an.functions.iter().zip(&refs) {
+            let all = decode_at(&elf, f.address, f.size);
+            let whole = all.last().map_or(f.address, |x| x.next_ip()) == f.end();
+            assert_eq!(kept.is_some(), whole, "{}: {}", bin.display(), f.name);
+            let Some(kept) = kept else { continue };
+            let want: Vec<Instruction> = all.into_iter().filter(|x| used(x)).collect();
+            let got: Vec<Instruction> = kept.iter().copied().filter(|x| used(x)).collect();
+            assert_eq!(got, want, "{}: {}", bin.display(), f.name);
+            n_used += want.len();
+            for x in kept.iter().filter(|x| !used(x)) {
+                assert!(
+                    matches!(x.code(), Code::Jmp_rel32_64 | Code::Jmp_rel8_64)
+                        && by_stub.contains_key(&x.near_branch_target()),
+                    "{}: {}: kept {x}",
+                    bin.display(),
+                    f.name
+                );
+            }
+        }
+        assert!(n_used > 0, "{}: no import references", bin.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
