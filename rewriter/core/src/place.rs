@@ -92,7 +92,12 @@ impl<'a> SegmentData<'a> {
             info,
             names,
             tid_offset: p.elf.libc.tid_offset(),
-            flags: if spec.call_paths { 0 } else { stint_layout::CFG_NO_CALL_PATHS },
+            flags: if spec.call_paths { 0 } else { stint_layout::CFG_NO_CALL_PATHS }
+                | if points.iter().any(|pt| pt.bits & stint_layout::TIMER_BITS != 0) {
+                    0
+                } else {
+                    stint_layout::CFG_NO_TIMERS
+                },
         }
     }
 }

@@ -1082,6 +1082,11 @@ fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opt
     for x in &plan.exits {
         patches.insert(x.address, x.window_len);
     }
+    // A GOT call of a signal function's wrapper (kept an import point for its calls
+    // elsewhere) already calls the thunk: both patches are `call rel32`s at the same bytes.
+    for x in &plan.wrap_sites {
+        patches.insert(x.address(), x.window_len());
+    }
     let has_unwind = an.functions.iter().any(|f| f.has_unwind);
     // The imports with a wrapper point, looked up per call site (a scan of every point per
     // site made this pass quadratic: 30 % of rewriting gdb, issue 14).
