@@ -877,6 +877,9 @@ pub fn trap_stub(at: u64, config: u64, rt_trap: u64) -> Result<Vec<u8>> {
 /// ```
 /// The wrapped functions take at most four arguments (rdi, rsi, rdx, rcx), so r8 and r9
 /// are free; the thunk makes no frame, so the Rust function returns straight to the caller.
+/// Every path leaves the program's `call` to one `ret`: the real function's (the thunk only
+/// jumps), or the Rust function's, which calls the real function with a `call` of its own
+/// (`stint_rt_wrap_lock` too): the return-stack buffer stays balanced.
 ///
 /// With [`ThunkFast`] (a synchronisation function of a dynamic program), the thunk first
 /// does what needs no runtime, the way an entry trampoline counts (rax and the flags are

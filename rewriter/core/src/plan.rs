@@ -237,9 +237,11 @@ pub struct Import {
     pub address: u64,
 }
 
-/// A call from the program into an import, patched (D19): the `call` becomes `jmp rel32` to
-/// a trampoline that makes the same call with the same stack, between the import point's
-/// entry and exit instrumentation ([`crate::codegen::import_trampoline`]).
+/// A call from the program into an import, patched (D19): the `call` becomes `call rel32` to
+/// a trampoline (after `nop`s, ending where the call ended: the same return address), which
+/// counts and jumps to the callee, or when timed makes the same call with the same stack
+/// between the import point's entry and exit instrumentation
+/// ([`crate::codegen::import_trampoline`]).
 #[derive(Clone, Debug)]
 pub struct ImportSite {
     /// Id of the import's [`Point`].
