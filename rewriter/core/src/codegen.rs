@@ -1657,6 +1657,56 @@ mod tests {
         }
     }
 
+    /// A `call [rip+slot]` import site at 0x401000 (6 bytes: the slot at 0x404000) and its
+    /// import point with `bits`.
+    fn got_call_site(bits: u8) -> (Instruction, Point) {
+        let call = decoded(&[0xff, 0x15, 0xfa, 0x2f, 0x00, 0x00], 0x401000).unwrap();
+        assert_eq!(call.ip_rel_memory_address(), 0x404000);
+        let p = Point {
+            id: 3,
+            function: usize::MAX,
+            address: 0x404000,
+            window_len: 0,
+            displaced: Vec::new(),
+            emulate_call: false,
+            tactic: Tactic::Window,
+            bits,
+            wrap: None,
+            import: None,
+        };
+        (call, p)
+    }
+
+    /// Calls only: the off path and the counting path both end in a jump through the GOT (the
+    /// callee returns to the program, whose `call` pushed the return address); nothing
+    /// pushes a return address or returns.
+    #[test]
+    fn import_trampoline_without_timers_jumps_to_the_callee() {
+        let (call, p) = got_call_site(CALLS_BIT);
+        let at = 0x700000;
+        let text = disasm(&import_trampoline(&call, &p, test_env(), at).unwrap(), at).join("\n");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[2], "jmp qword ptr [404000h]", "{text}");
+        assert!(text.contains("inc qword ptr gs:[98h]\npop rax\njmp qword ptr [404000h]"), "{text}");
+        assert!(!text.contains("ret") && !text.contains("lea rax") && !text.contains("rsp"), "{text}");
+        assert_eq!(text.matches("push rax").count(), 1, "{text}");
+    }
+
+    /// Timed: the pushed return address is stepped over for the callee's call (the same rsp
+    /// as the program's call), put back afterwards, and the trampoline returns with `ret`.
+    #[test]
+    fn import_trampoline_with_timers_calls_the_callee_and_returns() {
+        let (call, p) = got_call_site(CALLS_BIT | TIMER_BITS);
+        let at = 0x700000;
+        let text = disasm(&import_trampoline(&call, &p, test_env(), at).unwrap(), at).join("\n");
+        let timed =
+            "call 0000000000610000h\npop rax\nlea rsp,[rsp+8]\ncall qword ptr [404000h]\nlea rsp,[rsp-8]\npush rax";
+        assert!(text.contains(timed), "{text}");
+        assert!(text.contains("call 0000000000620000h\nlea rax,[401006h]\nmov [rsp+8],rax\npop rax\nret"), "{text}");
+        assert_eq!(text.matches("ret").count(), 1, "{text}");
+        assert_eq!(text.matches("jmp qword ptr [404000h]").count(), 2, "off and calls-only paths: {text}");
+    }
+
     #[test]
     fn trampoline_reads_fs_and_gs_absolute_and_jumps_back() {
         // push rbp; mov rbp, rsp; sub rsp, 0x10  at 0x401000
