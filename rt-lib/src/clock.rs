@@ -34,6 +34,12 @@ impl CpuPage {
     pub fn open() -> CpuPage {
         CpuPage(sys::perf_task_clock_page().ok())
     }
+
+    /// No page: the clock re-synchronises with the system call (a program without timers,
+    /// `CFG_NO_TIMERS`, whose threads never read it on a hot path).
+    pub fn none() -> CpuPage {
+        CpuPage(None)
+    }
 }
 
 impl Drop for CpuPage {

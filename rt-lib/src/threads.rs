@@ -26,7 +26,9 @@ use crate::profile_file;
 use crate::state::{RegGuard, Rt};
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use stint_layout::{cct_index_offset, ColumnHeader, COLUMN_LIVE, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, STATE_RUN};
+use stint_layout::{
+    cct_index_offset, ColumnHeader, CFG_NO_TIMERS, COLUMN_LIVE, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, STATE_RUN,
+};
 
 /// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
 fn key(rt: &Rt, tp: u64) -> u32 {
@@ -169,7 +171,10 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
         return false;
     }
     let Some(hdr) = rt.file_header() else { return false };
-    let page = clock::CpuPage::open();
+    let page = match rt.cfg.flags & CFG_NO_TIMERS {
+        0 => clock::CpuPage::open(),
+        _ => clock::CpuPage::none(), // nothing needs the CPU clock's fast path
+    };
     let Some(mut guard) = rt.lock_registration(tid) else {
         // Safety: aligned u64 in the mapping.
         unsafe { AtomicU64::from_ptr(&raw mut (*hdr).skipped_reentrant) }.fetch_add(1, Ordering::Relaxed);

@@ -19,11 +19,13 @@ operation and percent. Workloads:
   at N = 480 (0.05 s), at N = 960 (about 0.45 s, nearer the issue's 0.78 s run), and at
   N = 2 (the fixed start-up and per-thread costs alone, in µs per run);
 - the mutex workload (testbins/bench_mutex.c, 4 threads, 10^6 items): off, calls, lock
-  metrics (lock_wait + lock_hold), default spec;
+  metrics (lock_wait + lock_hold), default spec; three times the rounds of the others, and
+  a table of its user and system CPU time and context switches;
 - uncontended lock/unlock pairs (testbins/bench_locks.c): calls (a spec without lock
   metrics: the imports are counted at their call sites), calls at the wrappers (lock metrics
   defined but off: the thunks count), lock metrics, default spec;
-- an import-heavy loop (testbins/bench_imports.c): calls, default spec (imports are timed);
+- an import-heavy loop (testbins/bench_imports.c): off, calls, default spec (imports are
+  timed);
 - clock_gettime(CLOCK_THREAD_CPUTIME_ID) system calls per run (perf stat), the syscall
   the CPU clock's re-synchronisation costs where the perf page offers no cap_user_time;
 - the rewriter on /usr/bin/gdb and (if present) node: time, peak RSS, output size ratio;
@@ -81,6 +83,8 @@ class Bench:
         self.profiles = os.path.join(work, "profiles")
         os.mkdir(self.profiles)
         self.rows = []  # markdown table rows of the overhead table
+        self.cpu_rows = []  # rows of the CPU-time table (workloads run with cpu=True)
+        self.last_usage = None  # (user s, system s, voluntary context switches) of the last run
 
     def path(self, name):
         return os.path.join(self.work, name)
@@ -118,6 +122,7 @@ class Bench:
         p = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=e, cwd=cwd or self.work)
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - start
+        self.last_usage = (ru.ru_utime, ru.ru_stime, ru.ru_nvcsw)
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read()
@@ -136,17 +141,21 @@ class Bench:
     def measured(self, name):
         return {"STINT_PROFILE": os.path.join(self.profiles, name + ".%p.stint")}
 
-    def interleave(self, title, ops, unit, variants):
-        """Run `variants` [(label, argv, env)] interleaved RUNS times; the first is the original.
-        Adds one table row per variant; returns the medians."""
+    def interleave(self, title, ops, unit, variants, rounds=None, cpu=False):
+        """Run `variants` [(label, argv, env)] interleaved `rounds` (RUNS) times; the first is the
+        original. Adds one table row per variant; with `cpu`, also rows of user and system CPU
+        time and voluntary context switches (medians) to the CPU-time table. Returns the
+        medians."""
         log(f"== {title}")
         times = {label: [] for label, _, _ in variants}
+        usage = {label: [] for label, _, _ in variants}
         want = None
-        for r in range(RUNS):
+        for r in range(rounds or RUNS):
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for label, argv, env in order:
                 wall, _, out = self.run(argv, env)
                 times[label].append(wall)
+                usage[label].append(self.last_usage)
                 if label == variants[0][0]:
                     if want is not None and out != want:
                         raise SystemExit(f"perf.py: {title}: the original printed two different things")
@@ -171,6 +180,11 @@ class Bench:
                 cost = f"{(m - base) / ops * scale:+.2f} {per}/{unit}"
                 pct = f"{(m / base - 1) * 100:+.1f} %"
             self.rows.append(f"| {title} | {label} | {m:.3f} s | {min(t):.3f}–{max(t):.3f} | {cost} | {pct} |")
+            if cpu:
+                u, s, v = (statistics.median(x[i] for x in usage[label]) for i in range(3))
+                b = [statistics.median(x[i] for x in usage[variants[0][0]]) for i in range(2)]
+                vs = "–" if label == variants[0][0] else f"{(u + s) / (b[0] + b[1]) * 100 - 100:+.1f} %"
+                self.cpu_rows.append(f"| {title} | {label} | {u:.3f} s | {s:.3f} s | {vs} | {v:.0f} |")
         return med
 
 
@@ -276,7 +290,10 @@ def bench(b):
          *b.variants("calls", mx, "calls", CALLS, a, b.measured("xc")),
          *b.variants("lock_wait+lock_hold", mx, "locks", LOCKS, a, b.measured("xl")),
          *b.variants("default (all)", mx, "all", None, a, b.measured("xa"))]
-    b.interleave(f"mutex producer/consumer, 4 threads, {mutex_n} items", mutex_n, "item", v)
+    # Four threads on two cores: the wall time depends on how the threads meet at the mutex
+    # (the original alone spreads over 2x); three times the rounds, and the CPU-time table.
+    b.interleave(f"mutex producer/consumer, 4 threads, {mutex_n} items", mutex_n, "item", v, rounds=3 * RUNS,
+                 cpu=True)
 
     # ---- uncontended lock/unlock pairs ----
     lk = b.gcc("bench_locks.c", "bench_locks")
@@ -292,6 +309,7 @@ def bench(b):
     im = b.gcc("bench_imports.c", "bench_imports")
     a = [str(imp_n)]
     v = [("original", [im, *a], None),
+         *b.variants("off (on: [])", im, "all", None, a, ctl("imports-off")),
          *b.variants("calls", im, "calls", CALLS, a, b.measured("ic")),
          *b.variants("default (all)", im, "all", None, a, b.measured("ia"))]
     b.interleave(f"import-heavy loop, {imp_n} steps (2 imports each)", imp_n, "step", v)
@@ -299,6 +317,14 @@ def bench(b):
     md += ["## Overheads", "",
            "| workload | variant | median | min–max (s) | cost | vs original |",
            "|---|---|---|---|---|---|", *b.rows, ""]
+    md += ["## CPU time of the mutex workload", "",
+           "Medians over the same rounds as its rows above (`wait4` rusage of the whole process): the "
+           "wall time of four threads on two cores depends on how they meet at the mutex; the CPU "
+           "time shows what the instrumentation itself costs, in the program (user) and in the "
+           "kernel (system: futex calls, context switches, and a perf event's work at each switch "
+           "of a thread that opened one).", "",
+           "| workload | variant | user | system | user+system vs original | voluntary context switches |",
+           "|---|---|---|---|---|---|", *b.cpu_rows, ""]
 
     # ---- system calls of the CPU clock ----
     if shutil.which("perf"):

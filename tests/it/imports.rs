@@ -17,6 +17,8 @@
 //! | `exception_*` | the bad_alloc crosses the patched site (same output; `operator new` counted), the `try`-covered site is skipped because of its landing pad |
 //! | `cancel_*` | the forced unwinding from `usleep` crosses the patched site and runs `~Guard` |
 //! | `pigz_deflate_*` | pigz -p 2 rewritten with the default spec: same output; `deflate` with calls and time on the compression threads |
+//! | `calls_only::*` | imports.c with only `calls` (the trampolines count and tail-jump to the callee): same output, exact `strlen` and `qsort` counts, nothing timed, and no thread opened a perf page (`CFG_NO_TIMERS`: every clock source is `clock_gettime`) |
+//! | `call_patches::*` | every patched import call site of the output is `nop`s then a `call` ending where the program's call ended (the same return address, D1) |
 
 use crate::common::*;
 use serde_json::Value;
@@ -51,7 +53,12 @@ struct Case {
     inspect: Value,
     /// The profile's meta (the self-description), from `stint report --format json`'s file.
     meta: Value,
+    /// The rewritten program.
+    out: PathBuf,
 }
+
+/// Only `calls`: no import call site is timed.
+const CALLS_ONLY: &str = "metrics: [{name: calls, kind: counter, at: entry, on_at_start: true}]\n";
 
 fn build_prog(name: &str, b: Build) -> PathBuf {
     match b {
@@ -79,16 +86,27 @@ fn build_prog(name: &str, b: Build) -> PathBuf {
     }
 }
 
-fn run_case(name: &str, b: Build, args: &[&str]) -> Case {
+/// `name` built as `b`, rewritten with `spec` (`None`: the default spec) and run next to the
+/// original.
+fn run_case(name: &str, b: Build, args: &[&str], spec: Option<&str>) -> Case {
     let _share = cpu_share();
     let bin = build_prog(name, b);
     let label = match b {
         Build::Std(v) => format!("imports-{name}-{v}"),
         Build::NoPlt(o) => format!("imports-{name}-noplt{o}"),
-    };
+    } + if spec.is_some() { "-spec" } else { "" };
     let dir = fresh_dir(&label);
     let out = dir.join("out").join(name);
-    rewrite(&bin, &out);
+    match spec {
+        None => rewrite(&bin, &out),
+        Some(text) => {
+            let file = dir.join("spec.yaml");
+            std::fs::write(&file, text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            std::fs::create_dir_all(dir.join("out")).unwrap();
+            let o = stint(&["rewrite", path_str(&bin), "-o", path_str(&out), "--spec", path_str(&file), "-q"]);
+            assert!(o.status == 0, "{label}: stint rewrite --spec: {o:?}");
+        }
+    }
     let profiles = dir.join("profiles");
     std::fs::create_dir_all(&profiles).unwrap();
     let original = Run::new(&bin, &dir).args(args).timeout(RUN_TIMEOUT).run();
@@ -105,7 +123,7 @@ fn run_case(name: &str, b: Build, args: &[&str]) -> Case {
     let meta = meta_of(&file);
     let text = stint(&["report", path_str(&file)]);
     assert!(text.status == 0, "{label}: stint report: {text:?}");
-    Case { original, rewritten, report, report_text: text.stdout_str(), inspect: inspect_json(&bin), meta }
+    Case { original, rewritten, report, report_text: text.stdout_str(), inspect: inspect_json(&bin), meta, out }
 }
 
 /// The meta JSON a profile file carries (`stint-meta/1`): the bytes from `{"schema":"stint-meta`
@@ -120,12 +138,19 @@ fn meta_of(file: &Path) -> Value {
 
 fn imports_case(b: Build) -> Arc<Case> {
     static CASES: RunCache<Build, Case> = OnceLock::new();
-    cached_run(&CASES, b, &format!("imports {b:?}"), || run_case("imports", b, &["2", "1000"]))
+    cached_run(&CASES, b, &format!("imports {b:?}"), || run_case("imports", b, &["2", "1000"], None))
+}
+
+fn calls_only_case(b: Build) -> Arc<Case> {
+    static CASES: RunCache<Build, Case> = OnceLock::new();
+    cached_run(&CASES, b, &format!("imports calls-only {b:?}"), || {
+        run_case("imports", b, &["2", "1000"], Some(CALLS_ONLY))
+    })
 }
 
 fn eh_case(v: Variant) -> Arc<Case> {
     static CASES: RunCache<Variant, Case> = OnceLock::new();
-    cached_run(&CASES, v, &format!("imports_eh {v}"), || run_case("imports_eh", Build::Std(v), &[]))
+    cached_run(&CASES, v, &format!("imports_eh {v}"), || run_case("imports_eh", Build::Std(v), &[], None))
 }
 
 use crate::common::function_row as func;
@@ -191,6 +216,88 @@ mod calls {
     #[test]
     fn fno_plt_o2() {
         check_calls(Build::NoPlt("-O2"));
+    }
+}
+
+fn check_calls_only(b: Build) {
+    let c = calls_only_case(b);
+    let what = format!("imports calls-only {b:?}");
+    assert_same(&c, &what);
+    let ws = workers(&c.report);
+    assert_eq!(ws.len() as u64, WORKERS, "{what}: worker threads in {}", c.report);
+    for t in ws {
+        let strlen = func(t, "strlen").unwrap_or_else(|| panic!("{what}: no strlen on a worker: {t}"));
+        assert_eq!(num(strlen, "calls"), STRLEN_CALLS, "{what}: strlen calls on a worker: {t}");
+        assert_eq!(num(strlen, "wall_ns"), 0, "{what}: strlen is timed with calls only: {strlen}");
+        let qsort = func(t, "qsort").unwrap_or_else(|| panic!("{what}: no qsort on a worker: {t}"));
+        assert_eq!(num(qsort, "calls"), QSORT_CALLS, "{what}: qsort calls on a worker: {t}");
+    }
+    let main = main_thread(&c.report);
+    assert!(func(main, "strlen").is_none(), "{what}: strlen on the main thread: {main}");
+    for t in threads(&c.report) {
+        assert_eq!(t["clock_source"], "clock_gettime", "{what}: a thread of a program without timers: {t}");
+    }
+}
+
+mod calls_only {
+    use super::*;
+    #[test]
+    fn pie_o2() {
+        check_calls_only(Build::Std(Variant::PieO2));
+    }
+    #[test]
+    fn nopie_o2() {
+        check_calls_only(Build::Std(Variant::NopieO2));
+    }
+    #[test]
+    fn fno_plt_o2() {
+        check_calls_only(Build::NoPlt("-O2"));
+    }
+}
+
+/// Every patched import call site of `c`'s output, disassembled: `nop`s, then a `call`
+/// that ends where the program's call ended.
+fn check_call_patches(c: &Case, what: &str) {
+    let points = c.inspect["points"].as_array().expect("points");
+    let sites: Vec<(u64, u64)> = points
+        .iter()
+        .filter(|p| p["kind"] == "import" && p["tactic"] == "window")
+        .map(|p| {
+            let hex = |v: &Value| u64::from_str_radix(v.as_str().unwrap_or("").trim_start_matches("0x"), 16);
+            (hex(&p["site"]).expect("site"), p["window"].as_u64().expect("window"))
+        })
+        .collect();
+    assert!(sites.len() >= 3, "{what}: patched import sites {sites:?}");
+    for &(site, len) in &sites {
+        let o = std::process::Command::new("objdump")
+            .args(["-d", "--no-show-raw-insn", &format!("--start-address=0x{site:x}")])
+            .arg(format!("--stop-address=0x{:x}", site + len))
+            .arg(&c.out)
+            .output()
+            .expect("objdump (binutils)");
+        let text = String::from_utf8_lossy(&o.stdout);
+        let ins: Vec<(u64, &str)> = text
+            .lines()
+            .filter_map(|l| {
+                let (addr, rest) = l.trim_start().split_once(":\t")?;
+                Some((u64::from_str_radix(addr, 16).ok()?, rest.split_whitespace().next()?))
+            })
+            .collect();
+        let Some((&(call_at, last), nops)) = ins.split_last() else { panic!("{what}: 0x{site:x}: {text}") };
+        assert_eq!((call_at, last), (site + len - 5, "call"), "{what}: 0x{site:x}+{len}:\n{text}");
+        assert!(nops.iter().all(|(_, m)| *m == "nop") && nops.len() as u64 == len - 5, "{what}: 0x{site:x}:\n{text}");
+    }
+}
+
+mod call_patches {
+    use super::*;
+    #[test]
+    fn pie_o2() {
+        check_call_patches(&imports_case(Build::Std(Variant::PieO2)), "imports pie-O2");
+    }
+    #[test]
+    fn fno_plt_o2() {
+        check_call_patches(&imports_case(Build::NoPlt("-O2")), "imports -fno-plt -O2");
     }
 }
 

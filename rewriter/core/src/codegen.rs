@@ -319,9 +319,10 @@ fn initial_state(plan: &Plan, kind: PieceKind) -> Result<Initial> {
         PieceKind::JumpWindow { exit, redirect, .. } => {
             Initial::At(redirect_window(plan, exit, redirect)?.first().map_or(0, |x| x.ip()))
         }
-        // The caller's frame at the call: while the import runs, the return address
-        // lies in the trampoline and the unwinder reads the caller's CFI from there.
-        PieceKind::ImportTrampoline(i) => Initial::At(plan.import_sites[i].address()),
+        // The caller's frame after its call (the trampoline is entered by it): while a
+        // timed import runs, the return address lies in the trampoline and the unwinder
+        // reads the caller's CFI from there.
+        PieceKind::ImportTrampoline(i) => Initial::Called(plan.import_sites[i].address()),
         _ => Initial::Call,
     })
 }
@@ -598,13 +599,18 @@ pub fn jump_window(window: &[Instruction], copy: u64, at: u64) -> Result<Vec<u8>
 }
 
 /// Encode the trampoline of a call into an import (D19) at `at`; `call` is the program's
-/// call instruction, `point` the import's point:
+/// call instruction, `point` the import's point. The call site becomes a `call rel32` to
+/// here that ends where the program's call ended (after `nop`s for a 6-byte `call
+/// [rip+slot]`, [`crate::place::WrapCall`]), so the trampoline is entered the way the callee
+/// would be: rsp = S-8, where S is the stack pointer at the call, and [S-8] holds the
+/// program's own return address (D1).
 /// ```text
 ///        test  byte [rip+gate], <bits>
 ///        jne   .on
-/// .off   <the call, emulated>             ; pushes the program's own return address (D1)
+/// .off   jmp   <callee>                   ; same operand as the call: the callee returns
+///                                         ; straight to the program
 ///        int3 × 0–15                      ; never reached: .on starts 16-aligned (ON_ALIGN)
-/// .on    push  rax                        ; nothing lives below rsp at a call
+/// .on    push  rax                        ; nothing lives below rsp at a function entry
 ///        <thread check> → .slow
 /// .count movzx eax, byte [rip+gate]
 ///        and   eax, gs:[thread_mask]
@@ -612,26 +618,35 @@ pub fn jump_window(window: &[Instruction], copy: u64, at: u64) -> Result<Vec<u8>
 ///        test  al, TIMER_BITS             ; (these up to .plain only with timer bits:
 ///        je    .plain                     ; without, the count falls through to .plain)
 ///        mov   eax, <point id>
-///        call  timer_enter                ; frame at the call's rsp
+///        call  timer_enter                ; the frame at S-8, the callee's entry rsp
 ///        pop   rax
+///        lea   rsp, [rsp+8]               ; S: the program's stack at its call
 ///        call  <callee>                   ; same operand, same rsp: the callee's stack is the
 ///                                         ; program's, its return address is the next line
+///        lea   rsp, [rsp-8]               ; S-8 again (flags untouched)
 ///        push  rax                        ; return values: rax, rdx (kept by the routine),
 ///        <thread check, exit key> → .done ; xmm0/1 and st0/1 (untouched)
 ///        mov   eax, <point id>
 ///        call  timer_exit
-/// .done  pop   rax
-///        jmp   <after the call>
+/// .done  lea   rax, [rip+<return address>]
+///        mov   [rsp+8], rax               ; the program's return address at S-8 again
+///        pop   rax
+///        ret                              ; to the program
 /// .plain pop   rax
-///        <the call, emulated>
-/// .slow  mov   eax, <point id> / call slow_stub / test eax, eax / jne .count
+///        jmp   <callee>
+/// .slow  mov eax, <point id> / call slow_stub / test eax, eax / jne .count
 ///        pop   rax
 ///        jmp   .off
 /// ```
-/// Flags are dead at a call and after it (psABI); `al` (the vector-register count of a
-/// variadic call) and every argument register reach the callee unchanged. The unwind
-/// information of the piece starts from the caller's state at the call, so the return
-/// address inside it unwinds exactly like the original one.
+/// Every path pairs the program's `call` with one `ret` (the callee's, or the timed path's
+/// own), and every `call` inside with its `ret`: the return-stack buffer stays balanced, so
+/// no `ret` of the callee or of the program after it mispredicts. (An earlier design jumped
+/// to the trampoline and pushed the return address itself: each import call then cost a
+/// mispredicted return, issue 14.) Flags are dead at a call and at a function entry (psABI);
+/// `al` (the vector-register count of a variadic call) and every argument register reach the
+/// callee unchanged. The unwind information of the piece starts from the caller's state at
+/// the call with the return address pushed ([`crate::unwind::Initial::Called`]): the piece
+/// unwinds as a part of the caller.
 pub fn import_trampoline(call: &Instruction, point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
     let mut b = Block::new();
     let (on, count, off, slow, plain, done) = (b.label(), b.label(), b.label(), b.label(), b.label(), b.label());
@@ -639,7 +654,7 @@ pub fn import_trampoline(call: &Instruction, point: &Point, env: TrampolineEnv, 
         b.op(Instruction::with2(Code::Test_rm8_imm8, rip(env.gate), point.bits as u32))?;
         b.add(Instruction::with_branch(Code::Jne_rel32_64, on).map_err(internal)?);
         b.bind(off);
-        emulate_call(b, call) // ends in the jump to the callee
+        jump_to_callee(b, call)
     };
     let pad = on_padding(at, &off_path)?;
     off_path(&mut b, on, off)?;
@@ -655,18 +670,22 @@ pub fn import_trampoline(call: &Instruction, point: &Point, env: TrampolineEnv, 
         b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
         b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_enter).map_err(internal)?);
         b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+        b.op(Instruction::with2(Code::Lea_r64_m, Register::RSP, mem(Register::RSP, 8)))?;
         b.add(*call); // the program's call, relocated
+        b.op(Instruction::with2(Code::Lea_r64_m, Register::RSP, mem(Register::RSP, -8)))?;
         b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
         thread_check(&mut b, env.tid_offset, COL_EXIT_KEY_OFFSET, done)?;
         b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
         b.add(Instruction::with_branch(Code::Call_rel32_64, env.timer_exit).map_err(internal)?);
         b.bind(done);
+        b.op(Instruction::with2(Code::Lea_r64_m, Register::RAX, rip(call.next_ip())))?;
+        b.op(Instruction::with2(Code::Mov_rm64_r64, mem(Register::RSP, 8), Register::RAX))?;
         b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
-        b.add(Instruction::with_branch(Code::Jmp_rel32_64, call.next_ip()).map_err(internal)?);
+        b.op(Ok(Instruction::with(Code::Retnq)))?;
         b.bind(plain);
     } // without timers the count falls through to the plain call: no taken jump
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
-    emulate_call(&mut b, call)?;
+    jump_to_callee(&mut b, call)?;
     b.bind(slow);
     b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
     b.add(Instruction::with_branch(Code::Call_rel32_64, env.slow_stub).map_err(internal)?);
@@ -773,6 +792,12 @@ fn emulate_call(b: &mut Block, call: &Instruction) -> Result<()> {
     b.op(Instruction::with2(Code::Lea_r64_m, Register::RAX, rip(call.next_ip())))?;
     b.op(Instruction::with2(Code::Mov_rm64_r64, mem(Register::RSP, 8), Register::RAX))?;
     b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    jump_to_callee(b, call)
+}
+
+/// The jump that takes `call`'s place where the return address is already pushed: `jmp`
+/// with the call's operand (a `call rel32` to a PLT stub, or `call [rip+slot]`).
+fn jump_to_callee(b: &mut Block, call: &Instruction) -> Result<()> {
     match call.code() {
         Code::Call_rel32_64 | Code::Call_rel16 => {
             b.add(Instruction::with_branch(Code::Jmp_rel32_64, call.near_branch_target()).map_err(internal)?)
@@ -782,7 +807,7 @@ fn emulate_call(b: &mut Block, call: &Instruction) -> Result<()> {
             j.set_code(Code::Jmp_rm64);
             b.add(j);
         }
-        c => return Err(Error::Internal(format!("cannot emulate call {c:?} at 0x{:x}", call.ip()))),
+        c => return Err(Error::Internal(format!("call {c:?} at 0x{:x} cannot become a jump", call.ip()))),
     }
     Ok(())
 }
@@ -852,6 +877,9 @@ pub fn trap_stub(at: u64, config: u64, rt_trap: u64) -> Result<Vec<u8>> {
 /// ```
 /// The wrapped functions take at most four arguments (rdi, rsi, rdx, rcx), so r8 and r9
 /// are free; the thunk makes no frame, so the Rust function returns straight to the caller.
+/// Every path leaves the program's `call` to one `ret`: the real function's (the thunk only
+/// jumps), or the Rust function's, which calls the real function with a `call` of its own
+/// (`stint_rt_wrap_lock` too): the return-stack buffer stays balanced.
 ///
 /// With [`ThunkFast`] (a synchronisation function of a dynamic program), the thunk first
 /// does what needs no runtime, the way an entry trampoline counts (rax and the flags are
@@ -1373,7 +1401,7 @@ fn decoded(bytes: &[u8], ip: u64) -> Result<Instruction> {
 /// ```text
 /// +0   split:  call f / dec rdi / jne split / ret          ; CALIB_SPLIT_OFFSET
 /// +32  plain:  call p / dec rdi / jne plain / ret          ; the baseline
-/// +64  import: jmp T_import (the patched `call p`) / dec rdi / jne import / ret
+/// +64  import: call T_import (the patched `call p`) / dec rdi / jne import / ret
 /// +96  ee:     call g / dec rdi / jne ee / ret
 /// +128 p:      ret
 /// +144 f:      jmp T_entry (window: a 5-byte nop) / jmp T_exit (the patched `ret`)
@@ -1447,7 +1475,7 @@ pub fn calibration(at: u64, env: TrampolineEnv, bits: u8) -> Result<Vec<u8>> {
     ] {
         put(off, calib_loop(at + off, Some(callee))?, 32)?;
     }
-    put(stint_layout::CALIB_IMPORT_OFFSET, jmp(import_at, t_import)?, 5)?;
+    put(stint_layout::CALIB_IMPORT_OFFSET, call_rel32(import_at, t_import).to_vec(), 5)?;
     put(stint_layout::CALIB_IMPORT_OFFSET + 5, calib_loop_tail(import_at + 5, import_at)?, 27)?;
     put(CALIB_PLAIN_FN, vec![0xc3], 16)?;
     put(CALIB_SPLIT_FN, jmp(f, t_entry)?, 5)?;
@@ -1629,6 +1657,56 @@ mod tests {
         }
     }
 
+    /// A `call [rip+slot]` import site at 0x401000 (6 bytes: the slot at 0x404000) and its
+    /// import point with `bits`.
+    fn got_call_site(bits: u8) -> (Instruction, Point) {
+        let call = decoded(&[0xff, 0x15, 0xfa, 0x2f, 0x00, 0x00], 0x401000).unwrap();
+        assert_eq!(call.ip_rel_memory_address(), 0x404000);
+        let p = Point {
+            id: 3,
+            function: usize::MAX,
+            address: 0x404000,
+            window_len: 0,
+            displaced: Vec::new(),
+            emulate_call: false,
+            tactic: Tactic::Window,
+            bits,
+            wrap: None,
+            import: None,
+        };
+        (call, p)
+    }
+
+    /// Calls only: the off path and the counting path both end in a jump through the GOT (the
+    /// callee returns to the program, whose `call` pushed the return address); nothing
+    /// pushes a return address or returns.
+    #[test]
+    fn import_trampoline_without_timers_jumps_to_the_callee() {
+        let (call, p) = got_call_site(CALLS_BIT);
+        let at = 0x700000;
+        let text = disasm(&import_trampoline(&call, &p, test_env(), at).unwrap(), at).join("\n");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[2], "jmp qword ptr [404000h]", "{text}");
+        assert!(text.contains("inc qword ptr gs:[98h]\npop rax\njmp qword ptr [404000h]"), "{text}");
+        assert!(!text.contains("ret") && !text.contains("lea rax") && !text.contains("rsp"), "{text}");
+        assert_eq!(text.matches("push rax").count(), 1, "{text}");
+    }
+
+    /// Timed: the pushed return address is stepped over for the callee's call (the same rsp
+    /// as the program's call), put back afterwards, and the trampoline returns with `ret`.
+    #[test]
+    fn import_trampoline_with_timers_calls_the_callee_and_returns() {
+        let (call, p) = got_call_site(CALLS_BIT | TIMER_BITS);
+        let at = 0x700000;
+        let text = disasm(&import_trampoline(&call, &p, test_env(), at).unwrap(), at).join("\n");
+        let timed =
+            "call 0000000000610000h\npop rax\nlea rsp,[rsp+8]\ncall qword ptr [404000h]\nlea rsp,[rsp-8]\npush rax";
+        assert!(text.contains(timed), "{text}");
+        assert!(text.contains("call 0000000000620000h\nlea rax,[401006h]\nmov [rsp+8],rax\npop rax\nret"), "{text}");
+        assert_eq!(text.matches("ret").count(), 1, "{text}");
+        assert_eq!(text.matches("jmp qword ptr [404000h]").count(), 2, "off and calls-only paths: {text}");
+    }
+
     #[test]
     fn trampoline_reads_fs_and_gs_absolute_and_jumps_back() {
         // push rbp; mov rbp, rsp; sub rsp, 0x10  at 0x401000
@@ -1734,12 +1812,19 @@ mod tests {
         let t_ee = first(CALIB_EE_FN).near_branch_target();
         let ee = disasm(&code[(t_ee - at) as usize..], t_ee).join("\n");
         assert!(ee.contains("call 0000000000610000h") && ee.contains("call 0000000000620000h"), "{ee}");
-        // The import call site: its trampoline calls the plain function and returns behind it.
+        // The import call site calls its trampoline, which tail-jumps to the plain function
+        // when off, and timed calls it and returns behind the call site with its own `ret`.
         let import = stint_layout::CALIB_IMPORT_OFFSET;
+        assert_eq!(first(import).code(), Code::Call_rel32_64);
         let t_import = first(import).near_branch_target();
         let text = disasm(&code[(t_import - at) as usize..], t_import).join("\n");
-        assert!(text.contains(&format!("call {:016X}h", at + CALIB_PLAIN_FN)), "{text}");
-        assert!(text.contains(&format!("jmp {:016X}h", at + import + 5)), "{text}");
+        let plain = at + CALIB_PLAIN_FN;
+        let head: Vec<&str> = text.lines().take(3).collect();
+        assert!(head[0].starts_with("test byte ptr [500000h]") && head[1].starts_with("jne "), "{text}");
+        assert_eq!(head[2], format!("jmp {plain:016X}h"), "{text}");
+        assert!(text.contains(&format!("lea rsp,[rsp+8]\ncall {plain:016X}h\nlea rsp,[rsp-8]")), "{text}");
+        let back = format!("lea rax,[{:X}h]\nmov [rsp+8],rax\npop rax\nret", at + import + 5);
+        assert!(text.contains(&back), "{text}");
         assert!(loop_at(import + 5).starts_with(&format!("dec rdi; jne short {:016X}h; ret", at + import)));
     }
 

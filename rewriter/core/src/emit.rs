@@ -227,9 +227,9 @@ fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
 const CALL_REL32: u8 = 0xe8;
 const NOP: u8 = 0x90;
 
-/// Patch a GOT call site of a wrapped import (`plan::WrapSiteCall`): a call becomes `nop`s
-/// then `call rel32` ending where the original call ended (the same return address); a tail
-/// jump becomes `jmp rel32` and `int3`s.
+/// Patch a GOT call site of a wrapped import (`plan::WrapSiteCall`) or an import call site
+/// (`plan::ImportSite`): a call becomes `nop`s then `call rel32` ending where the original
+/// call ended (the same return address); a tail jump becomes `jmp rel32` and `int3`s.
 fn patch_wrap_call(elf: &InputElf, out: &mut [u8], w: &WrapCall) -> Result<()> {
     let WrapCall { address, len, call, target } = *w;
     let off = elf
@@ -451,7 +451,6 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
     };
     let redirects = plan.exits.iter().flat_map(|x| x.redirects.iter().map(redirect));
     let sites = sites.chain(retargets).chain(redirects);
-    let sites = sites.chain(plan.import_sites.iter().map(|x| (x.address(), x.window_len(), Tactic::Window)));
     let mut patched: Vec<(u64, u64)> = Vec::new();
     // Slots lie in dead bytes, possibly the tail of another window after its `jmp rel32`.
     let mut slots: Vec<u64> = Vec::new();
@@ -475,14 +474,16 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         }
         slots.push(slot);
     }
-    for x in &plan.wrap_sites {
-        let (address, len) = (x.address(), x.window_len());
+    // Wrapped GOT calls and import call sites: a call becomes a `call rel32` at its end.
+    let wrap_calls = plan.wrap_sites.iter().map(|x| (x.address(), x.window_len(), x.is_call()));
+    let import_calls = plan.import_sites.iter().map(|x| (x.address(), x.window_len(), true));
+    for (address, len, is_call) in wrap_calls.chain(import_calls) {
         let Some(&(v, _, _, off, _)) = loads.iter().find(|l| address >= l.0 && address < l.0 + l.4) else {
             return bad(format!("wrap call site 0x{address:x} is not in a file-backed segment"));
         };
         let o = (address - v + off) as usize;
-        let at = if x.is_call() { o + (len - JMP_LEN) as usize } else { o };
-        let op = if x.is_call() { CALL_REL32 } else { JMP_REL32 };
+        let at = if is_call { o + (len - JMP_LEN) as usize } else { o };
+        let op = if is_call { CALL_REL32 } else { JMP_REL32 };
         let rel = i32::from_le_bytes(out[at + 1..at + 5].try_into().unwrap_or_default()) as i64;
         let target = (address as i64 + (at - o) as i64 + JMP_LEN as i64 + rel) as u64;
         if out[at] != op || !(seg.0..seg.1).contains(&target) {

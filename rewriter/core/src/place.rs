@@ -92,7 +92,12 @@ impl<'a> SegmentData<'a> {
             info,
             names,
             tid_offset: p.elf.libc.tid_offset(),
-            flags: if spec.call_paths { 0 } else { stint_layout::CFG_NO_CALL_PATHS },
+            flags: if spec.call_paths { 0 } else { stint_layout::CFG_NO_CALL_PATHS }
+                | if points.iter().any(|pt| pt.bits & stint_layout::TIMER_BITS != 0) {
+                    0
+                } else {
+                    stint_layout::CFG_NO_TIMERS
+                },
         }
     }
 }
@@ -113,7 +118,9 @@ pub struct Site {
 }
 
 /// A `call`/`jmp [rip+slot]` of the program the writer turns into a direct `call`/`jmp` to a
-/// wrapper thunk (`plan::WrapSiteCall`).
+/// wrapper thunk (`plan::WrapSiteCall`), or a call into an import the writer turns into a
+/// `call` to its trampoline (`plan::ImportSite`); a call keeps its return address (`nop`s,
+/// then the `call rel32` ending where the program's call ended).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WrapCall {
     pub address: u64,
@@ -164,9 +171,10 @@ pub struct Placement {
     pub code: Vec<Vec<u8>>,
     /// The `WrapSite` descriptors of wrapped imports, each at its address.
     pub wrap_sites: Vec<(u64, WrapSite)>,
-    /// GOT call sites of wrapped imports, patched to call their thunk (`Plan::wrap_sites`).
+    /// GOT call sites of wrapped imports, patched to call their thunk (`Plan::wrap_sites`),
+    /// then the import call sites, patched to call their trampoline (`Plan::import_sites`).
     pub wrap_calls: Vec<WrapCall>,
-    /// Every patched site: points first, then exits, then import call sites.
+    /// Every other patched site: points first, then exits.
     pub sites: Vec<Site>,
     pub trap_table: u64,
     /// Where the unwind pass puts `.eh_frame` (then `.eh_frame_hdr`); the segment ends there
@@ -388,7 +396,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         }
     }
     t.wrap_thunks = plan.wrap_slots.iter().filter_map(|(&slot, id)| Some((slot, *thunk_of.get(id)?))).collect();
-    let wrap_calls = plan
+    let mut wrap_calls = plan
         .wrap_sites
         .iter()
         .map(|x| {
@@ -453,7 +461,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
     }
     for (i, x) in plan.import_sites.iter().enumerate() {
         let target = c.code(plan, PieceKind::ImportTrampoline(i), &t)?;
-        sites.push(Site { address: x.address(), len: x.window_len(), tactic: Tactic::Window, target });
+        wrap_calls.push(WrapCall { address: x.address(), len: x.window_len(), call: true, target });
     }
     let n_traps = sites.iter().filter(|s| s.tactic == Tactic::Trap).count() as u64;
     c.align(8);

@@ -237,9 +237,11 @@ pub struct Import {
     pub address: u64,
 }
 
-/// A call from the program into an import, patched (D19): the `call` becomes `jmp rel32` to
-/// a trampoline that makes the same call with the same stack, between the import point's
-/// entry and exit instrumentation ([`crate::codegen::import_trampoline`]).
+/// A call from the program into an import, patched (D19): the `call` becomes `call rel32` to
+/// a trampoline (after `nop`s, ending where the call ended: the same return address), which
+/// counts and jumps to the callee, or when timed makes the same call with the same stack
+/// between the import point's entry and exit instrumentation
+/// ([`crate::codegen::import_trampoline`]).
 #[derive(Clone, Debug)]
 pub struct ImportSite {
     /// Id of the import's [`Point`].
@@ -1126,6 +1128,11 @@ fn plan_imports(an: &Analysis, spec: &Spec, plan: &mut Plan, opts: PlanOptions, 
     }
     for x in &plan.exits {
         patches.insert(x.address, x.window_len);
+    }
+    // A GOT call of a signal function's wrapper (kept an import point for its calls
+    // elsewhere) already calls the thunk: both patches are `call rel32`s at the same bytes.
+    for x in &plan.wrap_sites {
+        patches.insert(x.address(), x.window_len());
     }
     let has_unwind = an.functions.iter().any(|f| f.has_unwind);
     // The imports with a wrapper point, looked up per call site (a scan of every point per

@@ -106,6 +106,10 @@ pub enum Initial {
     /// The state of the input's code at this address (the row of its `.eh_frame` there;
     /// [`Initial::Call`] if no FDE covers it).
     At(u64),
+    /// Entered by a `call` that stands in for the input's call instruction at this address
+    /// (an import call site's trampoline): the state there ([`Initial::At`]) with the return
+    /// address pushed, rsp 8 lower.
+    Called(u64),
 }
 
 /// A piece of generated code: its address in the output, its bytes, and its initial state.
@@ -191,6 +195,7 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
                 Initial::Call => State::call(),
                 Initial::Entry => State::entry(),
                 Initial::At(a) => rows.state_at(a).unwrap_or_else(State::call),
+                Initial::Called(a) => rows.state_at(a).unwrap_or_else(State::call).pushed(8),
             };
             cfi_program(p.start, &p.code, initial, info)
         },
@@ -646,6 +651,13 @@ impl State {
 
     fn entry() -> Self {
         State { regs: Regs::of(&[(RA, Rule::Other(Cfi::Undefined(gimli::Register(RA))))]), ..Self::call() }
+    }
+
+    /// This state with `n` more bytes pushed (rsp lower, the CFA where it was).
+    fn pushed(mut self, n: i64) -> Self {
+        let sp = self.sp.map(|s| s + n);
+        self.set_sp(sp);
+        self
     }
 
     /// The row this state stands for.

@@ -1120,6 +1120,11 @@ pub const CALIB_ENTRY_EXIT_OFFSET: u64 = 96;
 pub const CONFIG_MAGIC: [u8; 8] = *b"STINTCFG";
 /// `RtConfig::flags`: the spec turned call paths off (`call_paths: false`, D16).
 pub const CFG_NO_CALL_PATHS: u32 = 1 << 0;
+/// `RtConfig::flags`: no point can measure a timer (no [`TIMER_BITS`] in any point's info
+/// byte), so threads open no perf task-clock page: an open perf event costs its thread
+/// kernel time at every context switch (issue 14: +57 % on the mutex workload with nothing
+/// measured at all).
+pub const CFG_NO_TIMERS: u32 = 1 << 1;
 pub const CONFIG_VERSION: u32 = 6;
 
 pod_struct! {
