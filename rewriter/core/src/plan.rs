@@ -1567,7 +1567,8 @@ fn run_jumps(
             }
             if r.slot.is_none() {
                 let (fp_j, part) = family.iter().find(|(f, _)| f.contains(j.ip()))?;
-                r.window = jump_window(ctx.an, part, fp_j, j.ip(), room.patches).unwrap_or_default();
+                let redirected: Vec<u64> = jumps.iter().map(|(o, _)| o.ip()).collect();
+                r.window = jump_window(ctx.an, part, fp_j, j.ip(), room.patches, &redirected).unwrap_or_default();
                 if let Some((a, l)) = (!r.window.is_empty()).then(|| r.patch()) {
                     room.patches.insert(a, l);
                 }
@@ -1588,14 +1589,18 @@ fn run_jumps(
 
 /// The window of a rel8 jump at `jump` in `part` ([`Redirect::window`]): the shortest run of
 /// straight-line instructions ending with the jump that covers 5 bytes; no instruction but the
-/// first is a branch target, none before the jump is a call or a transfer or a branch, all
-/// can be relocated, and no byte is patched yet.
+/// first is a branch target, none before the jump is a call or a transfer, all can be
+/// relocated, and no byte is patched yet. A `jcc` before the jump (a compare-and-branch
+/// chain: `je .La; ja .Lhub`) stays in the run when it leads out of it and is not one of
+/// `redirected` (the jumps the same exit leads elsewhere, whose bytes the window would hide):
+/// the piece runs it relocated to its own target.
 fn jump_window(
     an: &Analysis,
     part: &[Instruction],
     fp: &Function,
     jump: u64,
     patches: &Patches,
+    redirected: &[u64],
 ) -> Option<Vec<Instruction>> {
     let k = part.iter().position(|x| x.ip() == jump)?;
     let mut i = k;
@@ -1608,9 +1613,12 @@ fn jump_window(
             return None;
         }
         let prev = i.checked_sub(1).map(|j| &part[j])?;
+        // `jcc` only: `loop`, `jrcxz` have no rel32 form.
+        let jcc = prev.is_jcc_short_or_near();
         if prev.next_ip() != part[i].ip()
-            || prev.flow_control() != FlowControl::Next
+            || !(prev.flow_control() == FlowControl::Next || jcc)
             || check_relocatable(prev).is_err()
+            || redirected.contains(&prev.ip())
         {
             return None;
         }
@@ -1618,6 +1626,15 @@ fn jump_window(
     }
     let (at, len) = (part[i].ip(), part[k].next_ip() - part[i].ip());
     if patches.overlap(at, len).is_some() || at < fp.address {
+        return None;
+    }
+    // A jcc of the run into the window's bytes would run its `int3`s (its first byte, the
+    // patch's `jmp`, is fine: a loop through the piece).
+    let end = part[k].next_ip();
+    if part[i..k]
+        .iter()
+        .any(|x| x.flow_control() == FlowControl::ConditionalBranch && (at + 1..end).contains(&x.near_branch_target()))
+    {
         return None;
     }
     Some(part[i..=k].to_vec())
