@@ -945,6 +945,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                         by_address: &by_address,
                         patches: &mut patches,
                         slots: &mut slots,
+                        shadow_stack: opts.shadow_stack,
                     };
                     exit_patch(&ctx, ins, k, fp, &decoded_parts, &mut room, opts)
                 });
@@ -1673,6 +1674,8 @@ struct Room<'r, 'a> {
     by_address: &'r BTreeMap<u64, usize>,
     patches: &'r mut Patches,
     slots: &'r mut Slots,
+    /// CET shadow stacks: a window may not take in a call (it would be emulated).
+    shadow_stack: bool,
 }
 
 impl Room<'_, '_> {
@@ -1680,8 +1683,11 @@ impl Room<'_, '_> {
     /// the straight-line instructions after it until 5 dead bytes follow its `jmp rel32`
     /// (an entry window is run by its trampoline whatever its length; prologues such as
     /// `push rbp; mov rbp, rsp; sub rsp, n; mov [rbp-8], rdi` have room). The instructions
-    /// taken in must not be branch targets, calls or branches, must be relocatable, lie in
-    /// the function and in no other patch. The slot is taken at once.
+    /// taken in must not be branch targets or branches, must be relocatable, lie in the
+    /// function and in no other patch. A direct or RIP-relative `call` may be the last one
+    /// (`push rbx; mov rbx, rdi; call f`: the trampoline emulates it as an entry window
+    /// ending with a call does, and the return address stays the program's, after the
+    /// window). The slot is taken at once.
     fn stretch(&mut self, an: &Analysis, from: u64) -> Option<u64> {
         let (lo, hi) = (from.saturating_sub(128), from + 127);
         // A slot at address + 5 must be in reach.
@@ -1696,14 +1702,18 @@ impl Room<'_, '_> {
             let (start, old_end) = (p.address, p.address + p.window_len);
             let mut end = old_end;
             let mut more = Vec::new();
-            while end - start < 2 * JMP_LEN {
+            let mut call = false;
+            while end - start < 2 * JMP_LEN && !call {
                 let Some(x) = decode_at(self.elf, end, 15).first().copied() else { break };
+                call = !self.shadow_stack && matches!(x.code(), Code::Call_rel32_64)
+                    || !self.shadow_stack && x.code() == Code::Call_rm64 && x.is_ip_rel_memory_operand();
                 if x.is_invalid()
                     || x.next_ip() > f.end()
-                    || x.flow_control() != FlowControl::Next
+                    || !(x.flow_control() == FlowControl::Next || call)
                     || an.branch_targets.contains(&x.ip())
                     || check_relocatable(&x).is_err()
                 {
+                    call = false;
                     break;
                 }
                 end = x.next_ip();
@@ -1714,6 +1724,7 @@ impl Room<'_, '_> {
             }
             let p = &mut self.points[pi];
             p.displaced.extend(more);
+            p.emulate_call = call;
             p.window_len = end - start;
             self.patches.remove(start);
             self.patches.insert(start, end - start);
