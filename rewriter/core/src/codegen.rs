@@ -192,6 +192,10 @@ pub struct Targets {
     /// GOT slot of a wrapped import → its wrapper thunk (`Plan::wrap_slots`): a displaced
     /// `call`/`jmp [rip+slot]` is redirected there ([`redirect_wrapped`]).
     pub wrap_thunks: BTreeMap<u64, u64>,
+    /// A jump of an entry window into the run of a `window+jumps` exit
+    /// ([`crate::plan::Redirect::in_entry`]) → the exit trampoline's copy of its target, where
+    /// the entry trampoline's copy of the jump leads (those exit trampolines are placed first).
+    pub entry_redirects: BTreeMap<u64, u64>,
 }
 
 impl Targets {
@@ -234,7 +238,9 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         PieceKind::Trampoline(i) => {
             let p = point(i)?;
             let exit = plan.entry_exits.get(&p.id).copied();
-            match redirect_wrapped(&p.displaced, &t.wrap_thunks)? {
+            let wrapped = redirect_wrapped(&p.displaced, &t.wrap_thunks)?;
+            let displaced = redirect_entry_jumps(wrapped.as_deref().unwrap_or(&p.displaced), &t.entry_redirects);
+            match displaced.or(wrapped) {
                 Some(displaced) => trampoline(&Point { displaced, ..p.clone() }, t.trampoline_env(p.id), at, exit),
                 None => trampoline(p, t.trampoline_env(p.id), at, exit),
             }
@@ -1115,6 +1121,22 @@ pub fn wrap_real(point: &Point, at: u64) -> Result<Vec<u8>> {
     let mut b = Block::new();
     displaced_code(&mut b, &point.displaced, point.emulate_call)?;
     b.encode(at)
+}
+
+/// The displaced instructions of an entry window with every jump in `redirects` (jump →
+/// new target, [`Targets::entry_redirects`]) leading to its new target; `None` if there is
+/// none.
+fn redirect_entry_jumps(displaced: &[Instruction], redirects: &BTreeMap<u64, u64>) -> Option<Vec<Instruction>> {
+    if !displaced.iter().any(|x| redirects.contains_key(&x.ip())) {
+        return None;
+    }
+    let mut out = displaced.to_vec();
+    for x in &mut out {
+        if let Some(&to) = redirects.get(&x.ip()) {
+            x.set_near_branch64(to);
+        }
+    }
+    Some(out)
 }
 
 /// The displaced instructions with every `call`/`jmp [rip+slot]` through the GOT slot of a

@@ -468,10 +468,15 @@ pub struct Redirect {
     /// least 5 bytes) becomes a window to a piece that runs the run relocated, the jump as a
     /// rel32 to the copy, then `jmp` back after the jump (`codegen::jump_window`).
     pub window: Vec<Instruction>,
+    /// The jump is one of the function's entry window instructions (`test rdi, rdi; je
+    /// .Lret`): nothing is patched in the program, the entry trampoline's copy of the jump
+    /// leads to the copy (`codegen::Targets::entry_redirects`).
+    pub in_entry: bool,
 }
 
 impl Redirect {
-    /// The bytes of the program this redirect patches: its window, else the jump.
+    /// The bytes of the program this redirect patches: its window, else the jump (for a jump
+    /// in the entry window, bytes the entry point patches already).
     pub fn patch(&self) -> (u64, u64) {
         match (self.window.first(), self.window.last()) {
             (Some(a), Some(b)) => (a.ip(), b.next_ip() - a.ip()),
@@ -954,7 +959,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                         for &(j, len) in &retargets {
                             patches.insert(j, len);
                         }
-                        for r in &redirects {
+                        for r in redirects.iter().filter(|r| !r.in_entry) {
                             let (at, len) = r.patch();
                             patches.insert(at, len);
                         }
@@ -1009,7 +1014,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                     for &(j, _) in &x.retargets {
                         patches.remove(j);
                     }
-                    for r in &x.redirects {
+                    for r in x.redirects.iter().filter(|r| !r.in_entry) {
                         patches.remove(r.patch().0);
                     }
                     if x.tactic == Tactic::Window {
@@ -1518,7 +1523,7 @@ fn run_jumps(
         return None; // another tactic's case
     }
     // Every jump to each target, counted against what analysis found.
-    let mut jumps: Vec<(Instruction, u64)> = Vec::new();
+    let mut jumps: Vec<(Instruction, u64, bool)> = Vec::new();
     for &t in &targets {
         let n = *ctx.an.jump_only.get(&t)? as usize;
         let before = jumps.len();
@@ -1529,13 +1534,16 @@ fn run_jumps(
                     && matches!(j.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch)
             }) {
                 let short = j.len() as u64 == JMP8_LEN;
+                // A jump the entry trampoline runs: its copy there is redirected instead.
+                let in_entry = room.patches.overlap(j.ip(), j.len() as u64) == Some(ctx.start)
+                    && ctx.entry_displaced.iter().any(|d| d.ip() == j.ip());
                 if !(short || is_rel32_branch(j))
                     || (at..end).contains(&j.ip())
-                    || room.patches.overlap(j.ip(), j.len() as u64).is_some()
+                    || (room.patches.overlap(j.ip(), j.len() as u64).is_some() && !in_entry)
                 {
                     return None;
                 }
-                jumps.push((*j, t));
+                jumps.push((*j, t, in_entry));
             }
         }
         if jumps.len() - before != n {
@@ -1553,13 +1561,13 @@ fn run_jumps(
         ok = slot.is_some();
     }
     let mut redirects: Vec<Redirect> = Vec::with_capacity(jumps.len());
-    for &(j, to) in &jumps {
+    for &(j, to, in_entry) in &jumps {
         if !ok {
             break;
         }
         let len = j.len() as u64;
-        let mut r = Redirect { jump: j.ip(), len, to, slot: None, window: Vec::new() };
-        if len == JMP8_LEN {
+        let mut r = Redirect { jump: j.ip(), len, to, slot: None, window: Vec::new(), in_entry };
+        if len == JMP8_LEN && !in_entry {
             // A slot this exit took for an earlier jump to the same target, within reach.
             let reach = |s: u64| (-128..=127).contains(&(s as i64 - j.next_ip() as i64));
             r.slot = redirects.iter().filter(|o| o.to == to).filter_map(|o| o.slot).find(|&s| reach(s));
@@ -1568,7 +1576,7 @@ fn run_jumps(
             }
             if r.slot.is_none() {
                 let (fp_j, part) = family.iter().find(|(f, _)| f.contains(j.ip()))?;
-                let redirected: Vec<u64> = jumps.iter().map(|(o, _)| o.ip()).collect();
+                let redirected: Vec<u64> = jumps.iter().map(|(o, _, _)| o.ip()).collect();
                 r.window = jump_window(ctx.an, part, fp_j, j.ip(), room.patches, &redirected).unwrap_or_default();
                 if let Some((a, l)) = (!r.window.is_empty()).then(|| r.patch()) {
                     room.patches.insert(a, l);
