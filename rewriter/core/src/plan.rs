@@ -1692,10 +1692,10 @@ impl Room<'_, '_> {
     /// (an entry window is run by its trampoline whatever its length; prologues such as
     /// `push rbp; mov rbp, rsp; sub rsp, n; mov [rbp-8], rdi` have room). The instructions
     /// taken in must not be branch targets or branches, must be relocatable, lie in the
-    /// function and in no other patch. A direct or RIP-relative `call` may be the last one
-    /// (`push rbx; mov rbx, rdi; call f`: the trampoline emulates it as an entry window
-    /// ending with a call does, and the return address stays the program's, after the
-    /// window). The slot is taken at once.
+    /// function and in no other patch. A direct `call` of one of the program's functions may
+    /// be the last one (`push rbx; mov rbx, rdi; call f`: the trampoline emulates it as an
+    /// entry window ending with a call does, and the return address stays the program's,
+    /// after the window). The slot is taken at once.
     fn stretch(&mut self, an: &Analysis, from: u64) -> Option<u64> {
         let (lo, hi) = (from.saturating_sub(128), from + 127);
         // A slot at address + 5 must be in reach.
@@ -1713,8 +1713,13 @@ impl Room<'_, '_> {
             let mut call = false;
             while end - start < 2 * JMP_LEN && !call {
                 let Some(x) = decode_at(self.elf, end, 15).first().copied() else { break };
-                call = !self.shadow_stack && matches!(x.code(), Code::Call_rel32_64)
-                    || !self.shadow_stack && x.code() == Code::Call_rm64 && x.is_ip_rel_memory_operand();
+                // A call of one of the program's functions: an import's call site and a GOT
+                // call get points of their own later (`plan_imports`, `plan_got_wraps`).
+                call = !self.shadow_stack && x.code() == Code::Call_rel32_64 && {
+                    let t = x.near_branch_target();
+                    an.function_at(t).is_some_and(|g| g.address == t && !g.is_cold_part())
+                        && !an.plt_stubs.iter().any(|s| s.address == t)
+                };
                 if x.is_invalid()
                     || x.next_ip() > f.end()
                     || !(x.flow_control() == FlowControl::Next || call)
