@@ -158,6 +158,8 @@ pub enum PieceKind {
     /// The window of `plan.exits[exit].redirects[redirect]` ([`jump_window`]); `copy` is the
     /// exit trampoline's copy of the jump's target.
     JumpWindow { exit: usize, redirect: usize, copy: u64 },
+    /// `plan.slot_windows[i]` ([`slot_window`]).
+    SlotWindow(usize),
 }
 
 /// A piece of generated code and the place the layout pass gave it.
@@ -274,6 +276,7 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
             }
         }
         PieceKind::JumpWindow { exit, redirect, copy } => jump_window(redirect_window(plan, exit, redirect)?, copy, at),
+        PieceKind::SlotWindow(i) => slot_window(slot_window_of(plan, i)?, at),
         PieceKind::ImportTrampoline(i) => {
             let x = plan.import_sites.get(i).ok_or_else(|| Error::Internal(format!("codegen: no import site {i}")))?;
             let p = point(x.point as usize)?;
@@ -322,6 +325,7 @@ fn initial_state(plan: &Plan, kind: PieceKind) -> Result<Initial> {
         PieceKind::EntryStub => Initial::Entry,
         PieceKind::Trampoline(i) | PieceKind::WrapReal(i) => Initial::At(plan.points[i].address),
         PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
+        PieceKind::SlotWindow(i) => Initial::At(slot_window_of(plan, i)?.patch().0),
         PieceKind::JumpWindow { exit, redirect, .. } => {
             Initial::At(redirect_window(plan, exit, redirect)?.first().map_or(0, |x| x.ip()))
         }
@@ -579,6 +583,21 @@ fn redirect_window(plan: &Plan, exit: usize, redirect: usize) -> Result<&[Instru
         .map(|r| r.window.as_slice())
         .filter(|w| !w.is_empty())
         .ok_or_else(|| Error::Internal(format!("codegen: exit {exit} has no jump window {redirect}")))
+}
+
+fn slot_window_of(plan: &Plan, i: usize) -> Result<&crate::plan::SlotWindow> {
+    plan.slot_windows.get(i).ok_or_else(|| Error::Internal(format!("codegen: no slot window {i}")))
+}
+
+/// Encode the piece of a run moved out to make a slot ([`crate::plan::SlotWindow`]) at `at`:
+/// ```text
+///        <the run, relocated>
+///        jmp   <after the run>
+/// ```
+pub fn slot_window(w: &crate::plan::SlotWindow, at: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    displaced_code(&mut b, &w.displaced, false)?;
+    b.encode(at)
 }
 
 /// Encode the window of a rel8 jump into the run of a `window+jumps` exit at `at`:

@@ -415,6 +415,12 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         let target = c.code(plan, PieceKind::Trampoline(i), &t)?;
         sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
     }
+    // Runs moved out to make slots: before the exits, whose slots may lie in their tails.
+    for (i, w) in plan.slot_windows.iter().enumerate() {
+        let target = c.code(plan, PieceKind::SlotWindow(i), &t)?;
+        let (address, len) = w.patch();
+        sites.push(Site { address, len, tactic: Tactic::Window, target });
+    }
     for (i, x) in plan.exits.iter().enumerate() {
         if x.tactic == Tactic::EntryExit {
             continue; // the entry trampoline runs it

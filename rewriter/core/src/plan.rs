@@ -544,6 +544,27 @@ pub struct Plan {
     /// Points whose entry trampoline runs the exit instrumentation ([`Tactic::EntryExit`]):
     /// point id → the site of the exit instruction in its window.
     pub entry_exits: BTreeMap<u32, u64>,
+    /// Runs moved out of the program to make slots ([`SlotWindow`]).
+    pub slot_windows: Vec<SlotWindow>,
+}
+
+/// A run of at least 10 bytes of straight-line instructions that exit planning moves out of
+/// the program to make a slot where no dead byte is in `jmp rel8` reach (E9Patch's
+/// neighbour eviction): its first 5 bytes become `jmp rel32` to a piece that runs the run
+/// relocated and jumps back after it (`codegen::slot_window`); the bytes after the `jmp` are
+/// dead, and a slot. No byte after its first is a branch target (return addresses and
+/// landing pads included), so nothing but its start is ever reached.
+#[derive(Clone, Debug)]
+pub struct SlotWindow {
+    pub displaced: Vec<Instruction>,
+}
+
+impl SlotWindow {
+    /// Address and length of the patch.
+    pub fn patch(&self) -> (u64, u64) {
+        let start = self.displaced.first().map_or(0, Instruction::ip);
+        (start, self.displaced.last().map_or(start, Instruction::next_ip) - start)
+    }
 }
 
 /// Options that depend on the program or the user rather than the spec.
@@ -916,6 +937,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
             entry_displaced: &p.displaced,
         };
         let mut exits: Vec<Exit> = Vec::new();
+        let n_windows = plan.slot_windows.len();
         let mut skipped: Vec<SkippedExit> = Vec::new();
         let mut untimed: Option<(u64, SkipReason)> = None;
         let mut decoded_parts = Vec::with_capacity(family.len());
@@ -951,6 +973,7 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                         patches: &mut patches,
                         slots: &mut slots,
                         shadow_stack: opts.shadow_stack,
+                        windows: &mut plan.slot_windows,
                     };
                     exit_patch(&ctx, ins, k, fp, &decoded_parts, &mut room, opts)
                 });
@@ -1005,8 +1028,13 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
                 plan.exits.append(&mut exits)
             }
             Some((site, reason)) => {
-                // Patching the exits that fit would measure nothing: leave them alone. (A
-                // slot stays taken: nothing is written there.)
+                // Patching the exits that fit would measure nothing: leave them alone, and
+                // give back their slot windows. (A slot stays taken: nothing is written there.)
+                for w in plan.slot_windows.drain(n_windows..) {
+                    let (at, len) = w.patch();
+                    patches.remove(at);
+                    slots.remove_tail(at, len);
+                }
                 for x in exits {
                     if x.window_len > 0 {
                         patches.remove(x.address);
@@ -1361,7 +1389,14 @@ fn exit_patch(
         let at = ins[i].ip();
         if !loops_back(&ins[i..k], fp) {
             let from = at + JMP8_LEN;
-            let slot = room.slots.take(from, room.patches).or_else(|| room.stretch(ctx.an, from));
+            // The run's own bytes first: a slot window must not take them.
+            let n = room.windows.len();
+            room.patches.insert(at, len.max(JMP8_LEN));
+            let slot = room.slot(ctx.an, family, from);
+            room.patches.remove(at);
+            if slot.is_none() {
+                room.undo_windows(n);
+            }
             if let Some(slot) = slot {
                 return Ok((
                     Tactic::Rel8Slot,
@@ -1551,13 +1586,14 @@ fn run_jumps(
         }
     }
     // The run's own patch first: slots must not fall into it.
+    let n_windows = room.windows.len();
     if window_len > 0 {
         room.patches.insert(at, window_len);
     }
     let mut slot = None;
     let mut ok = true;
     if window_len > 0 && window_len < JMP_LEN {
-        slot = room.slots.take(at + JMP8_LEN, room.patches).or_else(|| room.stretch(ctx.an, at + JMP8_LEN));
+        slot = room.slot(ctx.an, family, at + JMP8_LEN);
         ok = slot.is_some();
     }
     let mut redirects: Vec<Redirect> = Vec::with_capacity(jumps.len());
@@ -1572,7 +1608,7 @@ fn run_jumps(
             let reach = |s: u64| (-128..=127).contains(&(s as i64 - j.next_ip() as i64));
             r.slot = redirects.iter().filter(|o| o.to == to).filter_map(|o| o.slot).find(|&s| reach(s));
             if r.slot.is_none() {
-                r.slot = room.slots.take(j.next_ip(), room.patches).or_else(|| room.stretch(ctx.an, j.next_ip()));
+                r.slot = room.slot(ctx.an, family, j.next_ip());
             }
             if r.slot.is_none() {
                 let (fp_j, part) = family.iter().find(|(f, _)| f.contains(j.ip()))?;
@@ -1592,7 +1628,11 @@ fn run_jumps(
     if window_len > 0 {
         room.patches.remove(at);
     }
-    // (A slot taken for a candidate that then fails stays taken: nothing is written there.)
+    // (A slot taken for a candidate that then fails stays taken: nothing is written there.
+    // Its slot windows are given back.)
+    if !ok {
+        room.undo_windows(n_windows);
+    }
     ok.then(|| (Tactic::WindowJumps, at, window_len, ins[i..=k].to_vec(), slot, Vec::new(), redirects))
 }
 
@@ -1684,6 +1724,8 @@ struct Room<'r, 'a> {
     slots: &'r mut Slots,
     /// CET shadow stacks: a window may not take in a call (it would be emulated).
     shadow_stack: bool,
+    /// Runs moved out to make slots ([`Room::evict`]).
+    windows: &'r mut Vec<SlotWindow>,
 }
 
 impl Room<'_, '_> {
@@ -1747,6 +1789,78 @@ impl Room<'_, '_> {
             }
         }
         None
+    }
+}
+
+impl Room<'_, '_> {
+    /// A slot for a `jmp rel8` ending at `from`: a free one, an entry window grown
+    /// ([`Room::stretch`]), else a [`SlotWindow`] over a run of the function's own
+    /// instructions in reach.
+    fn slot(&mut self, an: &Analysis, family: &[(&Function, Vec<Instruction>)], from: u64) -> Option<u64> {
+        self.slots.take(from, self.patches).or_else(|| self.stretch(an, from)).or_else(|| self.evict(an, family, from))
+    }
+
+    /// Make a slot within reach of `from` by moving out a run of the function (or its cold
+    /// parts): straight-line instructions (no branch, call or `ret`), relocatable, no byte
+    /// patched, none but the first a branch target, 10 bytes or more, whose bytes 5–9 are in
+    /// reach. The run must not be where a later exit's window may grow: a call or a branch
+    /// target lies between it and the next transfer, or 16 bytes do.
+    fn evict(&mut self, an: &Analysis, family: &[(&Function, Vec<Instruction>)], from: u64) -> Option<u64> {
+        let (lo, hi) = (from.saturating_sub(128), from + 127);
+        let straight = |x: &Instruction| x.flow_control() == FlowControl::Next && check_relocatable(x).is_ok();
+        for (_, part) in family {
+            let first = part.partition_point(|x| x.ip() + JMP_LEN < lo);
+            for i in first..part.len() {
+                let at = part[i].ip();
+                if at + JMP_LEN > hi {
+                    break;
+                }
+                let mut k = i;
+                let mut end = at;
+                while k < part.len() && part[k].ip() == end && straight(&part[k]) && end - at < 2 * JMP_LEN {
+                    if k > i && an.branch_targets.contains(&part[k].ip()) {
+                        break;
+                    }
+                    end = part[k].next_ip();
+                    k += 1;
+                }
+                if end - at < 2 * JMP_LEN || self.patches.overlap(at, end - at).is_some() {
+                    continue;
+                }
+                // After the run, before the next transfer: a call or a branch target, or 16 bytes.
+                let mut gap = 0;
+                let safe = part[k..].iter().find_map(|x| {
+                    if is_call(x) || an.branch_targets.contains(&x.ip()) || gap >= 16 {
+                        return Some(true);
+                    }
+                    if ends_flow(x) {
+                        return Some(false);
+                    }
+                    gap += x.len() as u64;
+                    None
+                });
+                if safe != Some(true) {
+                    continue;
+                }
+                self.patches.insert(at, end - at);
+                self.slots.add_tail(at, end - at);
+                self.windows.push(SlotWindow { displaced: part[i..k].to_vec() });
+                if let Some(s) = self.slots.take(from, self.patches) {
+                    return Some(s);
+                }
+            }
+        }
+        None
+    }
+
+    /// Give back the slot windows made since there were `n` (a tactic that then failed, or a
+    /// function left untimed).
+    fn undo_windows(&mut self, n: usize) {
+        for w in self.windows.drain(n..) {
+            let (at, len) = w.patch();
+            self.patches.remove(at);
+            self.slots.remove_tail(at, len);
+        }
     }
 }
 

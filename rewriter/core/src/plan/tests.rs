@@ -259,6 +259,18 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
         assert_eq!(ins.len(), x.displaced.len());
         assert!(!an.functions[x.function].is_cold_part());
     }
+    // A slot window: 10 bytes or more of straight-line instructions, none but the first a
+    // branch target, the bytes as decoded.
+    for w in &plan.slot_windows {
+        let (a, l) = w.patch();
+        assert!(l >= 2 * JMP_LEN, "slot window {a:x} of {l} bytes");
+        for (k, d) in w.displaced.iter().enumerate() {
+            assert_eq!(d.flow_control(), FlowControl::Next, "slot window {a:x}: {:?}", d.code());
+            assert!(k == 0 || !an.branch_targets.contains(&d.ip()), "branch target 0x{:x} in slot window", d.ip());
+        }
+        assert_eq!(decode_at(elf, a, l).len(), w.displaced.len());
+        ranges.push((a, a + l, format!("slot window {a:x}")));
+    }
     for x in &plan.skipped_exits {
         assert!(!timed.contains(&x.point), "skipped exit 0x{:x} of a timed point", x.site);
     }
