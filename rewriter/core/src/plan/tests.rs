@@ -1347,14 +1347,35 @@ FUNC stretch_call
     ret
 END stretch_call
     FILLER filler4
+# pop rbx; ret at a jump target, no dead byte in reach and no entry window that can grow: the
+# run mov; imul; lea; add (11 bytes) moves to a piece, its tail is the slot.
+FUNC evict
+    push rbx
+    mov ebx, edi
+    call ext
+    mov ecx, ebx
+    imul ecx, ecx, 3
+    lea edx, [rcx + rbx*2 + 100]
+    add eax, edx
+    test ebx, ebx
+    je .Lev_out
+    add eax, ebx
+.Lev_out:
+    pop rbx
+    ret
+END evict
+    FILLER filler5
     .section .note.GNU-stack,"",@progbits
 "#;
 
 #[test]
-fn exit_tactics_hub_chains_entry_jumps_call_stretch() {
+fn exit_tactics_hub_chains_entry_jumps_call_stretch_slot_windows() {
     let dir = temp_dir("hub");
-    let main = "int chain(int), entry_jump(int), stretch_call(int), filler1(int), filler2(int), filler3(int), filler4(int);
-        int main(int c, char **v) { (void)v; return chain(c) + entry_jump(c) + stretch_call(c) + filler1(c) + filler2(c) + filler3(c) + filler4(c); }";
+    let main =
+        "int chain(int), entry_jump(int), stretch_call(int), evict(int), filler1(int), filler2(int), filler3(int),
+        filler4(int), filler5(int);
+        int main(int c, char **v) { (void)v; return chain(c) + entry_jump(c) + stretch_call(c) + evict(c) + filler1(c)
+            + filler2(c) + filler3(c) + filler4(c) + filler5(c); }";
     let p = Planned::new(&gcc(&dir, "hub", &[("main.c", main), ("hub.s", HUB_S)], &["-O1"]), false);
     let exit_of = |name: &str, site: i64| {
         let (i, f) = p.function(name);
@@ -1391,4 +1412,21 @@ fn exit_tactics_hub_chains_entry_jumps_call_stretch() {
     let (a, x) = exit_of("stretch_call", 17);
     assert_eq!(x.slot, Some(a + 5));
     assert!(p.timed("stretch_call"));
+    // push; mov; call ext (8) | mov ecx, ebx (+8, 2); imul (+10, 3); lea (+13, 4); add (+17, 2)
+    // | test (+19); je (+21); add (+23) | pop rbx (+25) | ret (+26): the run +8..+19 is a slot
+    // window, the slot at +13, the only one.
+    assert_eq!(p.exits("evict"), ["+26 Ret jmp8+slot at +25 len 2 ins 2"]);
+    let (a, x) = exit_of("evict", 26);
+    assert_eq!(x.slot, Some(a + 13));
+    let windows: Vec<(u64, u64, usize)> = p
+        .plan
+        .slot_windows
+        .iter()
+        .map(|w| (w.patch().0, w.patch().1, w.displaced.len()))
+        .filter(|w| w.0 >= a && w.0 < a + 27)
+        .collect();
+    assert_eq!(windows, [(a + 8, 11, 4)]);
+    assert!(p.timed("evict"));
+    // No other exit here needed one.
+    assert_eq!(p.plan.slot_windows.len(), 1);
 }
