@@ -32,6 +32,18 @@
 //   reach (jw_pad's nops are used up, jw_far_filler's entry window is a call): a window over
 //   add; ret, and `cmp; je` a window of its own whose piece runs the je as a rel32 to the
 //   copy of the ret ("window+jumps").
+// - jw_chain: `cmp eax, 1; je .Lone; jb .Lret; add eax, 1000; .Lret: ret` with no dead byte in
+//   the jb's reach (the fillers around start with a call): the jb's window takes in cmp and
+//   the je, whose piece runs the je to its own target ("window+jumps"); called with 0, 1, 2.
+// - jw_entry: `test edi, edi; je .Lret; push rbx` is the entry window, .Lret a lone ret only
+//   that je reaches: the entry trampoline's copy of the je leads to the exit trampoline
+//   ("window+jumps", nothing patched at the ret).
+// - st_call: `pop rbx; ret` at a jump target with no dead byte in reach: the entry window
+//   (push; mov; xor) grows over the call after it to 10 bytes, its tail is the slot
+//   ("jmp8+slot"); st_call_filler (44 x `add eax, 1`) keeps the padding after it out of reach.
+// - ev_slot: `pop rbx; ret` at a jump target, no dead byte in reach, its entry window a call:
+//   the run `mov ecx, ebx; imul; lea; add` (11 bytes) moves to a piece that runs it and jumps
+//   back, and its dead tail is the slot ("jmp8+slot" with a slot window).
 // spin_a, spin_b, spin_c and spin_d spin a fixed loop, so the functions that call them take time.
 //
 //# variants: pie-O2 nopie-O0
@@ -53,7 +65,11 @@
 //# expect: main calls jw8 100
 //# expect: main calls jw_only 100
 //# expect: main calls jw_far 100
-//# expect: main calls spin_d 400
+//# expect: main calls jw_chain 100
+//# expect: main calls jw_entry 100
+//# expect: main calls st_call 100
+//# expect: main calls ev_slot 100
+//# expect: main calls spin_d 750
 #include <stdio.h>
 
 int tiny_ret(void);
@@ -70,6 +86,10 @@ int jw32(int x);
 int jw8(int x);
 int jw_only(int x);
 int jw_far(int x);
+int jw_chain(int x);
+int jw_entry(int x);
+int st_call(int x);
+int ev_slot(int x);
 
 static int spin(int x, int n) {
     volatile int s = 0;
@@ -348,6 +368,134 @@ __asm__(".intel_syntax noprefix\n"
         "    ret\n"
         ".cfi_endproc\n"
         ".size jw_far_filler, .-jw_far_filler\n"
+        ".globl jw_chain\n"
+        ".type jw_chain, @function\n"
+        "jw_chain:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_d\n"
+        "    mov eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    cmp eax, 1\n"
+        "    je .Ljc_one\n"
+        "    jb .Ljc_ret\n"
+        "    add eax, 1000\n"
+        ".Ljc_ret:\n"
+        "    ret\n"
+        ".Ljc_one:\n"
+        "    mov eax, 7\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_chain, .-jw_chain\n"
+        ".globl jw_chain_filler\n"
+        ".type jw_chain_filler, @function\n"
+        "jw_chain_filler:\n"
+        ".cfi_startproc\n"
+        "    call spin_d\n"
+        ".rept 40\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_chain_filler, .-jw_chain_filler\n"
+        ".globl jw_entry\n"
+        ".type jw_entry, @function\n"
+        "jw_entry:\n"
+        ".cfi_startproc\n"
+        "    test edi, edi\n"
+        "    je .Lje_ret\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_d\n"
+        "    add eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    add eax, 1000\n"
+        "    ret\n"
+        ".Lje_ret:\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_entry, .-jw_entry\n"
+        ".globl jw_entry_filler\n"
+        ".type jw_entry_filler, @function\n"
+        "jw_entry_filler:\n"
+        ".cfi_startproc\n"
+        "    call spin_d\n"
+        ".rept 40\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size jw_entry_filler, .-jw_entry_filler\n"
+        ".globl st_call\n"
+        ".type st_call, @function\n"
+        "st_call:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    xor eax, eax\n"
+        "    call spin_d\n"
+        "    test ebx, ebx\n"
+        "    je .Lsc_out\n"
+        "    add eax, ebx\n"
+        ".Lsc_out:\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size st_call, .-st_call\n"
+        ".globl st_call_filler\n"
+        ".type st_call_filler, @function\n"
+        "st_call_filler:\n"
+        ".cfi_startproc\n"
+        "    call spin_d\n"
+        ".rept 44\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size st_call_filler, .-st_call_filler\n"
+        ".globl ev_slot\n"
+        ".type ev_slot, @function\n"
+        "ev_slot:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    call spin_d\n"
+        "    mov ecx, ebx\n"
+        "    imul ecx, ecx, 3\n"
+        "    lea edx, [rcx + rbx*2 + 100]\n"
+        "    add eax, edx\n"
+        "    test ebx, ebx\n"
+        "    je .Lev_out\n"
+        "    add eax, ebx\n"
+        ".Lev_out:\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size ev_slot, .-ev_slot\n"
+        ".globl ev_slot_filler\n"
+        ".type ev_slot_filler, @function\n"
+        "ev_slot_filler:\n"
+        ".cfi_startproc\n"
+        "    call spin_d\n"
+        ".rept 44\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size ev_slot_filler, .-ev_slot_filler\n"
         ".att_syntax prefix\n");
 
 int main(void) {
@@ -357,7 +505,8 @@ int main(void) {
     for (int i = 0; i < 100; i++)
         acc += stretch_tail(i) + short_epi(i) + prologue_fn(i, 2) + short_nops(i & 1) + after_nops(i) + filler_a(i)
                + filler_b(i) + retarget_fn(i & 1) + jw32(i & 1) + jw8(i & 1) + jw_only(i & 1)
-               + jw_far(i & 1);
+               + jw_far(i & 1) + jw_chain(i % 3) + jw_entry(i & 1) + st_call(i & 1)
+               + ev_slot(i & 1);
     printf("%ld\n", acc);
     return 0;
 }

@@ -55,6 +55,10 @@ const TACTICS: &[(&str, &[&str])] = &[
     ("jw8", &["window+jumps"]),
     ("jw_only", &["window", "window+jumps"]),
     ("jw_far", &["window+jumps"]),
+    ("jw_chain", &["window", "window+jumps"]),
+    ("jw_entry", &["window", "window+jumps"]),
+    ("st_call", &["jmp8+slot"]),
+    ("ev_slot", &["jmp8+slot"]),
 ];
 
 fn check_tactics(variant: Variant) {
@@ -73,6 +77,10 @@ fn check_tactics(variant: Variant) {
     assert_eq!(entry_window(&inspect, "short_epi"), 11, "{variant}");
     // stretch_ret: mov eax, 7 (5) stretched over add eax, edi (2) and ret (1).
     assert_eq!(entry_window(&inspect, "stretch_ret"), 8, "{variant}");
+    // st_call's slot: push rbx; mov ebx, edi; xor eax, eax (5) grown over call spin_d (5).
+    assert_eq!(entry_window(&inspect, "st_call"), 10, "{variant}");
+    // jw_entry's entry window holds the je its lone ret is reached by.
+    assert_eq!(entry_window(&inspect, "jw_entry"), 5, "{variant}");
     let s = field(&inspect, "summary", "inspect");
     assert_eq!(s["untimed_by_reason"], serde_json::json!({}), "{variant}: every function is timed");
     assert_eq!(s["exits_by_tactic"].get("trap"), None, "{variant}: no trap without --traps");
@@ -135,7 +143,11 @@ fn check_run(variant: Variant) {
         ("jw8", 100),
         ("jw_only", 100),
         ("jw_far", 100),
-        ("spin_d", 400),
+        ("jw_chain", 100),
+        ("jw_entry", 100),
+        ("st_call", 100),
+        ("ev_slot", 100),
+        ("spin_d", 750),
     ];
     for (f, n) in calls {
         assert_eq!(row(&report, f).0, n, "{variant}: calls of {f}");
@@ -154,17 +166,19 @@ fn check_run(variant: Variant) {
     let (_, rc, rw) = row(&report, "retarget_fn");
     assert!(sc + rc >= ac && sw + rw >= aw, "{variant}: short_epi + retarget_fn shorter than spin_a");
     assert!(sc >= ac / 5 && rc >= ac / 5, "{variant}: short_epi {sc} ns, retarget_fn {rc} ns, spin_a {ac} ns (cpu)");
-    // jw32, jw8, jw_only and jw_far each call spin_d 100 times, half of them leaving by a jump
-    // the window+jumps tactic redirected: together they cover spin_d, and each a fair share.
+    // jw32, jw8, jw_only, jw_far, jw_chain, st_call and ev_slot each call spin_d 100 times,
+    // jw_entry 50 times, half or a third of them leaving by a jump a new tactic redirected:
+    // together they cover spin_d, and each a fair share.
     let (_, dc, dw) = row(&report, "spin_d");
-    let jw: Vec<(u64, u64)> =
-        ["jw32", "jw8", "jw_only", "jw_far"].iter().map(|f| row(&report, f)).map(|r| (r.1, r.2)).collect();
+    let callers = ["jw32", "jw8", "jw_only", "jw_far", "jw_chain", "jw_entry", "st_call", "ev_slot"];
+    let jw: Vec<(u64, u64)> = callers.iter().map(|f| row(&report, f)).map(|r| (r.1, r.2)).collect();
     assert!(
         jw.iter().map(|r| r.0).sum::<u64>() >= dc && jw.iter().map(|r| r.1).sum::<u64>() >= dw,
-        "{variant}: jw32 + jw8 + jw_only + jw_far {jw:?} shorter than spin_d ({dc}/{dw} ns)"
+        "{variant}: {callers:?} {jw:?} shorter than spin_d ({dc}/{dw} ns)"
     );
-    // A quarter of spin_d each; a frame left open would run on to main's end.
-    assert!(jw.iter().all(|r| r.0 >= dc / 8 && r.0 < dc), "{variant}: jw functions {jw:?}, spin_d {dc} ns (cpu)");
+    // 50 or 100 of spin_d's 750 calls each (1/15 at least); a frame left open would run on to
+    // main's end.
+    assert!(jw.iter().all(|r| r.0 >= dc / 25 && r.0 < dc / 2), "{variant}: {callers:?} {jw:?}, spin_d {dc} ns (cpu)");
     assert!(jw.iter().all(|r| r.1 <= main_wall), "{variant}: a jw function longer than main");
     // Frames close at all: a function whose exit were missed would stay open until main
     // ends. stretch_tail's frame ends at its tail jump, before spin_c runs.
@@ -202,14 +216,16 @@ const DEBIAN: &[(&str, &str)] = &[
     ("/usr/bin/cppcheck", "cppcheck"),
 ];
 
-/// Totals over [`DEBIAN`] with window+jumps and cold-part rule (e) (entries 99.78 %, exits
-/// without traps 97.45 %, timed functions 99.38 %; before them 99.75 %, 96.44 %, 98.82 %;
-/// before the first exit tactics 99.75 %, 86.38 %, 87.57 %), minus a margin of about 0.3
-/// points for other package versions. (An exit of a function with an exit no tactic fits is
-/// not patched: "exits without traps" counts those as missing.)
+/// Totals over [`DEBIAN`] with a jcc in jump windows, entry-window jumps redirected in the
+/// entry trampoline, entry windows stretched over a call and slot windows (entries 99.78 %,
+/// exits without traps 99.56 %, timed functions 99.73 %; with window+jumps and cold-part rule
+/// (e) before them 99.78 %, 97.45 %, 99.38 %; before the first exit tactics 99.75 %, 86.38 %,
+/// 87.57 %),
+/// minus a margin of about 0.3 points for other package versions. (An exit of a function with
+/// an exit no tactic fits is not patched: "exits without traps" counts those as missing.)
 const MIN_ENTRIES_PCT: f64 = 99.5;
-const MIN_EXITS_PCT: f64 = 97.1;
-const MIN_TIMED_PCT: f64 = 99.1;
+const MIN_EXITS_PCT: f64 = 99.25;
+const MIN_TIMED_PCT: f64 = 99.4;
 
 #[test]
 fn coverage_of_debian_programs() {

@@ -158,6 +158,8 @@ pub enum PieceKind {
     /// The window of `plan.exits[exit].redirects[redirect]` ([`jump_window`]); `copy` is the
     /// exit trampoline's copy of the jump's target.
     JumpWindow { exit: usize, redirect: usize, copy: u64 },
+    /// `plan.slot_windows[i]` ([`slot_window`]).
+    SlotWindow(usize),
 }
 
 /// A piece of generated code and the place the layout pass gave it.
@@ -192,6 +194,10 @@ pub struct Targets {
     /// GOT slot of a wrapped import → its wrapper thunk (`Plan::wrap_slots`): a displaced
     /// `call`/`jmp [rip+slot]` is redirected there ([`redirect_wrapped`]).
     pub wrap_thunks: BTreeMap<u64, u64>,
+    /// A jump of an entry window into the run of a `window+jumps` exit
+    /// ([`crate::plan::Redirect::in_entry`]) → the exit trampoline's copy of its target, where
+    /// the entry trampoline's copy of the jump leads (those exit trampolines are placed first).
+    pub entry_redirects: BTreeMap<u64, u64>,
 }
 
 impl Targets {
@@ -234,7 +240,9 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
         PieceKind::Trampoline(i) => {
             let p = point(i)?;
             let exit = plan.entry_exits.get(&p.id).copied();
-            match redirect_wrapped(&p.displaced, &t.wrap_thunks)? {
+            let wrapped = redirect_wrapped(&p.displaced, &t.wrap_thunks)?;
+            let displaced = redirect_entry_jumps(wrapped.as_deref().unwrap_or(&p.displaced), &t.entry_redirects);
+            match displaced.or(wrapped) {
                 Some(displaced) => trampoline(&Point { displaced, ..p.clone() }, t.trampoline_env(p.id), at, exit),
                 None => trampoline(p, t.trampoline_env(p.id), at, exit),
             }
@@ -268,6 +276,7 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
             }
         }
         PieceKind::JumpWindow { exit, redirect, copy } => jump_window(redirect_window(plan, exit, redirect)?, copy, at),
+        PieceKind::SlotWindow(i) => slot_window(slot_window_of(plan, i)?, at),
         PieceKind::ImportTrampoline(i) => {
             let x = plan.import_sites.get(i).ok_or_else(|| Error::Internal(format!("codegen: no import site {i}")))?;
             let p = point(x.point as usize)?;
@@ -316,6 +325,7 @@ fn initial_state(plan: &Plan, kind: PieceKind) -> Result<Initial> {
         PieceKind::EntryStub => Initial::Entry,
         PieceKind::Trampoline(i) | PieceKind::WrapReal(i) => Initial::At(plan.points[i].address),
         PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
+        PieceKind::SlotWindow(i) => Initial::At(slot_window_of(plan, i)?.patch().0),
         PieceKind::JumpWindow { exit, redirect, .. } => {
             Initial::At(redirect_window(plan, exit, redirect)?.first().map_or(0, |x| x.ip()))
         }
@@ -574,6 +584,21 @@ fn redirect_window(plan: &Plan, exit: usize, redirect: usize) -> Result<&[Instru
         .map(|r| r.window.as_slice())
         .filter(|w| !w.is_empty())
         .ok_or_else(|| Error::Internal(format!("codegen: exit {exit} has no jump window {redirect}")))
+}
+
+fn slot_window_of(plan: &Plan, i: usize) -> Result<&crate::plan::SlotWindow> {
+    plan.slot_windows.get(i).ok_or_else(|| Error::Internal(format!("codegen: no slot window {i}")))
+}
+
+/// Encode the piece of a run moved out to make a slot ([`crate::plan::SlotWindow`]) at `at`:
+/// ```text
+///        <the run, relocated>
+///        jmp   <after the run>
+/// ```
+pub fn slot_window(w: &crate::plan::SlotWindow, at: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    displaced_code(&mut b, &w.displaced, false)?;
+    b.encode(at)
 }
 
 /// Encode the window of a rel8 jump into the run of a `window+jumps` exit at `at`:
@@ -1143,6 +1168,22 @@ pub fn wrap_real(point: &Point, at: u64) -> Result<Vec<u8>> {
     let mut b = Block::new();
     displaced_code(&mut b, &point.displaced, point.emulate_call)?;
     b.encode(at)
+}
+
+/// The displaced instructions of an entry window with every jump in `redirects` (jump →
+/// new target, [`Targets::entry_redirects`]) leading to its new target; `None` if there is
+/// none.
+fn redirect_entry_jumps(displaced: &[Instruction], redirects: &BTreeMap<u64, u64>) -> Option<Vec<Instruction>> {
+    if !displaced.iter().any(|x| redirects.contains_key(&x.ip())) {
+        return None;
+    }
+    let mut out = displaced.to_vec();
+    for x in &mut out {
+        if let Some(&to) = redirects.get(&x.ip()) {
+            x.set_near_branch64(to);
+        }
+    }
+    Some(out)
 }
 
 /// The displaced instructions with every `call`/`jmp [rip+slot]` through the GOT slot of a

@@ -449,14 +449,18 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         true => (r.jump, r.len, Tactic::Retarget),
         false => (r.patch().0, r.patch().1, Tactic::Window),
     };
-    let redirects = plan.exits.iter().flat_map(|x| x.redirects.iter().map(redirect));
+    let redirects = plan.exits.iter().flat_map(|x| x.redirects.iter().filter(|r| !r.in_entry).map(redirect));
     let sites = sites.chain(retargets).chain(redirects);
     let mut patched: Vec<(u64, u64)> = Vec::new();
     // Slots lie in dead bytes, possibly the tail of another window after its `jmp rel32`.
     let mut slots: Vec<u64> = Vec::new();
     let rel8_exits = plan.exits.iter().filter(|x| x.tactic == Tactic::Rel8Slot || x.slot.is_some());
     let exit_slots = rel8_exits.map(|x| x.slot.ok_or(x.site));
-    let jump_slots = plan.exits.iter().flat_map(|x| &x.redirects).filter(|r| r.len == JMP8_LEN && r.window.is_empty());
+    let jump_slots = plan
+        .exits
+        .iter()
+        .flat_map(|x| &x.redirects)
+        .filter(|r| r.len == JMP8_LEN && r.window.is_empty() && !r.in_entry);
     let jump_slots = jump_slots.map(|r| r.slot.ok_or(r.jump));
     for slot in exit_slots.chain(jump_slots) {
         let slot = match slot {

@@ -406,6 +406,15 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
             Ok(WrapCall { address: x.address(), len: x.window_len(), call: x.is_call(), target })
         })
         .collect::<Result<Vec<_>>>()?;
+    // Exit trampolines an entry trampoline jumps into (`Redirect::in_entry`) come first.
+    let mut early: BTreeMap<usize, u64> = BTreeMap::new();
+    for (i, x) in plan.exits.iter().enumerate().filter(|(_, x)| x.redirects.iter().any(|r| r.in_entry)) {
+        let target = c.code(plan, PieceKind::ExitTrampoline(i), &t)?;
+        early.insert(i, target);
+        for r in x.redirects.iter().filter(|r| r.in_entry) {
+            t.entry_redirects.insert(r.jump, codegen::exit_copy_at(plan, i, r.to, target, &t)?);
+        }
+    }
     c.encode_ahead(plan, &per_point_pieces(plan), &t);
     for (i, p) in plan.points.iter().enumerate() {
         if p.import.is_some() || p.wrap.is_some() {
@@ -414,11 +423,20 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         let target = c.code(plan, PieceKind::Trampoline(i), &t)?;
         sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
     }
+    // Runs moved out to make slots: before the exits, whose slots may lie in their tails.
+    for (i, w) in plan.slot_windows.iter().enumerate() {
+        let target = c.code(plan, PieceKind::SlotWindow(i), &t)?;
+        let (address, len) = w.patch();
+        sites.push(Site { address, len, tactic: Tactic::Window, target });
+    }
     for (i, x) in plan.exits.iter().enumerate() {
         if x.tactic == Tactic::EntryExit {
             continue; // the entry trampoline runs it
         }
-        let target = c.code(plan, PieceKind::ExitTrampoline(i), &t)?;
+        let target = match early.get(&i) {
+            Some(&target) => target,
+            None => c.code(plan, PieceKind::ExitTrampoline(i), &t)?,
+        };
         if x.tactic == Tactic::Retarget {
             for &(j, len) in &x.retargets {
                 sites.push(Site { address: j, len, tactic: Tactic::Retarget, target });
@@ -430,6 +448,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         for (ri, r) in x.redirects.iter().enumerate() {
             let copy = codegen::exit_copy_at(plan, i, r.to, target, &t)?;
             match r.slot {
+                _ if r.in_entry => {} // the entry trampoline's copy of the jump leads there
                 _ if !r.window.is_empty() => {
                     let kind = PieceKind::JumpWindow { exit: i, redirect: ri, copy };
                     let piece = c.code(plan, kind, &t)?;

@@ -470,10 +470,15 @@ pub struct Redirect {
     /// least 5 bytes) becomes a window to a piece that runs the run relocated, the jump as a
     /// rel32 to the copy, then `jmp` back after the jump (`codegen::jump_window`).
     pub window: Vec<Instruction>,
+    /// The jump is one of the function's entry window instructions (`test rdi, rdi; je
+    /// .Lret`): nothing is patched in the program, the entry trampoline's copy of the jump
+    /// leads to the copy (`codegen::Targets::entry_redirects`).
+    pub in_entry: bool,
 }
 
 impl Redirect {
-    /// The bytes of the program this redirect patches: its window, else the jump.
+    /// The bytes of the program this redirect patches: its window, else the jump (for a jump
+    /// in the entry window, bytes the entry point patches already).
     pub fn patch(&self) -> (u64, u64) {
         match (self.window.first(), self.window.last()) {
             (Some(a), Some(b)) => (a.ip(), b.next_ip() - a.ip()),
@@ -541,6 +546,27 @@ pub struct Plan {
     /// Points whose entry trampoline runs the exit instrumentation ([`Tactic::EntryExit`]):
     /// point id → the site of the exit instruction in its window.
     pub entry_exits: BTreeMap<u32, u64>,
+    /// Runs moved out of the program to make slots ([`SlotWindow`]).
+    pub slot_windows: Vec<SlotWindow>,
+}
+
+/// A run of at least 10 bytes of straight-line instructions that exit planning moves out of
+/// the program to make a slot where no dead byte is in `jmp rel8` reach (E9Patch's
+/// neighbour eviction): its first 5 bytes become `jmp rel32` to a piece that runs the run
+/// relocated and jumps back after it (`codegen::slot_window`); the bytes after the `jmp` are
+/// dead, and a slot. No byte after its first is a branch target (return addresses and
+/// landing pads included), so nothing but its start is ever reached.
+#[derive(Clone, Debug)]
+pub struct SlotWindow {
+    pub displaced: Vec<Instruction>,
+}
+
+impl SlotWindow {
+    /// Address and length of the patch.
+    pub fn patch(&self) -> (u64, u64) {
+        let start = self.displaced.first().map_or(0, Instruction::ip);
+        (start, self.displaced.last().map_or(start, Instruction::next_ip) - start)
+    }
 }
 
 /// Options that depend on the program or the user rather than the spec.
@@ -964,6 +990,7 @@ fn plan_point_exits(
             entry_displaced: &p.displaced,
         };
         let mut exits: Vec<Exit> = Vec::new();
+        let n_windows = plan.slot_windows.len();
         let mut skipped: Vec<SkippedExit> = Vec::new();
         let mut untimed: Option<(u64, SkipReason)> = None;
         let mut decoded_parts = Vec::with_capacity(family.len());
@@ -991,8 +1018,15 @@ fn plan_point_exits(
                     Some(c) => c,
                 };
                 let res = found.and_then(|()| {
-                    let mut room =
-                        Room { elf, points: &mut plan.points, by_address, patches: &mut *patches, slots: &mut *slots };
+                    let mut room = Room {
+                        elf,
+                        points: &mut plan.points,
+                        by_address,
+                        patches: &mut *patches,
+                        slots: &mut *slots,
+                        shadow_stack: opts.shadow_stack,
+                        windows: &mut plan.slot_windows,
+                    };
                     exit_patch(&ctx, ins, k, fp, &decoded_parts, &mut room, opts)
                 });
                 match res {
@@ -1000,7 +1034,7 @@ fn plan_point_exits(
                         for &(j, len) in &retargets {
                             patches.insert(j, len);
                         }
-                        for r in &redirects {
+                        for r in redirects.iter().filter(|r| !r.in_entry) {
                             let (at, len) = r.patch();
                             patches.insert(at, len);
                         }
@@ -1046,8 +1080,13 @@ fn plan_point_exits(
                 plan.exits.append(&mut exits)
             }
             Some((site, reason)) => {
-                // Patching the exits that fit would measure nothing: leave them alone. (A
-                // slot stays taken: nothing is written there.)
+                // Patching the exits that fit would measure nothing: leave them alone, and
+                // give back their slot windows. (A slot stays taken: nothing is written there.)
+                for w in plan.slot_windows.drain(n_windows..) {
+                    let (at, len) = w.patch();
+                    patches.remove(at);
+                    slots.remove_tail(at, len);
+                }
                 for x in exits {
                     if x.window_len > 0 {
                         patches.remove(x.address);
@@ -1055,7 +1094,7 @@ fn plan_point_exits(
                     for &(j, _) in &x.retargets {
                         patches.remove(j);
                     }
-                    for r in &x.redirects {
+                    for r in x.redirects.iter().filter(|r| !r.in_entry) {
                         patches.remove(r.patch().0);
                     }
                     if x.tactic == Tactic::Window {
@@ -1418,7 +1457,14 @@ fn exit_patch(
         let at = ins[i].ip();
         if !loops_back(&ins[i..k], fp) {
             let from = at + JMP8_LEN;
-            let slot = room.slots.take(from, room.patches).or_else(|| room.stretch(ctx.an, from));
+            // The run's own bytes first: a slot window must not take them.
+            let n = room.windows.len();
+            room.patches.insert(at, len.max(JMP8_LEN));
+            let slot = room.slot(ctx.an, family, from);
+            room.patches.remove(at);
+            if slot.is_none() {
+                room.undo_windows(n);
+            }
             if let Some(slot) = slot {
                 return Ok((
                     Tactic::Rel8Slot,
@@ -1580,7 +1626,7 @@ fn run_jumps(
         return None; // another tactic's case
     }
     // Every jump to each target, counted against what analysis found.
-    let mut jumps: Vec<(Instruction, u64)> = Vec::new();
+    let mut jumps: Vec<(Instruction, u64, bool)> = Vec::new();
     for &t in &targets {
         let n = *ctx.an.jump_only.get(&t)? as usize;
         let before = jumps.len();
@@ -1591,13 +1637,16 @@ fn run_jumps(
                     && matches!(j.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch)
             }) {
                 let short = j.len() as u64 == JMP8_LEN;
+                // A jump the entry trampoline runs: its copy there is redirected instead.
+                let in_entry = room.patches.overlap(j.ip(), j.len() as u64) == Some(ctx.start)
+                    && ctx.entry_displaced.iter().any(|d| d.ip() == j.ip());
                 if !(short || is_rel32_branch(j))
                     || (at..end).contains(&j.ip())
-                    || room.patches.overlap(j.ip(), j.len() as u64).is_some()
+                    || (room.patches.overlap(j.ip(), j.len() as u64).is_some() && !in_entry)
                 {
                     return None;
                 }
-                jumps.push((*j, t));
+                jumps.push((*j, t, in_entry));
             }
         }
         if jumps.len() - before != n {
@@ -1605,32 +1654,34 @@ fn run_jumps(
         }
     }
     // The run's own patch first: slots must not fall into it.
+    let n_windows = room.windows.len();
     if window_len > 0 {
         room.patches.insert(at, window_len);
     }
     let mut slot = None;
     let mut ok = true;
     if window_len > 0 && window_len < JMP_LEN {
-        slot = room.slots.take(at + JMP8_LEN, room.patches).or_else(|| room.stretch(ctx.an, at + JMP8_LEN));
+        slot = room.slot(ctx.an, family, at + JMP8_LEN);
         ok = slot.is_some();
     }
     let mut redirects: Vec<Redirect> = Vec::with_capacity(jumps.len());
-    for &(j, to) in &jumps {
+    for &(j, to, in_entry) in &jumps {
         if !ok {
             break;
         }
         let len = j.len() as u64;
-        let mut r = Redirect { jump: j.ip(), len, to, slot: None, window: Vec::new() };
-        if len == JMP8_LEN {
+        let mut r = Redirect { jump: j.ip(), len, to, slot: None, window: Vec::new(), in_entry };
+        if len == JMP8_LEN && !in_entry {
             // A slot this exit took for an earlier jump to the same target, within reach.
             let reach = |s: u64| (-128..=127).contains(&(s as i64 - j.next_ip() as i64));
             r.slot = redirects.iter().filter(|o| o.to == to).filter_map(|o| o.slot).find(|&s| reach(s));
             if r.slot.is_none() {
-                r.slot = room.slots.take(j.next_ip(), room.patches).or_else(|| room.stretch(ctx.an, j.next_ip()));
+                r.slot = room.slot(ctx.an, family, j.next_ip());
             }
             if r.slot.is_none() {
                 let (fp_j, part) = family.iter().find(|(f, _)| f.contains(j.ip()))?;
-                r.window = jump_window(ctx.an, part, fp_j, j.ip(), room.patches).unwrap_or_default();
+                let redirected: Vec<u64> = jumps.iter().map(|(o, _, _)| o.ip()).collect();
+                r.window = jump_window(ctx.an, part, fp_j, j.ip(), room.patches, &redirected).unwrap_or_default();
                 if let Some((a, l)) = (!r.window.is_empty()).then(|| r.patch()) {
                     room.patches.insert(a, l);
                 }
@@ -1645,20 +1696,28 @@ fn run_jumps(
     if window_len > 0 {
         room.patches.remove(at);
     }
-    // (A slot taken for a candidate that then fails stays taken: nothing is written there.)
+    // (A slot taken for a candidate that then fails stays taken: nothing is written there.
+    // Its slot windows are given back.)
+    if !ok {
+        room.undo_windows(n_windows);
+    }
     ok.then(|| (Tactic::WindowJumps, at, window_len, ins[i..=k].to_vec(), slot, Vec::new(), redirects))
 }
 
 /// The window of a rel8 jump at `jump` in `part` ([`Redirect::window`]): the shortest run of
 /// straight-line instructions ending with the jump that covers 5 bytes; no instruction but the
-/// first is a branch target, none before the jump is a call or a transfer or a branch, all
-/// can be relocated, and no byte is patched yet.
+/// first is a branch target, none before the jump is a call or a transfer, all can be
+/// relocated, and no byte is patched yet. A `jcc` before the jump (a compare-and-branch
+/// chain: `je .La; ja .Lhub`) stays in the run when it leads out of it and is not one of
+/// `redirected` (the jumps the same exit leads elsewhere, whose bytes the window would hide):
+/// the piece runs it relocated to its own target.
 fn jump_window(
     an: &Analysis,
     part: &[Instruction],
     fp: &Function,
     jump: u64,
     patches: &Patches,
+    redirected: &[u64],
 ) -> Option<Vec<Instruction>> {
     let k = part.iter().position(|x| x.ip() == jump)?;
     let mut i = k;
@@ -1671,9 +1730,12 @@ fn jump_window(
             return None;
         }
         let prev = i.checked_sub(1).map(|j| &part[j])?;
+        // `jcc` only: `loop`, `jrcxz` have no rel32 form.
+        let jcc = prev.is_jcc_short_or_near();
         if prev.next_ip() != part[i].ip()
-            || prev.flow_control() != FlowControl::Next
+            || !(prev.flow_control() == FlowControl::Next || jcc)
             || check_relocatable(prev).is_err()
+            || redirected.contains(&prev.ip())
         {
             return None;
         }
@@ -1681,6 +1743,15 @@ fn jump_window(
     }
     let (at, len) = (part[i].ip(), part[k].next_ip() - part[i].ip());
     if patches.overlap(at, len).is_some() || at < fp.address {
+        return None;
+    }
+    // A jcc of the run into the window's bytes would run its `int3`s (its first byte, the
+    // patch's `jmp`, is fine: a loop through the piece).
+    let end = part[k].next_ip();
+    if part[i..k]
+        .iter()
+        .any(|x| x.flow_control() == FlowControl::ConditionalBranch && (at + 1..end).contains(&x.near_branch_target()))
+    {
         return None;
     }
     Some(part[i..=k].to_vec())
@@ -1719,6 +1790,10 @@ struct Room<'r, 'a> {
     by_address: &'r BTreeMap<u64, usize>,
     patches: &'r mut Patches,
     slots: &'r mut Slots,
+    /// CET shadow stacks: a window may not take in a call (it would be emulated).
+    shadow_stack: bool,
+    /// Runs moved out to make slots ([`Room::evict`]).
+    windows: &'r mut Vec<SlotWindow>,
 }
 
 impl Room<'_, '_> {
@@ -1726,8 +1801,11 @@ impl Room<'_, '_> {
     /// the straight-line instructions after it until 5 dead bytes follow its `jmp rel32`
     /// (an entry window is run by its trampoline whatever its length; prologues such as
     /// `push rbp; mov rbp, rsp; sub rsp, n; mov [rbp-8], rdi` have room). The instructions
-    /// taken in must not be branch targets, calls or branches, must be relocatable, lie in
-    /// the function and in no other patch. The slot is taken at once.
+    /// taken in must not be branch targets or branches, must be relocatable, lie in the
+    /// function and in no other patch. A direct `call` of one of the program's functions may
+    /// be the last one (`push rbx; mov rbx, rdi; call f`: the trampoline emulates it as an
+    /// entry window ending with a call does, and the return address stays the program's,
+    /// after the window). The slot is taken at once.
     fn stretch(&mut self, an: &Analysis, from: u64) -> Option<u64> {
         let (lo, hi) = (from.saturating_sub(128), from + 127);
         // A slot at address + 5 must be in reach.
@@ -1742,14 +1820,23 @@ impl Room<'_, '_> {
             let (start, old_end) = (p.address, p.address + p.window_len);
             let mut end = old_end;
             let mut more = Vec::new();
-            while end - start < 2 * JMP_LEN {
+            let mut call = false;
+            while end - start < 2 * JMP_LEN && !call {
                 let Some(x) = decode_at(self.elf, end, 15).first().copied() else { break };
+                // A call of one of the program's functions: an import's call site and a GOT
+                // call get points of their own later (`plan_imports`, `plan_got_wraps`).
+                call = !self.shadow_stack && x.code() == Code::Call_rel32_64 && {
+                    let t = x.near_branch_target();
+                    an.function_at(t).is_some_and(|g| g.address == t && !g.is_cold_part())
+                        && !an.plt_stubs.iter().any(|s| s.address == t)
+                };
                 if x.is_invalid()
                     || x.next_ip() > f.end()
-                    || x.flow_control() != FlowControl::Next
+                    || !(x.flow_control() == FlowControl::Next || call)
                     || an.branch_targets.contains(&x.ip())
                     || check_relocatable(&x).is_err()
                 {
+                    call = false;
                     break;
                 }
                 end = x.next_ip();
@@ -1760,6 +1847,7 @@ impl Room<'_, '_> {
             }
             let p = &mut self.points[pi];
             p.displaced.extend(more);
+            p.emulate_call = call;
             p.window_len = end - start;
             self.patches.remove(start);
             self.patches.insert(start, end - start);
@@ -1769,6 +1857,78 @@ impl Room<'_, '_> {
             }
         }
         None
+    }
+}
+
+impl Room<'_, '_> {
+    /// A slot for a `jmp rel8` ending at `from`: a free one, an entry window grown
+    /// ([`Room::stretch`]), else a [`SlotWindow`] over a run of the function's own
+    /// instructions in reach.
+    fn slot(&mut self, an: &Analysis, family: &[(&Function, Vec<Instruction>)], from: u64) -> Option<u64> {
+        self.slots.take(from, self.patches).or_else(|| self.stretch(an, from)).or_else(|| self.evict(an, family, from))
+    }
+
+    /// Make a slot within reach of `from` by moving out a run of the function (or its cold
+    /// parts): straight-line instructions (no branch, call or `ret`), relocatable, no byte
+    /// patched, none but the first a branch target, 10 bytes or more, whose bytes 5–9 are in
+    /// reach. The run must not be where a later exit's window may grow: a call or a branch
+    /// target lies between it and the next transfer, or 16 bytes do.
+    fn evict(&mut self, an: &Analysis, family: &[(&Function, Vec<Instruction>)], from: u64) -> Option<u64> {
+        let (lo, hi) = (from.saturating_sub(128), from + 127);
+        let straight = |x: &Instruction| x.flow_control() == FlowControl::Next && check_relocatable(x).is_ok();
+        for (_, part) in family {
+            let first = part.partition_point(|x| x.ip() + JMP_LEN < lo);
+            for i in first..part.len() {
+                let at = part[i].ip();
+                if at + JMP_LEN > hi {
+                    break;
+                }
+                let mut k = i;
+                let mut end = at;
+                while k < part.len() && part[k].ip() == end && straight(&part[k]) && end - at < 2 * JMP_LEN {
+                    if k > i && an.branch_targets.contains(&part[k].ip()) {
+                        break;
+                    }
+                    end = part[k].next_ip();
+                    k += 1;
+                }
+                if end - at < 2 * JMP_LEN || self.patches.overlap(at, end - at).is_some() {
+                    continue;
+                }
+                // After the run, before the next transfer: a call or a branch target, or 16 bytes.
+                let mut gap = 0;
+                let safe = part[k..].iter().find_map(|x| {
+                    if is_call(x) || an.branch_targets.contains(&x.ip()) || gap >= 16 {
+                        return Some(true);
+                    }
+                    if ends_flow(x) {
+                        return Some(false);
+                    }
+                    gap += x.len() as u64;
+                    None
+                });
+                if safe != Some(true) {
+                    continue;
+                }
+                self.patches.insert(at, end - at);
+                self.slots.add_tail(at, end - at);
+                self.windows.push(SlotWindow { displaced: part[i..k].to_vec() });
+                if let Some(s) = self.slots.take(from, self.patches) {
+                    return Some(s);
+                }
+            }
+        }
+        None
+    }
+
+    /// Give back the slot windows made since there were `n` (a tactic that then failed, or a
+    /// function left untimed).
+    fn undo_windows(&mut self, n: usize) {
+        for w in self.windows.drain(n..) {
+            let (at, len) = w.patch();
+            self.patches.remove(at);
+            self.slots.remove_tail(at, len);
+        }
     }
 }
 

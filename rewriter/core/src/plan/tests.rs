@@ -176,6 +176,13 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
             let jump = decode_at(elf, r.jump, r.len)[0];
             assert_eq!((jump.near_branch_target(), jump.len() as u64), (r.to, r.len));
             assert!(x.displaced.iter().any(|d| d.ip() == r.to), "jump {:x} into {:x} not displaced", r.jump, r.to);
+            if r.in_entry {
+                // One of the function's entry window instructions: its copy there is redirected.
+                let p = points[&x.point];
+                assert!(p.displaced.iter().any(|d| d.ip() == r.jump), "jump {:x} not in the entry window", r.jump);
+                assert!(r.slot.is_none() && r.window.is_empty());
+                continue;
+            }
             assert_eq!(r.slot.is_some() || !r.window.is_empty(), r.len == JMP8_LEN);
             if let Some(s) = r.slot {
                 let reach = s as i64 - (r.jump + JMP8_LEN) as i64;
@@ -186,11 +193,18 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
                 }
             }
             if !r.window.is_empty() {
-                // A jump window: straight-line instructions ending with the jump, 5 bytes or more.
+                // A jump window: straight-line instructions ending with the jump, 5 bytes or more;
+                // a jcc before the jump leads out of the window (or to its first byte).
                 let (a, l) = r.patch();
                 assert!(l >= JMP_LEN && r.slot.is_none() && r.window.last().map(|j| j.ip()) == Some(r.jump));
                 for w in r.window.windows(2) {
                     assert_eq!(w[0].next_ip(), w[1].ip());
+                    assert!(
+                        w[0].flow_control() == FlowControl::Next
+                            || w[0].is_jcc_short_or_near() && !(a + 1..a + l).contains(&w[0].near_branch_target()),
+                        "jump window {a:x}: {:?}",
+                        w[0].code()
+                    );
                 }
                 for d in &r.window[1..] {
                     assert!(!an.branch_targets.contains(&d.ip()), "branch target 0x{:x} inside jump window", d.ip());
@@ -244,6 +258,18 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
         let ins = decode_at(elf, x.address, covered);
         assert_eq!(ins.len(), x.displaced.len());
         assert!(!an.functions[x.function].is_cold_part());
+    }
+    // A slot window: 10 bytes or more of straight-line instructions, none but the first a
+    // branch target, the bytes as decoded.
+    for w in &plan.slot_windows {
+        let (a, l) = w.patch();
+        assert!(l >= 2 * JMP_LEN, "slot window {a:x} of {l} bytes");
+        for (k, d) in w.displaced.iter().enumerate() {
+            assert_eq!(d.flow_control(), FlowControl::Next, "slot window {a:x}: {:?}", d.code());
+            assert!(k == 0 || !an.branch_targets.contains(&d.ip()), "branch target 0x{:x} in slot window", d.ip());
+        }
+        assert_eq!(decode_at(elf, a, l).len(), w.displaced.len());
+        ranges.push((a, a + l, format!("slot window {a:x}")));
     }
     for x in &plan.skipped_exits {
         assert!(!timed.contains(&x.point), "skipped exit 0x{:x} of a timed point", x.site);
@@ -1288,4 +1314,168 @@ fn import_refs_keep_what_the_import_passes_use() {
         assert!(n_used > 0, "{}: no import references", bin.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Hub `ret`s and slots where no dead byte is in reach: a jump window over a compare-and-branch
+/// chain, a jump of the entry window into a lone `ret`, an entry window stretched over a call.
+const HUB_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+    .macro FILLER name
+FUNC \name
+    call ext
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END \name
+    .endm
+
+    .p2align 4
+FUNC ext
+    lea eax, [rdi + 1]
+    ret
+END ext
+    FILLER filler1
+# `cmp; je .Ltwo; jb .Lret`: the jb (rel8) into the run add; ret has no slot in reach, and
+# the instruction before it is the je: its jump window is cmp; je; jb.
+FUNC chain
+    push rbx
+    mov ebx, edi
+    call ext
+    pop rbx
+    cmp eax, 2
+    je .Lchain_two
+    jb .Lchain_ret
+    add eax, 1000
+.Lchain_ret:
+    ret
+.Lchain_two:
+    mov eax, 7
+    ret
+END chain
+    FILLER filler2
+# The entry window (test; je; push) jumps to a lone ret only jumps reach: the entry
+# trampoline's copy of the je leads to the exit trampoline.
+FUNC entry_jump
+    test edi, edi
+    je .Lej_ret
+    push rbx
+    mov ebx, edi
+    call ext
+    add eax, ebx
+    pop rbx
+    add eax, 1000
+    ret
+.Lej_ret:
+    ret
+END entry_jump
+    FILLER filler3
+# pop rbx; ret at a jump target, no dead byte in reach: the entry window (push; mov; xor, 5
+# bytes) grows over the call to 10, and its tail is the slot.
+FUNC stretch_call
+    push rbx
+    mov ebx, edi
+    xor eax, eax
+    call ext
+    test ebx, ebx
+    je .Lsc_out
+    add eax, ebx
+.Lsc_out:
+    pop rbx
+    ret
+END stretch_call
+    FILLER filler4
+# pop rbx; ret at a jump target, no dead byte in reach and no entry window that can grow: the
+# run mov; imul; lea; add (11 bytes) moves to a piece, its tail is the slot.
+FUNC evict
+    push rbx
+    mov ebx, edi
+    call ext
+    mov ecx, ebx
+    imul ecx, ecx, 3
+    lea edx, [rcx + rbx*2 + 100]
+    add eax, edx
+    test ebx, ebx
+    je .Lev_out
+    add eax, ebx
+.Lev_out:
+    pop rbx
+    ret
+END evict
+    FILLER filler5
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn exit_tactics_hub_chains_entry_jumps_call_stretch_slot_windows() {
+    let dir = temp_dir("hub");
+    let main =
+        "int chain(int), entry_jump(int), stretch_call(int), evict(int), filler1(int), filler2(int), filler3(int),
+        filler4(int), filler5(int);
+        int main(int c, char **v) { (void)v; return chain(c) + entry_jump(c) + stretch_call(c) + evict(c) + filler1(c)
+            + filler2(c) + filler3(c) + filler4(c) + filler5(c); }";
+    let p = Planned::new(&gcc(&dir, "hub", &[("main.c", main), ("hub.s", HUB_S)], &["-O1"]), false);
+    let exit_of = |name: &str, site: i64| {
+        let (i, f) = p.function(name);
+        let x =
+            p.plan.exits.iter().find(|x| x.function == i && x.site as i64 - f.address as i64 == site).expect("exit");
+        (f.address, x.clone())
+    };
+    // push rbx; mov ebx, edi; call ext (8) | pop rbx (+8) | cmp eax, 2 (+9, 3) | je rel8 (+12) |
+    // jb rel8 (+14) | add eax, 1000 (+16, 5) | ret (+21) | mov eax, 7 (+22, 5) | ret (+27).
+    assert_eq!(p.exits("chain"), ["+21 Ret window+jumps at +16 len 6 ins 2", "+27 Ret window at +22 len 6 ins 2"]);
+    let (a, x) = exit_of("chain", 21);
+    assert_eq!(x.redirects.len(), 1);
+    let r = &x.redirects[0];
+    assert_eq!((r.jump - a, r.len, r.to - a, r.slot, r.in_entry), (14, 2, 21, None, false));
+    // The window: cmp; je; jb, the je kept with its own target.
+    assert_eq!(r.patch(), (a + 9, 7));
+    assert_eq!(r.window.iter().map(|w| w.ip() - a).collect::<Vec<_>>(), [9, 12, 14]);
+    assert_eq!(r.window[1].near_branch_target(), a + 22);
+    assert!(p.timed("chain"));
+    // test edi, edi; je rel8 (+2); push rbx (+4) = the entry window | mov; call; add; pop (+5..+15)
+    // | add eax, 1000 (+15, 5) | ret (+20) | ret (+21): nothing patched at the lone ret.
+    assert_eq!(p.point("entry_jump").window_len, 5);
+    assert_eq!(p.exits("entry_jump"), ["+20 Ret window at +15 len 6 ins 2", "+21 Ret window+jumps at +21 len 0 ins 1"]);
+    let (a, x) = exit_of("entry_jump", 21);
+    let r = &x.redirects[0];
+    assert_eq!((r.jump - a, r.len, r.to - a, r.slot, r.in_entry), (2, 2, 21, None, true));
+    assert!(r.window.is_empty());
+    assert!(p.timed("entry_jump"));
+    // push; mov; xor (5) | call ext (+5) | test (+10); je (+12); add (+14) | pop rbx (+16) | ret:
+    // `jmp rel8` at pop to the slot in the entry window, stretched over the call.
+    let e = p.point("stretch_call");
+    assert_eq!((e.window_len, e.emulate_call, e.displaced.len()), (10, true, 4));
+    assert_eq!(p.exits("stretch_call"), ["+17 Ret jmp8+slot at +16 len 2 ins 2"]);
+    let (a, x) = exit_of("stretch_call", 17);
+    assert_eq!(x.slot, Some(a + 5));
+    assert!(p.timed("stretch_call"));
+    // push; mov; call ext (8) | mov ecx, ebx (+8, 2); imul (+10, 3); lea (+13, 4); add (+17, 2)
+    // | test (+19); je (+21); add (+23) | pop rbx (+25) | ret (+26): the run +8..+19 is a slot
+    // window, the slot at +13, the only one.
+    assert_eq!(p.exits("evict"), ["+26 Ret jmp8+slot at +25 len 2 ins 2"]);
+    let (a, x) = exit_of("evict", 26);
+    assert_eq!(x.slot, Some(a + 13));
+    let windows: Vec<(u64, u64, usize)> = p
+        .plan
+        .slot_windows
+        .iter()
+        .map(|w| (w.patch().0, w.patch().1, w.displaced.len()))
+        .filter(|w| w.0 >= a && w.0 < a + 27)
+        .collect();
+    assert_eq!(windows, [(a + 8, 11, 4)]);
+    assert!(p.timed("evict"));
+    // No other exit here needed one.
+    assert_eq!(p.plan.slot_windows.len(), 1);
 }
