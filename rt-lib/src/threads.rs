@@ -15,13 +15,14 @@
 //! and change under the lock or with atomics. The wrappers write another thread's record
 //! (its name, how it ended) only under the registration lock, field by field.
 //!
-//! Layering: uses `sys`, `state`, `column`, `clock`, `control` and `profile_file`; used by
+//! Layering: uses `sys`, `state`, `column`, `clock`, `control`, `process` and `profile_file`; used by
 //! `timer`, `wrap` and the entry points.
 #![allow(unsafe_code)]
 
 use crate::clock;
 use crate::column::{Column, CCT_INITIAL_MASK};
 use crate::control;
+use crate::process;
 use crate::profile_file;
 use crate::state::{RegGuard, Rt};
 use crate::sys;
@@ -149,7 +150,8 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
         }
         // Safety: the hand-off is ours alone (claim_fork), and start-up is long over.
         let su = unsafe { st.startup() };
-        profile_file::fork_child(rt, su, FLAG_FORK_CHILD);
+        // On a stack of its own: the thread that forked may have a small one (issue 14).
+        process::on_own_stack(|| profile_file::fork_child(rt, su, FLAG_FORK_CHILD));
         if !st.active() {
             return false;
         }
