@@ -753,7 +753,6 @@ mod tests {
         assert!(!c.save_baseline(&[0; N_STATES as usize]));
         c.add_to_baseline(SLOT_WALL_TICKS, 2, 2);
         assert_eq!(c.h.lazy_ready, 0);
-        drop(c);
         assert!(
             buf.iter().skip(COLUMN_HEADER_RESERVED as usize / 8).all(|&w| w == 0),
             "nothing written past the header"
