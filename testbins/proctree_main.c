@@ -8,6 +8,10 @@
 //                        is PTHREAD_STACK_MIN bytes (filled with a pattern first) reaps it
 //                        with waitpid and prints "child: exit 7"; main prints how many bytes
 //                        of that stack were ever used ("stack: N") and returns 0
+//   proctree_main forkstack  a thread whose stack is PTHREAD_STACK_MIN bytes (filled with a
+//                        pattern first) forks; the child calls main_fn 5 times, prints how many
+//                        bytes of that stack (its copy) were ever used ("child stack: N") and
+//                        _exits 9; the thread reaps it and prints "child: exit 9"
 // Without arguments it returns 0.
 //
 //# cflags: -pthread
@@ -67,6 +71,47 @@ static int small_stack(void) {
     return 0;
 }
 
+static unsigned char *fork_stack;
+
+static void *fork_on_a_small_stack(void *arg) {
+    (void)arg;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        long x = 0;
+        for (int i = 0; i < 5; i++)
+            x += main_fn(i);
+        size_t untouched = 0;
+        while (untouched < PTHREAD_STACK_MIN && fork_stack[untouched] == PATTERN)
+            untouched++;
+        printf("child stack: %zu (%ld)\n", (size_t)PTHREAD_STACK_MIN - untouched, x);
+        fflush(stdout);
+        _exit(9);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return (void *)1;
+    printf("child: exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return NULL;
+}
+
+static int fork_from_a_small_stack(void) {
+    size_t size = PTHREAD_STACK_MIN;
+    fork_stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fork_stack == MAP_FAILED)
+        return 2;
+    memset(fork_stack, PATTERN, size);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (pthread_attr_setstack(&attr, fork_stack, size) != 0)
+        return 3;
+    pthread_t t;
+    void *ret = NULL;
+    if (pthread_create(&t, &attr, fork_on_a_small_stack, NULL) != 0 || pthread_join(t, &ret) != 0 || ret)
+        return 4;
+    return 0;
+}
+
 __attribute__((noinline)) static void end_by(const char *how, int n) {
     printf("%s %d\n", how, n);
     fflush(stdout);
@@ -81,6 +126,8 @@ int main(int argc, char **argv) {
     main_fn(argc);
     if (argc > 1 && strcmp(argv[1], "stack") == 0)
         return small_stack();
+    if (argc > 1 && strcmp(argv[1], "forkstack") == 0)
+        return fork_from_a_small_stack();
     if (argc > 2)
         end_by(argv[1], atoi(argv[2]));
     int n = argc > 1 ? atoi(argv[1]) : 0;

@@ -20,18 +20,33 @@
 //! whole column that nobody else accesses meanwhile. The trampolines address the same
 //! places with `gs:` displacements the rewriter takes from the same constants.
 //!
+//! **File blocks as the thread uses them (issue 14).** Registration allocates the header, the
+//! first page of the shadow stack and the counters; everything else gets its blocks on its
+//! first write, here: the shadow stack a page at a time as the thread's depth reaches
+//! `shadow_ready` (the entry routine's limit, so it sends that entry here), the held and
+//! wait tables at the first lock event that writes them, the ring at the first transition,
+//! the baseline at the first snapshot (`lazy_ready` says which). A region whose blocks
+//! cannot be allocated (a full file system) is not written: its events are counted as lost
+//! (`wrap_skipped`, `shadow_overflow`), never a SIGBUS in the program. A handle made without
+//! [`Column::in_file`] (unit tests' memory columns) treats every region as allocated.
+//!
 //! Layering: uses only `stint_layout` and `core` (with `sys` at the bottom of rt-lib).
 #![allow(unsafe_code)]
 
+use crate::sys;
 use core::mem::size_of;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    baseline_offset, cct_hash, cct_index_offset, cct_nodes_offset, counter_offset, CctNode, ColumnHeader, Frame, Held,
-    Transition, WaitEntry, BASELINE_COUNTERS, BASELINE_STATES, BASELINE_WAITS, CCT_CAP, CCT_INDEX_CAP, CCT_NODE_SIZE,
-    COUNTERS_OFFSET, FRAME_SIZE, HELD_CAP, HELD_OFFSET, N_STATES, RING_CAP, RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET,
-    WAITS_OFFSET, WAIT_CAP,
+    baseline_len, baseline_offset, cct_hash, cct_index_offset, cct_nodes_offset, counter_offset, CctNode, ColumnHeader,
+    Frame, Held, Transition, WaitEntry, BASELINE_COUNTERS, BASELINE_STATES, BASELINE_WAITS, CCT_CAP, CCT_INDEX_CAP,
+    CCT_NODE_SIZE, COUNTERS_OFFSET, FRAME_SIZE, HELD_CAP, HELD_OFFSET, LAZY_BASELINE, LAZY_LOCK_TABLES, LAZY_RING,
+    LAZY_SHADOW_FULL, N_STATES, PAGE, RING_CAP, RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET, WAITS_OFFSET, WAIT_CAP,
 };
+
+/// Shadow-stack frames in the column's first page (after the header): the frames a
+/// registration allocates.
+pub const SHADOW_FIRST_PAGE: u32 = ((PAGE - SHADOW_OFFSET as u64) / FRAME_SIZE as u64) as u32;
 
 const _: () = assert!(size_of::<ColumnHeader>() as u32 <= SHADOW_OFFSET);
 const _: () = assert!(FRAME_SIZE as usize == size_of::<Frame>());
@@ -60,6 +75,9 @@ pub struct Column<'a> {
     /// The column's first byte; every region but the header is reached from it.
     base: *mut u8,
     geo: Geometry,
+    /// The profile file's descriptor and the column's offset in it, for the blocks of the
+    /// regions allocated on first write; `None`: nothing to allocate (a memory column).
+    file: Option<(i32, u64)>,
 }
 
 impl<'a> Column<'a> {
@@ -73,7 +91,61 @@ impl<'a> Column<'a> {
     pub unsafe fn from_raw(base: *mut ColumnHeader, geo: Geometry) -> Column<'a> {
         // Safety: per the contract the header is ours alone for 'a.
         let h = unsafe { &mut *base };
-        Column { h, base: base as *mut u8, geo }
+        Column { h, base: base as *mut u8, geo, file: None }
+    }
+
+    /// The handle, with the profile file (`fd`, mapped at `map_base`) that holds the column:
+    /// regions written for the first time get their blocks there.
+    pub fn in_file(mut self, fd: i32, map_base: usize) -> Column<'a> {
+        self.file = Some((fd, (self.base as usize).wrapping_sub(map_base) as u64));
+        self
+    }
+
+    /// Whether region `bit` (`len` bytes at column offset `off`) has its file blocks,
+    /// allocating them now if not. False (nothing allocated) on a full file system.
+    fn ready(&mut self, bit: u32, off: u64, len: u64) -> bool {
+        if self.h.lazy_ready & bit != 0 {
+            return true;
+        }
+        if let Some((fd, col_off)) = self.file {
+            if sys::allocate(fd, col_off + off, len).is_err() {
+                return false;
+            }
+        }
+        self.h.lazy_ready |= bit;
+        true
+    }
+
+    /// Frames the shadow stack keeps: `SHADOW_CAP`, or where a full file system stopped its
+    /// growth (`LAZY_SHADOW_FULL`).
+    pub fn shadow_cap(&self) -> u32 {
+        if self.h.lazy_ready & LAZY_SHADOW_FULL != 0 {
+            self.h.shadow_ready.min(SHADOW_CAP)
+        } else {
+            SHADOW_CAP
+        }
+    }
+
+    /// Give the shadow stack's frames up to the end of the page holding frame `depth` their
+    /// file blocks and raise `shadow_ready` (the entry routine's limit) to them; at a full
+    /// file system, [`Column::shadow_cap`] becomes `shadow_ready` for the rest of the thread.
+    /// Nothing to do below `shadow_ready` or at `SHADOW_CAP`.
+    pub fn grow_shadow(&mut self) {
+        let (ready, depth) = (self.h.shadow_ready.min(SHADOW_CAP), self.h.depth);
+        if depth < ready || depth >= SHADOW_CAP || self.h.lazy_ready & LAZY_SHADOW_FULL != 0 {
+            return;
+        }
+        let start = SHADOW_OFFSET as u64 + ready as u64 * FRAME_SIZE as u64;
+        let end = (SHADOW_OFFSET as u64 + (depth as u64 + 1) * FRAME_SIZE as u64).div_ceil(PAGE) * PAGE;
+        let end = end.min(HELD_OFFSET as u64);
+        if let Some((fd, col_off)) = self.file {
+            if sys::allocate(fd, col_off + start, end - start).is_err() {
+                self.h.shadow_ready = ready;
+                self.h.lazy_ready |= LAZY_SHADOW_FULL;
+                return;
+            }
+        }
+        self.h.shadow_ready = ((end - SHADOW_OFFSET as u64) / FRAME_SIZE as u64) as u32;
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -237,6 +309,9 @@ impl<'a> Column<'a> {
                 return Some(unsafe { &mut *e });
             }
             if object == 0 {
+                if !self.lock_tables_ready() {
+                    break;
+                }
                 // Safety: as above. Readers see the kind before the object (release).
                 unsafe {
                     (*e).kind = kind;
@@ -275,6 +350,31 @@ impl<'a> Column<'a> {
         None
     }
 
+    /// The held and wait tables' blocks ([`Column::ready`]).
+    fn lock_tables_ready(&mut self) -> bool {
+        let fresh = self.h.lazy_ready & LAZY_LOCK_TABLES == 0;
+        if !self.ready(LAZY_LOCK_TABLES, HELD_OFFSET as u64, (RING_OFFSET - HELD_OFFSET) as u64) {
+            return false;
+        }
+        // Holds counted while the table had no blocks were not kept: their slots must not
+        // read as object 0 now that the table is kept.
+        for i in 0..if fresh { self.h.n_held.min(HELD_CAP) } else { 0 } {
+            // Safety: i < HELD_CAP: inside the held table, which now has its blocks.
+            unsafe { *self.held(i) = Held { object: u32::MAX, _pad: 0, since: 0 } };
+        }
+        true
+    }
+
+    /// Holds the held table keeps: none while its blocks are not allocated (reading its
+    /// unwritten zeros would find object 0).
+    fn held_cap(&self) -> u32 {
+        if self.h.lazy_ready & LAZY_LOCK_TABLES != 0 || self.file.is_none() {
+            HELD_CAP
+        } else {
+            0
+        }
+    }
+
     fn wait_at(&self, i: u32) -> *mut WaitEntry {
         self.at::<WaitEntry>(WAITS_OFFSET as usize + i as usize * size_of::<WaitEntry>())
     }
@@ -287,7 +387,7 @@ impl<'a> Column<'a> {
     /// the holds beyond `HELD_CAP`, which are not kept).
     pub fn push_held(&mut self, obj: u32, since: u64) {
         let n = self.h.n_held;
-        if n < HELD_CAP {
+        if n < HELD_CAP && self.lock_tables_ready() {
             // Safety: n < HELD_CAP: inside the held table.
             unsafe { *self.held(n) = Held { object: obj, _pad: 0, since } };
         }
@@ -296,7 +396,7 @@ impl<'a> Column<'a> {
 
     /// Close the innermost open hold of `obj`; its start time.
     pub fn pop_held(&mut self, obj: u32) -> Option<u64> {
-        let kept = self.h.n_held.min(HELD_CAP);
+        let kept = self.h.n_held.min(self.held_cap());
         for i in (0..kept).rev() {
             // Safety: i < HELD_CAP.
             let h = unsafe { *self.held(i) };
@@ -316,7 +416,12 @@ impl<'a> Column<'a> {
     }
 
     /// Append `t` to the state-transition ring and publish it (`ring_head`, release).
+    /// Not written (counted in `wrap_skipped`) when the ring gets no file blocks.
     pub fn push_transition(&mut self, t: Transition) {
+        if !self.ready(LAZY_RING, RING_OFFSET as u64, (COUNTERS_OFFSET - RING_OFFSET) as u64) {
+            self.h.wrap_skipped = self.h.wrap_skipped.wrapping_add(1);
+            return;
+        }
         let head = self.h.ring_head;
         let i = (head % RING_CAP as u64) as usize;
         // Safety: i < RING_CAP: inside the ring; ring_head is an aligned u64 of the header.
@@ -327,10 +432,14 @@ impl<'a> Column<'a> {
     }
 
     /// Copy the waits, `state_ticks` and the counters into the baseline (the open frames are
-    /// added with [`Column::add_to_baseline`]).
-    pub fn save_baseline(&mut self, state_ticks: &[u64; N_STATES as usize]) {
+    /// added with [`Column::add_to_baseline`]). False (nothing written) when the baseline
+    /// gets no file blocks.
+    pub fn save_baseline(&mut self, state_ticks: &[u64; N_STATES as usize]) -> bool {
         let b = baseline_offset(self.geo.n_points, self.geo.n_slots) as usize;
         let counters = self.geo.n_points as usize * self.geo.n_slots as usize * 8;
+        if !self.ready(LAZY_BASELINE, b as u64, baseline_len(self.geo.n_points, self.geo.n_slots)) {
+            return false;
+        }
         // Safety: the wait table, the counter rows and the baseline (its waits, states and
         // counters, `baseline_len` bytes) all lie inside the column (`column_size`) and do not
         // overlap.
@@ -350,11 +459,13 @@ impl<'a> Column<'a> {
                 counters,
             );
         }
+        true
     }
 
     /// Add `v` to the baseline's copy of counter (`slot`, `point`).
     pub fn add_to_baseline(&mut self, slot: u32, point: u32, v: u64) {
-        if slot >= self.geo.n_slots || point >= self.geo.n_points {
+        let ready = self.h.lazy_ready & LAZY_BASELINE != 0 || self.file.is_none();
+        if !ready || slot >= self.geo.n_slots || point >= self.geo.n_points {
             return;
         }
         let b = baseline_offset(self.geo.n_points, self.geo.n_slots) as usize + BASELINE_COUNTERS as usize;
@@ -376,7 +487,7 @@ impl<'a> Column<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stint_layout::{column_size, SLOT_CALLS, SLOT_WALL_TICKS};
+    use stint_layout::{column_size, COLUMN_HEADER_RESERVED, SLOT_CALLS, SLOT_WALL_TICKS};
 
     /// The u64 at byte `off` of the buffer.
     fn word(buf: &[u64], off: u64) -> u64 {
@@ -528,5 +639,136 @@ mod tests {
         assert_eq!(again, ids, "the same nodes, none made twice");
         assert_eq!(c.cct_child(4, 4), Some(5));
         assert_eq!(c.h.cct_nodes, 5);
+    }
+
+    /// A sparse file as large as a column of `GEO`, for the blocks the handle allocates; its
+    /// descriptor and allocated bytes. Removed when dropped.
+    struct SparseFile(std::fs::File, std::path::PathBuf);
+    impl SparseFile {
+        fn new(tag: &str) -> SparseFile {
+            let path = std::env::temp_dir().join(format!("stint-rt-column-{tag}-{}", std::process::id()));
+            let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).unwrap();
+            f.set_len(column_size(GEO.n_points, GEO.n_slots)).unwrap();
+            SparseFile(f, path)
+        }
+        fn fd(&self) -> i32 {
+            std::os::fd::AsRawFd::as_raw_fd(&self.0)
+        }
+        fn allocated(&self) -> u64 {
+            std::os::unix::fs::MetadataExt::blocks(&self.0.metadata().unwrap()) * 512
+        }
+    }
+    impl Drop for SparseFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.1);
+        }
+    }
+
+    /// A memory column whose first writes allocate in `file` (at offset 0).
+    fn filed(buf: &mut [u64], fd: i32) -> Column<'_> {
+        let base = buf.as_ptr() as usize;
+        column(buf, GEO).in_file(fd, base)
+    }
+
+    #[test]
+    fn the_shadow_stack_gets_blocks_a_page_at_a_time() {
+        let file = SparseFile::new("shadow");
+        let mut buf = buffer(GEO);
+        let mut c = filed(&mut buf, file.fd());
+        c.h.shadow_ready = SHADOW_FIRST_PAGE;
+        c.h.depth = SHADOW_FIRST_PAGE - 1;
+        c.grow_shadow();
+        assert_eq!((c.h.shadow_ready, file.allocated()), (SHADOW_FIRST_PAGE, 0), "below the limit: nothing");
+        c.h.depth = SHADOW_FIRST_PAGE;
+        c.grow_shadow();
+        assert_eq!(SHADOW_FIRST_PAGE, 56);
+        assert_eq!(c.h.shadow_ready, 56 + 64, "the frames of the column's second page");
+        assert_eq!(file.allocated(), PAGE);
+        c.h.depth = SHADOW_CAP - 1;
+        c.grow_shadow();
+        assert_eq!(c.h.shadow_ready, SHADOW_CAP, "up to the end of the stack, not into the held table");
+        assert_eq!(file.allocated(), HELD_OFFSET as u64 / PAGE * PAGE, "pages 1 to the one the held table starts in");
+        assert_eq!(c.shadow_cap(), SHADOW_CAP);
+        c.h.depth = SHADOW_CAP;
+        c.grow_shadow();
+        assert_eq!(c.h.shadow_ready, SHADOW_CAP);
+    }
+
+    #[test]
+    fn a_full_file_system_caps_the_shadow_stack() {
+        let mut buf = buffer(GEO);
+        let mut c = filed(&mut buf, -1); // every allocation fails
+        c.h.shadow_ready = SHADOW_FIRST_PAGE;
+        c.h.depth = SHADOW_FIRST_PAGE;
+        c.grow_shadow();
+        assert_eq!((c.h.shadow_ready, c.shadow_cap()), (SHADOW_FIRST_PAGE, SHADOW_FIRST_PAGE));
+        assert_ne!(c.h.lazy_ready & LAZY_SHADOW_FULL, 0);
+        // Another file system later: the cap holds for the rest of the thread.
+        c.file = None;
+        c.grow_shadow();
+        assert_eq!(c.shadow_cap(), SHADOW_FIRST_PAGE);
+    }
+
+    #[test]
+    fn lock_tables_ring_and_baseline_get_blocks_at_their_first_write() {
+        let file = SparseFile::new("lazy");
+        let mut buf = buffer(GEO);
+        let mut c = filed(&mut buf, file.fd());
+        assert!(c.find_wait(0x3000, 1, 4, |_| true).is_none(), "looking allocates nothing");
+        assert_eq!(c.pop_held(0), None);
+        assert_eq!(file.allocated(), 0);
+        c.push_held(2, 20);
+        let tables = (RING_OFFSET as u64).div_ceil(PAGE) * PAGE - HELD_OFFSET as u64 / PAGE * PAGE;
+        assert_eq!(file.allocated(), tables);
+        assert_eq!(c.h.lazy_ready, LAZY_LOCK_TABLES);
+        c.wait_entry(3, 1, 0x3000).unwrap().count = 4;
+        assert_eq!(file.allocated(), tables, "once");
+        assert_eq!(c.pop_held(2), Some(20));
+        c.push_transition(Transition { tsc: 5, state: 1, object: 3 });
+        assert_eq!(c.h.ring_head, 1);
+        assert_eq!(c.h.lazy_ready, LAZY_LOCK_TABLES | LAZY_RING);
+        let ring_end = (COUNTERS_OFFSET as u64).div_ceil(PAGE) * PAGE;
+        assert_eq!(file.allocated(), ring_end - HELD_OFFSET as u64 / PAGE * PAGE);
+        let before = file.allocated();
+        assert!(c.save_baseline(&[0; N_STATES as usize]));
+        let b = baseline_offset(GEO.n_points, GEO.n_slots);
+        let len = baseline_len(GEO.n_points, GEO.n_slots);
+        let new_pages = (b + len).div_ceil(PAGE) - (b / PAGE).max(ring_end / PAGE);
+        assert_eq!(file.allocated() - before, new_pages * PAGE);
+        assert_eq!(c.h.lazy_ready, LAZY_LOCK_TABLES | LAZY_RING | LAZY_BASELINE);
+    }
+
+    #[test]
+    fn regions_without_blocks_are_not_written() {
+        let mut buf = buffer(GEO);
+        let mut c = filed(&mut buf, -1); // every allocation fails
+        c.push_held(2, 20);
+        assert_eq!(c.h.n_held, 1, "counted");
+        assert_eq!(c.pop_held(2), None, "not kept");
+        assert_eq!(c.h.n_held, 0);
+        assert!(c.wait_entry(3, 1, 0x3000).is_none());
+        assert_eq!(c.h.wrap_skipped, 1);
+        c.push_transition(Transition { tsc: 5, state: 1, object: 3 });
+        assert_eq!((c.h.ring_head, c.h.wrap_skipped), (0, 2));
+        assert!(!c.save_baseline(&[0; N_STATES as usize]));
+        c.add_to_baseline(SLOT_WALL_TICKS, 2, 2);
+        assert_eq!(c.h.lazy_ready, 0);
+        assert!(
+            buf.iter().skip(COLUMN_HEADER_RESERVED as usize / 8).all(|&w| w == 0),
+            "nothing written past the header"
+        );
+    }
+
+    #[test]
+    fn holds_counted_without_blocks_never_match_later() {
+        let file = SparseFile::new("held");
+        let mut buf = buffer(GEO);
+        let mut c = filed(&mut buf, -1);
+        c.push_held(0, 20); // object 0: what an unwritten slot would read as
+        c.file = Some((file.fd(), 0));
+        c.push_held(5, 30);
+        assert_eq!(c.h.n_held, 2);
+        assert_eq!(c.pop_held(0), None, "the hold that was not kept");
+        assert_eq!(c.pop_held(5), Some(30));
     }
 }

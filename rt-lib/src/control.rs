@@ -28,7 +28,7 @@ use stint_layout::control_file::{self, glob_match, ThreadSel};
 use stint_layout::{
     metric_bit, ColumnHeader, Control, Request, ThreadRule, CCT_CAP, CONTROL_FILE_APPLIED, CONTROL_FILE_REJECTED,
     CONTROL_OFFSET, GATE_HOOK, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, POINT_INFO_WRAP, REQ_CAP,
-    REQ_SNAPSHOT, SHADOW_CAP, SLOT_CPU_TICKS, SLOT_WALL_TICKS, THREAD_RULES_CAP,
+    REQ_SNAPSHOT, SLOT_CPU_TICKS, SLOT_WALL_TICKS, THREAD_RULES_CAP,
 };
 
 /// The control page of the mapped profile. Its place is our constant, never the header's
@@ -136,10 +136,12 @@ fn take_snapshot(rt: &Rt, col: &mut Column, seq: u64) {
             *t = t.saturating_add(now.saturating_sub(col.h.state_since));
         }
     }
-    col.save_baseline(&states);
+    if !col.save_baseline(&states) {
+        return; // no blocks for the baseline (a full file system): no snapshot on this thread
+    }
     // Open frames: the outermost activation of each point adds its time so far.
     let n = col.geometry().n_points;
-    let kept = col.h.depth.min(SHADOW_CAP);
+    let kept = col.h.depth.min(col.shadow_cap());
     for d in 0..kept {
         let Some(f) = col.frame(d) else { break };
         if f.point >= n || (0..d).any(|e| col.frame(e).is_some_and(|g| g.point == f.point)) {

@@ -66,7 +66,6 @@ mod wrap;
 #[cfg(stint_image)]
 mod image;
 
-use column::Column;
 use state::{Config, Rt};
 pub use stint_layout::RtConfig;
 use stint_layout::{ColumnHeader, WrapSite, CONFIG_MAGIC};
@@ -107,7 +106,7 @@ pub unsafe extern "C" fn stint_rt_timer(config: *const RtConfig, op: u32, point:
     }
     // Safety: forwarded contract: the thread's own column, mapped while `active`, written
     // only by this thread (the routine that called us holds `busy`).
-    let mut col = unsafe { Column::from_raw(sys::gs_self() as *mut ColumnHeader, rt.cfg.geometry()) };
+    let mut col = unsafe { threads::file_column(&rt, sys::gs_self() as *mut ColumnHeader) };
     timer::timer(&rt, &mut col, op, point, sp, tsc)
 }
 

@@ -24,7 +24,11 @@
 //!   replaced may have had another program name, so its profile is looked for by header (pid
 //!   and kernel start time), not by name.
 //!
-//! Layering: uses `sys` and `text`; used by `profile_file`, `wrap` and `start`.
+//! - **A stack of its own** ([`on_own_stack`]): a fork child's runtime start-up (a new
+//!   profile file, its header, meta and paths) runs on a stack the runtime maps for it, not on
+//!   the forking thread's, which may be a `PTHREAD_STACK_MIN` thread's (issue 14).
+//!
+//! Layering: uses `sys` and `text`; used by `profile_file`, `threads`, `wrap` and `start`.
 #![allow(unsafe_code)]
 
 use crate::sys;
@@ -112,6 +116,53 @@ pub fn ancestor_measures(own_path: &[u8]) -> bool {
         pid = ppid;
     }
     false
+}
+
+/// Bytes of the stack [`on_own_stack`] maps (reserved, not committed: only the pages the
+/// work touches cost memory).
+const OWN_STACK: usize = 256 * 1024;
+
+/// Run `f` on a stack of its own, mapped for the call and unmapped after it; on the caller's
+/// stack if no stack can be mapped (what it did before). For work that needs more stack than
+/// the program's thread may have: a fork child's start-up runs on the stack of whatever thread
+/// forked, and a thread of `PTHREAD_STACK_MIN` bytes has a few KiB left.
+pub fn on_own_stack<F: FnOnce()>(f: F) {
+    let rw = sys::PROT_READ | sys::PROT_WRITE;
+    let flags = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE;
+    // Safety: without MAP_FIXED the call only adds memory.
+    let Ok(base) = (unsafe { sys::mmap(0, OWN_STACK, rw, flags, -1, 0) }) else {
+        f();
+        return;
+    };
+    let mut slot = Some(f);
+    /// The stack's first frame: takes the closure out of the caller's slot and runs it.
+    extern "C" fn enter<F: FnOnce()>(slot: *mut Option<F>) {
+        // Safety: `slot` is the live `Option` of `on_own_stack`'s frame, which waits for us.
+        if let Some(f) = unsafe { (*slot).take() } {
+            f();
+        }
+    }
+    let top = (base + OWN_STACK) & !15;
+    // Safety: `top` is the 16-aligned end of a mapping of ours, so the call finds the stack
+    // aligned as the ABI wants; r12 (callee-saved, so `enter` keeps it) holds our stack
+    // pointer across the call and puts it back; every register the C ABI lets `enter`
+    // change is declared clobbered. The red zone below our stack pointer is not touched (the
+    // call pushes on the new stack). `enter` never unwinds (the runtime aborts on panic).
+    unsafe {
+        core::arch::asm!(
+            "mov r12, rsp",
+            "mov rsp, {top}",
+            "call {enter}",
+            "mov rsp, r12",
+            top = in(reg) top,
+            enter = in(reg) enter::<F> as *const () as usize,
+            in("rdi") &raw mut slot,
+            out("r12") _,
+            clobber_abi("C"),
+        );
+    }
+    // Safety: the mapping is ours and the call that used it has returned.
+    let _ = unsafe { sys::munmap(base, OWN_STACK) };
 }
 
 /// Copy the arguments of the initial stack `sp` into `out` (each NUL-terminated, cut at an

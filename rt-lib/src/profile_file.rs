@@ -427,7 +427,7 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]
     hdr.start_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
     hdr.tid_offset = cfg.tid_offset;
     if st.tsc_hz() == 0 {
-        st.set_tsc_hz(clock::calibrate_tsc());
+        st.set_tsc_hz(clock::tsc_frequency().0);
     }
     hdr.tsc_hz = st.tsc_hz();
     hdr.start_tsc = sys::rdtsc();

@@ -18,8 +18,8 @@ use stint_layout::{
     cct_hash, cct_index_offset, cct_nodes_offset, column_size, counter_offset, metric_bit, Calibration, CctNode,
     ColumnHeader, Frame, Pod, ProfileDir, CALIB_ENTRY_EXIT_OFFSET, CALIB_IMPORT_OFFSET, CALIB_PLAIN_OFFSET,
     CALIB_SCALE, CALIB_SPLIT_OFFSET, CCT_CAP, CCT_NODE_SIZE, CFG_NO_CALL_PATHS, CONFIG_MAGIC, ENV_CALLTREE_NODES,
-    ENV_CONTROL, ENV_DIR, ENV_LOG, ENV_PROFILE, METRIC_CALLS, N_COUNTER_SLOTS, SHADOW_OFFSET, SLOT_WALL_TICKS,
-    TIMER_BITS, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
+    ENV_CONTROL, ENV_DIR, ENV_LOG, ENV_PROFILE, METRIC_CALLS, N_COUNTER_SLOTS, SHADOW_CAP, SHADOW_OFFSET,
+    SLOT_WALL_TICKS, TIMER_BITS, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
 };
 
 /// Start-up, from the entry stub.
@@ -328,6 +328,7 @@ unsafe fn calibrate(rt: &Rt) -> Calibration {
         sync_tsc: sys::rdtsc(),
         sync_ticks: u64::MAX >> 1,
         thread_mask: u32::MAX,
+        shadow_ready: SHADOW_CAP, // a private mapping: no file blocks to allocate
         ..ColumnHeader::default()
     };
     let mask = rt.st.cct_mask();

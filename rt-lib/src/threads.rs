@@ -15,19 +15,21 @@
 //! and change under the lock or with atomics. The wrappers write another thread's record
 //! (its name, how it ended) only under the registration lock, field by field.
 //!
-//! Layering: uses `sys`, `state`, `column`, `clock`, `control` and `profile_file`; used by
+//! Layering: uses `sys`, `state`, `column`, `clock`, `control`, `process` and `profile_file`; used by
 //! `timer`, `wrap` and the entry points.
 #![allow(unsafe_code)]
 
 use crate::clock;
-use crate::column::{Column, CCT_INITIAL_MASK};
+use crate::column::{Column, CCT_INITIAL_MASK, SHADOW_FIRST_PAGE};
 use crate::control;
+use crate::process;
 use crate::profile_file;
 use crate::state::{RegGuard, Rt};
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    cct_index_offset, ColumnHeader, CFG_NO_TIMERS, COLUMN_LIVE, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, STATE_RUN,
+    baseline_offset, cct_index_offset, ColumnHeader, CFG_NO_TIMERS, COLUMN_LIVE, COUNTERS_OFFSET, FLAG_FORK_CHILD,
+    FLAG_TID_KEY_VERIFIED, PAGE, STATE_RUN,
 };
 
 /// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
@@ -64,7 +66,16 @@ pub fn registered_column<'a>(rt: &Rt<'a>) -> Option<Column<'a>> {
     }
     // Safety: the owner matches: it is this thread's own column, which only this thread
     // writes, mapped for the rest of the run; the caller is the one user of the handle.
-    Some(unsafe { Column::from_raw(cur, rt.cfg.geometry()) })
+    Some(unsafe { file_column(rt, cur) })
+}
+
+/// The handle of column `cur` of the mapping, with the file its first writes allocate in.
+///
+/// # Safety
+/// As [`Column::from_raw`].
+pub unsafe fn file_column<'a>(rt: &Rt<'a>, cur: *mut ColumnHeader) -> Column<'a> {
+    // Safety: forwarded contract.
+    unsafe { Column::from_raw(cur, rt.cfg.geometry()) }.in_file(rt.st.fd(), rt.st.base())
 }
 
 /// This thread's column, registering the thread if needed (`None`: not measuring).
@@ -76,7 +87,7 @@ pub fn own_column<'a>(rt: &Rt<'a>, point: u32) -> Option<Column<'a>> {
         return None;
     }
     // Safety: `slow` moved GS to this thread's column (see `registered_column`).
-    gs_column(rt).map(|cur| unsafe { Column::from_raw(cur, rt.cfg.geometry()) })
+    gs_column(rt).map(|cur| unsafe { file_column(rt, cur) })
 }
 
 /// The newest live column of this process owned by thread pointer `tp` among the last
@@ -116,7 +127,7 @@ fn refresh_if_owner(rt: &Rt, tp: u64, tid: u32, pid: u32) -> bool {
         return false;
     }
     // Safety: this thread's own column (owner, tid and pid match), written only by it.
-    let mut col = unsafe { Column::from_raw(cur, rt.cfg.geometry()) };
+    let mut col = unsafe { file_column(rt, cur) };
     col.h.owner_key = key(rt, tp);
     col.h.exit_key = col.h.owner_key;
     // Our own column and no frame half written: a safe point (`stint ctl` may have changed
@@ -151,7 +162,8 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
         }
         // Safety: the hand-off is ours alone (claim_fork), and start-up is long over.
         let su = unsafe { st.startup() };
-        profile_file::fork_child(rt, su, FLAG_FORK_CHILD);
+        // On a stack of its own: the thread that forked may have a small one (issue 14).
+        process::on_own_stack(|| profile_file::fork_child(rt, su, FLAG_FORK_CHILD));
         if !st.active() {
             return false;
         }
@@ -193,18 +205,24 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     }
     // Safety: as above (grow may have changed nothing we read here but the capacity).
     let (columns_offset, column_size) = unsafe { ((*hdr).columns_offset, (*hdr).column_size) };
-    // The column's blocks, before anything writes it: a full file system loses the thread
-    // (counted), never raises SIGBUS in the program.
-    // Not the tree's nodes: those get blocks a page at a time as the tree grows (timer.rs);
-    // nor its index when this thread keeps no call paths.
+    // The blocks of what the column's thread writes without asking rt-lib, before anything
+    // writes it: a full file system loses the thread (counted), never raises SIGBUS in the
+    // program. That is the header with the first page of the shadow stack (the entry routine
+    // asks rt-lib for more at `shadow_ready`), the counters, and the first slots of the tree's
+    // index when this thread keeps call paths (it grows with the tree, and the nodes get
+    // blocks a page at a time: timer.rs). The lock tables, the ring and the baseline get
+    // theirs at their first write (column.rs), so a thread's blocks follow what it does
+    // (issue 14).
     let geo = rt.cfg.geometry();
-    // The index starts small (`CCT_INITIAL_MASK`) and grows with the tree (timer.rs).
-    let eager = if st.cct_mask() != 0 {
-        cct_index_offset(geo.n_points, geo.n_slots) + (st.cct_mask().min(CCT_INITIAL_MASK) as u64 + 1) * 4
-    } else {
-        cct_index_offset(geo.n_points, geo.n_slots)
-    };
-    if sys::allocate(st.fd(), columns_offset + idx as u64 * column_size, eager.min(column_size)).is_err() {
+    let col_off = columns_offset + idx as u64 * column_size;
+    let counters = (COUNTERS_OFFSET as u64, baseline_offset(geo.n_points, geo.n_slots));
+    let index = cct_index_offset(geo.n_points, geo.n_slots);
+    let index_len = if st.cct_mask() != 0 { (st.cct_mask().min(CCT_INITIAL_MASK) as u64 + 1) * 4 } else { 0 };
+    let eager = [(0, PAGE), (counters.0, counters.1 - counters.0), (index, index_len)];
+    let fits = |&(off, len): &(u64, u64)| off + len <= column_size;
+    if !eager.iter().all(fits)
+        || eager.iter().filter(|r| r.1 != 0).any(|&(off, len)| sys::allocate(st.fd(), col_off + off, len).is_err())
+    {
         lose(rt, &guard, hdr, tid);
         return false;
     }
@@ -213,6 +231,7 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     // thread touches an unpublished column.
     let col = unsafe { Column::from_raw(col_addr as *mut ColumnHeader, rt.cfg.geometry()) };
     let h = &mut *col.h;
+    h.shadow_ready = SHADOW_FIRST_PAGE;
     h.self_addr = col_addr as u64;
     h.owner_tp = tp;
     h.owner_key = key(rt, tp);

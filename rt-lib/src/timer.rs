@@ -4,7 +4,8 @@
 //! The rewriter's timer routine (`codegen::timer_routine`) handles the common case in
 //! machine code and calls [`timer`] (through `stint_rt_timer`) when the shadow stack needs
 //! more than a push or a matching pop: frames abandoned by an exception or `longjmp`, an
-//! exit that matches no frame, a stack beyond `SHADOW_CAP`, a CPU clock to re-synchronise,
+//! exit that matches no frame, a stack at `shadow_ready` (the next page of frames to allocate)
+//! or beyond `SHADOW_CAP`, a CPU clock to re-synchronise,
 //! or a safe point `stint ctl` asked for. It runs with the column's `busy` flag set, on the
 //! thread's own column, so nothing here is shared with other threads.
 //!
@@ -18,7 +19,7 @@ use crate::state::Rt;
 use crate::sys;
 use stint_layout::{
     cct_index_offset, cct_nodes_offset, metric_bit, Frame, TimerOp, CCT_LOST, CCT_NODE_SIZE, METRIC_CPU_TIME,
-    METRIC_WALL_TIME, SHADOW_CAP, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
+    METRIC_WALL_TIME, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 const TIMER_OP_ENTER: u32 = TimerOp::Enter as u32;
@@ -50,10 +51,16 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
         }
     }
     let now = Now { wall: tsc, cpu: cpu_tsc.wrapping_sub(col.h.cpu_off) };
+    // The entry routine sends an entry at `shadow_ready` here: the next page of frames gets
+    // its file blocks (column.rs); `cap` is below `SHADOW_CAP` only on a full file system.
+    if op == TIMER_OP_ENTER {
+        col.grow_shadow();
+    }
+    let cap = col.shadow_cap();
     // Frames beyond the kept ones: an exit below the deepest kept frame belongs to one of
     // them; at or above it, they were all left by exception or longjmp.
-    if col.h.depth > SHADOW_CAP {
-        let deepest = col.frame(SHADOW_CAP - 1).map_or(0, |f| f.sp);
+    if col.h.depth > cap {
+        let deepest = col.frame(cap.wrapping_sub(1)).map_or(0, |f| f.sp);
         if sp < deepest {
             if op == TIMER_OP_EXIT {
                 col.h.depth -= 1;
@@ -64,8 +71,8 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
             }
             return;
         }
-        col.h.abandoned_frames += (col.h.depth - SHADOW_CAP) as u64;
-        col.h.depth = SHADOW_CAP;
+        col.h.abandoned_frames += (col.h.depth - cap) as u64;
+        col.h.depth = cap;
     }
     // Frames whose stack pointer lies below ours (for an entry: at or below) were left
     // without their exit: close them with the time up to now.
@@ -87,7 +94,7 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
         }
         return;
     }
-    if col.h.depth >= SHADOW_CAP {
+    if col.h.depth >= cap {
         col.h.depth += 1;
         col.h.shadow_overflow += 1;
         lose_entry(col);

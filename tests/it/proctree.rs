@@ -23,6 +23,7 @@
 //! | `static_<kind>_ends` | the same program built glibc `-static`, `-static-pie`, `musl-gcc -static`: main's return (0, 3, 256, 300), `exit(3)`, `_exit(300)` and `syscall(SYS_exit_group, 9)` recorded exactly (`exit`, `_exit`, `_Exit`, `__libc_start_main` and `syscall` are wrapped by name) |
 //! | `static_glibc_stripped_main_returns` | glibc `-static`, stripped: main's return recorded (`__libc_start_main` found from `_start`) |
 //! | `wait_wrapper_stack_is_small` | a thread with a `PTHREAD_STACK_MIN` stack forks a child and reaps it with `waitpid`: the child's `exit 7` is recorded, and the rewritten program uses at most 1 KiB more of that stack than the original |
+//! | `fork_child_starts_on_its_own_stack` | a thread with a `PTHREAD_STACK_MIN` stack forks, and the child calls `main_fn` ×5: the same output and exit status as the original (before, the child's runtime start-up overflowed that stack), the child's profile counts `main_fn` exactly 5 times, and the child used at most 1 KiB more of the stack than the original's child |
 //! | `exec_into_another_program_names_the_profile_it_replaced` | the same run's last child execs the rewritten `proctree` (another program name, another profile name): its profile's `exec_from` names the `proctree_end` profile it replaced, and the tree links them |
 //! | `stint_run_records_the_root` | `stint run` records how the program it started ended (return 4 from main) in the root's profile |
 //! | `children_off_measures_only_the_root` | a control file with `children: off`: only the root process measures (its first image and the one it execs in place); the output is the original's |
@@ -669,6 +670,46 @@ fn stack_used(o: &Outcome) -> i64 {
     let text = o.stdout_str();
     let line = text.lines().find_map(|l| l.strip_prefix("stack: ")).unwrap_or_else(|| panic!("no stack line: {o:?}"));
     line.parse().unwrap()
+}
+
+#[test]
+fn fork_child_starts_on_its_own_stack() {
+    let _share = cpu_share();
+    let (bin, out) = main_programs(Variant::PieO0);
+    let dir = fresh_dir("proctree-fork-stack");
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let profiles = private_dir(&dir, "profiles");
+    let orig = under_shell(&bin, &["forkstack"], &cwd, &profiles);
+    assert_eq!(orig.status, 0, "{orig:?}");
+    assert_eq!(orig.stdout_str().lines().nth(1), Some("child: exit 9"), "{orig:?}");
+    let rw = under_shell(&out, &["forkstack"], &cwd, &profiles);
+    assert_eq!((rw.status, rw.stderr.as_slice()), (orig.status, orig.stderr.as_slice()), "{rw:?}");
+    // Line by line but for the stack figure: "child stack: N (35)", "child: exit 9".
+    let strip = |o: &Outcome| -> Vec<String> {
+        o.stdout_str().lines().map(|l| l.split_once(": ").map_or(l, |(_, v)| v).to_owned()).collect()
+    };
+    let (was, is) = (strip(&orig), strip(&rw));
+    assert_eq!(was.len(), 2, "{orig:?}");
+    assert_eq!(is.len(), 2, "{rw:?}");
+    assert_eq!(is[1], was[1], "the child's exit");
+    let used = |l: &str| -> i64 { l.split(' ').next().unwrap().parse().unwrap() };
+    assert_eq!(is[0].split_once(' ').map(|p| p.1), was[0].split_once(' ').map(|p| p.1), "the child's result");
+    let (was_used, is_used) = (used(&was[0]), used(&is[0]));
+    assert!(
+        is_used - was_used <= 1024,
+        "the rewritten child used {is_used} bytes of the small stack, the original {was_used}"
+    );
+    // Two images: the root and its fork child, which counted main_fn exactly.
+    let tree = tree_json(&profiles);
+    let procs = tree["processes"].as_array().expect("processes");
+    let links: Vec<(Option<&str>, Option<u64>)> =
+        procs.iter().map(|p| (p["link"].as_str(), p["exit_status"].as_u64())).collect();
+    assert_eq!(links, [(Some("root"), Some(0)), (Some("fork"), Some(9))], "{tree:#}");
+    let child = report_json(Path::new(procs[1]["file"].as_str().unwrap()));
+    assert_eq!(calls_of(&child, "main_fn"), 5, "{child:#}");
+    let root = report_json(Path::new(procs[0]["file"].as_str().unwrap()));
+    assert_eq!(calls_of(&root, "main_fn"), 1, "{root:#}");
 }
 
 #[test]

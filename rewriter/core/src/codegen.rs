@@ -57,11 +57,11 @@ use stint_layout::{
     CCT_NODE_CALLS_OFFSET, CCT_NODE_CPU_OFFSET, CCT_NODE_PARENT_OFFSET, CCT_NODE_POINT_OFFSET, CCT_NODE_SIZE,
     CCT_NODE_WALL_OFFSET, COL_BUSY_OFFSET, COL_CCT_MASK_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET,
     COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET,
-    COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET, COL_TIMER_SKIPPED_OFFSET,
-    COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_NODE_OFFSET, FRAME_POINT_OFFSET, FRAME_SIZE,
-    FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME, METRIC_LOCK_HOLD, METRIC_LOCK_WAIT,
-    METRIC_WALL_TIME, N_COUNTER_SLOTS, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS,
-    SLOT_WALL_TICKS, TIMER_BITS,
+    COL_SHADOW_READY_OFFSET, COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET,
+    COL_TIMER_SKIPPED_OFFSET, COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_NODE_OFFSET,
+    FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME,
+    METRIC_LOCK_HOLD, METRIC_LOCK_WAIT, METRIC_WALL_TIME, N_COUNTER_SLOTS, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE,
+    SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 /// Label IPs live here; no user-space instruction can have such an address.
@@ -1290,6 +1290,11 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
     a.mov(edx, gs32(COL_DEPTH_OFFSET))?;
     if op == TimerOp::Enter {
         let mut push = a.create_label();
+        // Frames with file blocks (≤ SHADOW_CAP; at the limit rt-lib allocates the next page).
+        a.cmp(edx, gs32(COL_SHADOW_READY_OFFSET))?;
+        a.jae(slow)?;
+        // The file's word is not trusted (a profile written by someone else): never past the
+        // stack itself, whatever `shadow_ready` says. A fused compare with no memory operand.
         a.cmp(edx, SHADOW_CAP)?;
         a.jae(slow)?;
         a.shl(edx, FRAME_SIZE.trailing_zeros())?; // rdx = depth * FRAME_SIZE

@@ -1436,6 +1436,8 @@ mod tests {
             sched_runq_ns: 54,
             sched_read: 1,
             _pad_sched: 0,
+            shadow_ready: 55,
+            lazy_ready: 56,
         };
         assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 

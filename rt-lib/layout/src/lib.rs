@@ -403,8 +403,26 @@ pod_struct! {
         pub sched_runq_ns: u64,
         pub sched_read: u32,
         pub _pad_sched: u32,
+        // ---- file blocks given a region at a time (issue 14) ----
+        /// Shadow-stack frames whose file blocks are allocated: the entry routine takes the
+        /// slow path at this depth, and the runtime allocates the next page of frames (or,
+        /// on a full file system, keeps no deeper frames: `LAZY_SHADOW_FULL`). 0 in files of
+        /// runtimes before it: all `SHADOW_CAP` frames were allocated at registration.
+        pub shadow_ready: u32,
+        /// `LAZY_*` bits: the column regions the runtime allocated on their first write.
+        pub lazy_ready: u32,
     }
 }
+
+/// `ColumnHeader::lazy_ready`: the held and wait tables have their file blocks.
+pub const LAZY_LOCK_TABLES: u32 = 1;
+/// The state-transition ring has its file blocks.
+pub const LAZY_RING: u32 = 2;
+/// The snapshot baseline has its file blocks.
+pub const LAZY_BASELINE: u32 = 4;
+/// The next page of shadow-stack frames could not be allocated: `shadow_ready` is the stack's
+/// capacity for the rest of the thread.
+pub const LAZY_SHADOW_FULL: u32 = 8;
 
 /// Bytes reserved for the column header; the shadow stack starts here.
 pub const COLUMN_HEADER_RESERVED: u64 = 512;
@@ -512,6 +530,7 @@ pub const FRAME_WALL_OFFSET: u32 = offset_of!(Frame, wall_start) as u32;
 pub const FRAME_CPU_OFFSET: u32 = offset_of!(Frame, cpu_start) as u32;
 pub const FRAME_NODE_OFFSET: u32 = offset_of!(Frame, node) as u32;
 pub const COL_CCT_MASK_OFFSET: u32 = offset_of!(ColumnHeader, cct_mask) as u32;
+pub const COL_SHADOW_READY_OFFSET: u32 = offset_of!(ColumnHeader, shadow_ready) as u32;
 /// Open `lock_hold` intervals: `HELD_CAP` × [`Held`] after the shadow stack.
 pub const HELD_OFFSET: u32 = SHADOW_OFFSET + SHADOW_CAP * FRAME_SIZE;
 pub const HELD_CAP: u32 = 16;
