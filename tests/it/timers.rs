@@ -973,10 +973,13 @@ fn check_recurse(case: &Case) -> Checked {
 
 /// longjmp.c and unwind.cpp: frames left without a ret are closed at the next event above
 /// them. `outer` sets the jump buffer or catches and then calls `after`; `left` are the
-/// frames it leaves, outermost first, each with the side-file keys of the earliest and the
-/// latest moment it may be closed (from the clock read at its top to the first event above
-/// it that the program can time); `extra_calls` more (nm name, calls) pairs of the main
-/// thread to check.
+/// frames it leaves, outermost first, each with the side-file keys of its shortest and
+/// longest time the program measured: from the clock read at its top (after its entry
+/// trampoline) or by its caller just before the call (before it), to the earliest or the
+/// latest event above it where it may be closed. On a loaded machine a thread switch
+/// between the caller's read and the function's own (in the entry trampolines' system
+/// calls) counts in the function's time, so only the pair brackets it; `extra_calls` more
+/// (nm name, calls) pairs of the main thread to check.
 fn check_left_frames(case: &Case, outer: &str, left: [(&str, &str, &str); 3], extra_calls: &[(&str, u64)]) -> Checked {
     const JUMPS: u64 = 50;
     let mut c = Checker::new(case);
@@ -1041,18 +1044,18 @@ fn check_left_frames(case: &Case, outer: &str, left: [(&str, &str, &str); 3], ex
 }
 
 fn check_longjmp(case: &Case) -> Checked {
-    // g, h and k close at after()'s entry, right after the landing.
-    check_left_frames(case, "f", [("g", "g", "g"), ("h", "h", "h"), ("k", "k", "k")], &[])
+    // g, h and k close at the call of f's landing clock read (see longjmp.c).
+    check_left_frames(case, "f", [("g", "g", "g_call"), ("h", "h", "h_call"), ("k", "k", "k_call")], &[])
 }
 
 fn check_unwind(case: &Case) -> Checked {
     // d closes at the entry of ~Guard (called by the unwinder in b's landing pad), c there
-    // (same stack pointer) or at after()'s entry, b at after()'s entry (see unwind.cpp).
+    // (same stack pointer) or in a's catch block, b in a's catch block (see unwind.cpp).
     // Guard's constructor and destructor (C1/C2 and D1/D2 share an address) are counted.
     check_left_frames(
         case,
         "a",
-        [("b", "b", "b"), ("c", "c", "c_late"), ("d", "d", "d")],
+        [("b", "b", "b_call"), ("c", "c", "c_late_call"), ("d", "d", "d_call")],
         &[("_ZN5GuardC2Ev", 50), ("_ZN5GuardD2Ev", 50)],
     )
 }
