@@ -19,9 +19,10 @@
 //     is_even TID CPU_NS WALL_NS     around is_even(29)
 //     ping TID CPU_NS WALL_NS        around ping(29)
 //     tail TID CPU_NS WALL_NS        around tail_a(x)
-// and once, the wall time of the spins of the tail functions, measured inside them (sums
-// over all calls):
+// and once, the wall time of the spins of the tail functions and of ping's and pong's
+// levels, measured inside them (sums over all calls):
 //     tail_a TID 0 WALL_NS, tail_b TID 0 WALL_NS, tail_c TID 0 WALL_NS
+//     ping_levels TID 0 WALL_NS, pong_levels TID 0 WALL_NS
 //
 //# variants: pie-O2 nopie-O0
 //# expect: threads 1
@@ -41,6 +42,7 @@
 
 static volatile unsigned long sink;
 static long span_wall[3]; /* tail_a, tail_b, tail_c */
+static long level_wall[2]; /* ping, pong: the wall time of their spins, summed */
 
 __attribute__((noipa)) unsigned long rec(int n) {
     unsigned long s = spin(n, LEVEL);
@@ -72,15 +74,25 @@ __attribute__((noipa)) int is_odd(int n) {
 
 __attribute__((noipa)) int pong(int n);
 
+/* Spin one level and add its wall time to level_wall[i]: on a loaded machine a thread
+   switch lands in one sibling's spins and not the other's, so the two do not take equal
+   wall time although they spin equally. */
+TIMING_INLINE unsigned long level_spin(int i, int n) {
+    long w0 = wall_now();
+    unsigned long x = spin(n, LEVEL);
+    level_wall[i] += wall_now() - w0;
+    return x;
+}
+
 __attribute__((noipa)) int ping(int n) {
-    sink = spin(n, LEVEL);
+    sink = level_spin(0, n);
     if (n == 0)
         return 0;
     return pong(n - 1);
 }
 
 __attribute__((noipa)) int pong(int n) {
-    sink = spin(n, LEVEL);
+    sink = level_spin(1, n);
     if (n == 0)
         return 1;
     return ping(n - 1);
@@ -137,6 +149,8 @@ int main(void) {
     const char *names[3] = {"tail_a", "tail_b", "tail_c"};
     for (int i = 0; i < 3; i++)
         times_add(names[i], tid, 0, span_wall[i]);
+    times_add("ping_levels", tid, 0, level_wall[0]);
+    times_add("pong_levels", tid, 0, level_wall[1]);
     times_write();
     printf("recurse: rec %lx, is_even(29) %d/10, ping(29) %d/10\n", check, evens, pings);
     return 0;

@@ -9,8 +9,9 @@
 //   - ~Guard, which the unwinder calls from b's landing pad, is entered with a stack
 //     pointer above d's frame and equal to c's (b calls both from the same frame): d closes
 //     there, c there or at the next event;
-//   - a's catch block reads the clock ("landing") and calls after(), the first event above
-//     b's frame: b closes there.
+//   - a's catch block (entered through __cxa_begin_catch, the first event above b's frame:
+//     b closes there; at -O2 the block is in a.cold and b may close as late as after()'s
+//     entry) reads the wall clock ("landing") first, then calls after().
 // ~Guard reads the clock as its first statement ("unwound"). b, c and d spin 1 unit each
 // and after() 3 units (a unit is about 0.2 ms). main calls a 50 times.
 //
@@ -20,6 +21,13 @@
 //     c TID 0 WALL_NS            unwound - the clock read at the top of c
 //     c_late TID 0 WALL_NS       landing - the clock read at the top of c
 //     d TID 0 WALL_NS            unwound - the clock read at the top of d
+//     b_call, c_late_call, d_call TID 0 WALL_NS   from the clock read by the caller just
+//                                before the call to the clock read just before after()
+//                                (b_call, c_late_call) or unwound (d_call): the upper bounds
+//                                of b, c and d. The entry trampolines (of
+//                                the function and of the clock read's libc call) run between
+//                                the two reads, and on a loaded machine a thread switch there
+//                                (they may make a system call) counts in the function's time
 //     after TID CPU_NS WALL_NS   around each call of after, measured by a
 // stdout does not depend on timing.
 //
@@ -41,8 +49,9 @@ struct Boom {
 };
 
 static volatile unsigned long sink;
-static long b_start, c_start, d_start, unwound;
-static long b_span, c_span, c_late_span, d_span;
+static long b_start, c_start, d_start, unwound; /* read at the top of b, c, d */
+static long b_call, c_call, d_call;             /* read by their callers just before the call */
+static long b_span, c_span, c_late_span, d_span, b_call_span, c_late_call_span, d_call_span;
 static long guards_alive;
 
 struct Guard {
@@ -54,6 +63,7 @@ struct Guard {
         unwound = wall_now();
         c_span += unwound - c_start;
         d_span += unwound - d_start;
+        d_call_span += unwound - d_call;
         guards_alive--;
     }
 };
@@ -75,6 +85,7 @@ __attribute__((noipa)) unsigned long d(unsigned long x) {
 __attribute__((noipa)) unsigned long c(unsigned long x) {
     c_start = wall_now();
     x = spin(x, UNIT);
+    d_call = wall_now();
     unsigned long r = d(x);
     sink = r; /* after the call: d is not a tail call */
     return r + 1;
@@ -84,6 +95,7 @@ __attribute__((noipa)) unsigned long b(unsigned long x) {
     b_start = wall_now();
     Guard guard;
     x = spin(x, UNIT);
+    c_call = wall_now();
     unsigned long r = c(x);
     sink = r;
     return r + 1;
@@ -91,13 +103,23 @@ __attribute__((noipa)) unsigned long b(unsigned long x) {
 
 __attribute__((noipa)) unsigned long a(unsigned long x) {
     try {
+        b_call = wall_now();
         sink = b(x);
         fprintf(stderr, "unwind: b returned\n");
         exit(1);
     } catch (const Boom &e) {
-        struct span s = span_start(); /* s.wall is the landing, read just before after() */
-        b_span += s.wall - b_start;
-        c_late_span += s.wall - c_start;
+        /* The landing, read before the CPU clock's system call (where a loaded machine
+           switches threads): only __cxa_begin_catch and this read's call lie between the
+           first event above b's frame and the read. */
+        long landing = wall_now();
+        b_span += landing - b_start;
+        c_late_span += landing - c_start;
+        struct span s = span_start();
+        /* At -O2 the catch block is in a.cold; b closed later than the landing there under
+           load (its libc calls seem not to be events), at latest at after()'s entry, just
+           after s.wall. */
+        b_call_span += s.wall - b_call;
+        c_late_call_span += s.wall - c_call;
         unsigned long r = after(e.value);
         times_span("after", thread_id(), span_since(s));
         sink = r;
@@ -123,6 +145,9 @@ int main() {
     times_add("c", tid, 0, c_span);
     times_add("c_late", tid, 0, c_late_span);
     times_add("d", tid, 0, d_span);
+    times_add("b_call", tid, 0, b_call_span);
+    times_add("c_late_call", tid, 0, c_late_call_span);
+    times_add("d_call", tid, 0, d_call_span);
     times_write();
     printf("unwind: %d throws caught, check %lx\n", THROWS, check);
     fprintf(stderr, "unwind: done\n");

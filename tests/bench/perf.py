@@ -15,6 +15,9 @@ operation and percent. Workloads:
   page offers cap_user_time (tests/bench/clocks.c);
 - the call loop (testbins/bench_calls.c): off (the default rewrite, control `on: []`), calls,
   calls+wall, calls+cpu, the default spec (all);
+- trampoline layouts for a calls-only point (tests/bench/trampolines.c): hand-written
+  copies of the entry trampoline and its alternatives, each against the function called
+  directly (CPU time, least of RUNS);
 - matmul, 2 threads (testbins/matmul.c): calls on innerp, cpu_time on innerp, default spec;
   at N = 480 (0.05 s), at N = 960 (about 0.45 s, nearer the issue's 0.78 s run), and at
   N = 2 (the fixed start-up and per-thread costs alone, in µs per run);
@@ -212,6 +215,32 @@ def main():
         os.replace(out_file + ".tmp", out_file)
 
 
+def trampoline_layouts(b, n):
+    """tests/bench/trampolines.c: each layout's CPU time (user + system, the least of RUNS
+    interleaved runs) against `base`, the function called directly."""
+    log("== trampoline layouts")
+    tr = b.gcc("tests/bench/trampolines.c", "bench_trampolines")
+    names = subprocess.run([tr, "list"], check=True, capture_output=True, text=True).stdout.split()
+    cpu = {v: [] for v in names}
+    for r in range(RUNS):
+        for v in names[r % len(names):] + names[:r % len(names)]:
+            p = subprocess.Popen([tr, v, str(n)], stdout=subprocess.PIPE)
+            out = p.stdout.read().decode()
+            _, status, ru = os.wait4(p.pid, 0)
+            if os.waitstatus_to_exitcode(status) != 0 or f"acc {n * (n + 1) // 2}," not in out:
+                raise SystemExit(f"perf.py: trampolines {v}: {out.strip()}")
+            cpu[v].append(ru.ru_utime + ru.ru_stime)
+    base = min(cpu["base"])
+    rows = ["## Trampoline layouts (calls-only point)", "",
+            f"`tests/bench/trampolines.c`, {n:.0e} calls; CPU time, least of {RUNS} interleaved runs.", "",
+            "| layout | least CPU | cost |", "|---|---|---|"]
+    for v in names:
+        t = min(cpu[v])
+        cost = f"{t / n * 1e9:.2f} ns/call" if v == "base" else f"{(t - base) / n * 1e9:+.2f} ns/call"
+        rows.append(f"| {v} | {t:.3f} s | {cost} |")
+    return rows + [""]
+
+
 def machine():
     cpu = "?"
     with open("/proc/cpuinfo") as f:
@@ -261,6 +290,9 @@ def bench(b):
          *b.variants("calls+cpu", calls, "cpu", CPU, a, b.measured("u")),
          *b.variants("default (all)", calls, "all", None, a, b.measured("a"))]
     b.interleave(f"call loop, {n_calls:.0e} calls", n_calls, "call", v)
+
+    # ---- trampoline layouts ----
+    md += trampoline_layouts(b, n_calls)
 
     # ---- matmul, 2 threads ----
     mm = b.gcc("matmul.c", "matmul")

@@ -7,7 +7,7 @@
 //! | `<kind>::same_behaviour` | stdout, stderr and exit status of the rewritten program equal the original's |
 //! | `<kind>::exact_counts` | per thread: main calls `tick` 7 times, the workers 100, 200 and 300; each worker's `pthread_mutex_lock` / `_unlock` as often as its `tick` |
 //! | `<kind>::thread_records` | five threads; each created one names main as its creator, its start routine (`worker`, `waiter`) and `returned` |
-//! | `<kind>::lock_wait` | the waiter's wait on `held` (main keeps it 60 ms): one acquisition, contended, ≥ 20 ms |
+//! | `<kind>::lock_wait` | the waiter's wait on `held` (main keeps it 60 ms after it saw the waiter blocked): one acquisition, contended, ≥ 20 ms |
 //! | `<kind>::ends_recorded` | the parent's profile says `exit 0` (main's return), the child's `exit 3` (`exit(3)`): `exit`, `_exit`, `_Exit` and `__libc_start_main` are wrapped by name (D22) |
 //! | `<kind>::fork_child` | the forked child has its own profile (fork_child, parent pid) with `child_work` called 5 times; the parent none |
 //! | `<kind>::no_stint_variables` | run without any `STINT_*` variable: same behaviour, the cwd stays empty, the profiles go to `$XDG_RUNTIME_DIR/stint` |

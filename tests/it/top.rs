@@ -90,6 +90,8 @@ struct Live {
     after: BTreeSet<u32>,
     /// `top --once --interval 0.3` while it runs.
     text: String,
+    /// Seconds that `top --once --interval 0.3` took, measured here.
+    top_secs: f64,
     /// `ls --json` and `ls` while it runs.
     listed: Vec<serde_json::Value>,
     table: Outcome,
@@ -149,7 +151,9 @@ fn observe_live() -> Live {
     let registered = Instant::now();
 
     let before = tasks(pid);
+    let top_start = Instant::now();
     let o = top_once(&profile, "0.3");
+    let top_secs = top_start.elapsed().as_secs_f64();
     let after = tasks(pid);
     let text = o.stdout_str();
 
@@ -182,6 +186,7 @@ fn observe_live() -> Live {
         before,
         after,
         text,
+        top_secs,
         listed,
         table,
         status,
@@ -207,7 +212,17 @@ mod live_program_in_top_and_ls {
             header.starts_with(&format!("program top_spin  pid {pid}  running  uptime ")),
             "header {header:?}:\n{text}"
         );
-        assert!(text.contains("\ninterval 0.3"), "{text}");
+        // The interval shown is the time between the two readings: at least the 0.3 s asked
+        // for, longer on a loaded machine, and within the time the whole command took.
+        let shown = text
+            .lines()
+            .find_map(|l| l.strip_prefix("interval ")?.split(" s ").next()?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no `interval N s` line:\n{text}"));
+        assert!(
+            (0.3 - 0.005..=l.top_secs + 0.005).contains(&shown),
+            "interval {shown} s, asked 0.3 s, the command took {:.3} s:\n{text}",
+            l.top_secs
+        );
     }
 
     #[test]
