@@ -467,7 +467,7 @@ impl Slicer<'_> {
         if let Some(t) = self.dominating_const(reg, before) {
             return Val::Const(t);
         }
-        if self.function_pointer(reg, depth) {
+        if self.function_pointer(reg) {
             return Val::Pointer;
         }
         if let Some(t) = self.flow_const(reg, before) {
@@ -637,7 +637,7 @@ impl Slicer<'_> {
     /// pointer (a load) or an argument's value on entry (`mov rbx, rsi`): whatever path
     /// leads to a jump through it, it holds a code pointer of the caller's, not a table
     /// entry (a callback tail-called after the epilogue).
-    fn function_pointer(&mut self, reg: Register, depth: u32) -> bool {
+    fn function_pointer(&mut self, reg: Register) -> bool {
         if let Some(v) = self.pointers.get(&reg) {
             return v.unwrap_or(false);
         }
@@ -649,7 +649,9 @@ impl Slicer<'_> {
                 continue;
             }
             any = true;
-            if !matches!(self.eval_def(k, reg, depth + 1), Val::Pointer | Val::Argument) {
+            // From depth 0: the answer is cached for every depth (a cycle through `reg`
+            // ends at its placeholder, and the slice budget bounds the rest).
+            if !matches!(self.eval_def(k, reg, 0), Val::Pointer | Val::Argument) {
                 all = false;
                 break;
             }
