@@ -202,12 +202,14 @@ const DEBIAN: &[(&str, &str)] = &[
     ("/usr/bin/cppcheck", "cppcheck"),
 ];
 
+/// Entries over [`DEBIAN`] with the indirect-jump rules of the entry work (a dominating `lea`,
+/// forward propagation in PIC, pointer-only registers): 99.86 % (before them 99.78 %).
 /// Totals over [`DEBIAN`] with window+jumps and cold-part rule (e) (entries 99.78 %, exits
 /// without traps 97.45 %, timed functions 99.38 %; before them 99.75 %, 96.44 %, 98.82 %;
 /// before the first exit tactics 99.75 %, 86.38 %, 87.57 %), minus a margin of about 0.3
 /// points for other package versions. (An exit of a function with an exit no tactic fits is
 /// not patched: "exits without traps" counts those as missing.)
-const MIN_ENTRIES_PCT: f64 = 99.5;
+const MIN_ENTRIES_PCT: f64 = 99.8;
 const MIN_EXITS_PCT: f64 = 97.1;
 const MIN_TIMED_PCT: f64 = 99.1;
 

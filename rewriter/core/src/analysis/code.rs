@@ -460,7 +460,7 @@ impl Slicer<'_> {
     /// What `reg` holds at index `before` when the slice found no single definition, from
     /// every write to it in the function: [`Slicer::function_const`], else
     /// [`Slicer::dominating_const`], else [`Slicer::function_pointer`].
-    fn function_wide(&mut self, reg: Register, before: usize, depth: u32) -> Val {
+    fn function_wide(&mut self, reg: Register, before: usize) -> Val {
         if let Some(t) = self.function_const(reg) {
             return Val::Const(t);
         }
@@ -673,10 +673,10 @@ impl Slicer<'_> {
             Def::At(d) => self.eval_def(d, reg, depth),
             Def::Entry if ARGUMENTS.contains(&reg) => Val::Argument,
             Def::BlockStart(k) => match self.value_from_preds(reg, k, depth) {
-                Val::Unknown => self.function_wide(reg, before, depth),
+                Val::Unknown => self.function_wide(reg, before),
                 v => v,
             },
-            Def::Entry | Def::Boundary => self.function_wide(reg, before, depth),
+            Def::Entry | Def::Boundary => self.function_wide(reg, before),
             // A call's return value: a function pointer (tables are never returned).
             Def::Clobbered if reg == Register::RAX => Val::Pointer,
             Def::Clobbered => Val::Unknown,
