@@ -920,6 +920,13 @@ fn classify_jump(sl: &mut Slicer, k: usize) -> Jump {
 /// Most entries read from one table.
 const MAX_TABLE_ENTRIES: u64 = 1 << 16;
 
+/// What a table of a function may reach: the function index, functions connected by jumps,
+/// which may be cold parts, parents by name (see [`table_scope`]).
+type Scope<'a> = (&'a FuncIndex, &'a [Vec<usize>], &'a [bool], &'a [Option<usize>]);
+
+/// (function, address, kind) of one indirect jump.
+type JumpSpec = (usize, u64, Jump);
+
 /// Second try for the jumps the slice left unresolved, in a position-independent program
 /// (in a fixed-address one, data words that point into a function are not known):
 /// [`Slicer::flow_const`] over the function and its cold parts, with every table's targets
@@ -930,10 +937,10 @@ fn retry_with_flow(
     codemap: &CodeMap,
     code: &Code,
     cands: &[Cand],
-    scope: (&FuncIndex, &[Vec<usize>], &[bool], &[Option<usize>]),
+    scope: Scope,
     reloc_value: &HashMap<u64, u64>,
     noreturn_call: &dyn Fn(&Instruction) -> bool,
-    (specs, pads): (&mut [(usize, u64, Jump)], &[usize]),
+    (specs, pads): (&mut [JumpSpec], &[usize]),
     mut info: InstructionInfoFactory,
 ) {
     if !specs.iter().any(|s| s.2 == Jump::Unresolved) {
@@ -993,10 +1000,10 @@ fn flow_round(
     codemap: &CodeMap,
     code: &Code,
     cands: &[Cand],
-    (index, adj, maybe_cold, name_parent): (&FuncIndex, &[Vec<usize>], &[bool], &[Option<usize>]),
+    (index, adj, maybe_cold, name_parent): Scope,
     reloc_value: &HashMap<u64, u64>,
     noreturn_call: &dyn Fn(&Instruction) -> bool,
-    (specs, pads, assumed): (&[(usize, u64, Jump)], &[usize], &[u64]),
+    (specs, pads, assumed): (&[JumpSpec], &[usize], &[u64]),
     mut info: InstructionInfoFactory,
 ) -> (Vec<(usize, Jump)>, InstructionInfoFactory) {
     let mut found = Vec::new();
