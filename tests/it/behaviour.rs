@@ -465,6 +465,7 @@ behaviour_tests! {
     locks_cancel: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     locks_counts: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     locks_kinds: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    entrycov: [pie_o2: "pie-O2"];
     exitcov: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     sigblock: [pie_o2: "pie-O2"];
 }

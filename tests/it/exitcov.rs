@@ -217,13 +217,14 @@ const DEBIAN: &[(&str, &str)] = &[
 ];
 
 /// Totals over [`DEBIAN`] with a jcc in jump windows, entry-window jumps redirected in the
-/// entry trampoline, entry windows stretched over a call and slot windows (entries 99.78 %,
-/// exits without traps 99.56 %, timed functions 99.73 %; with window+jumps and cold-part rule
-/// (e) before them 99.78 %, 97.45 %, 99.38 %; before the first exit tactics 99.75 %, 86.38 %,
-/// 87.57 %),
-/// minus a margin of about 0.3 points for other package versions. (An exit of a function with
-/// an exit no tactic fits is not patched: "exits without traps" counts those as missing.)
-const MIN_ENTRIES_PCT: f64 = 99.5;
+/// entry trampoline, entry windows stretched over a call and slot windows (exits without
+/// traps 99.56 %, timed functions 99.73 %; with window+jumps and cold-part rule (e) before
+/// them 97.45 %, 99.38 %; before the first exit tactics 86.38 %, 87.57 %), and entries with
+/// the indirect-jump rules of the entry work (a dominating `lea`, forward propagation in PIC,
+/// pointer-only registers): 99.86 % (before them 99.78 %); minus a margin of about 0.3
+/// points (entries 0.05) for other package versions. (An exit of a function with an exit no
+/// tactic fits is not patched: "exits without traps" counts those as missing.)
+const MIN_ENTRIES_PCT: f64 = 99.8;
 const MIN_EXITS_PCT: f64 = 99.25;
 const MIN_TIMED_PCT: f64 = 99.4;
 

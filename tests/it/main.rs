@@ -49,6 +49,7 @@ mod control;
 mod corpus;
 mod debian;
 mod diff;
+mod entrycov;
 mod errors;
 mod exitcov;
 mod export;

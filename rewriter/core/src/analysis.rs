@@ -82,7 +82,20 @@
 //! they must agree). A call clobbers the caller-saved registers. A register the slice cannot
 //! follow is still a constant if every write to it in the function is the same RIP-relative
 //! `lea` (not counting `pop`s that restore it right before an exit): GCC hoists a table's
-//! `lea` out of loops.
+//! `lea` out of loops. Failing that (issue 12's entry work, `code.rs`):
+//! - the last write is a RIP-relative `lea` that every path from the entry passes: only
+//!   straight-line code and returning calls before it, and no landing pads (`mov r14, rdi;
+//!   call f; lea r14, [rip+T]`);
+//! - every write is a pointer load or an argument's value: a tail call (a callback called
+//!   after the epilogue);
+//! - in a position-independent program only (where every data word pointing into code has a
+//!   relocation), forward propagation of the register over the function and its cold parts:
+//!   every path brings the same `lea`'s value. Addresses entered from other code (jumps,
+//!   calls, other tables, relocations, refs) start unknown, landing pads get what the calls
+//!   hold, the function's other indirect jumps lead to their resolved targets (an unresolved
+//!   one reached: no result). Another function's table is read up to the next table base,
+//!   which a table not yet resolved cannot give: rounds assume the bases of the previous
+//!   round (at first every data `lea` of the functions concerned) until they agree.
 //!
 //! - `sext(dword [B + I*4]) + C` (or `[B + I]` with I a scaled index, as at -O0), B and C
 //!   constants: GCC's and clang's PIC tables (`lea rA, [rip+T]; movsxd rB, [rA+rI*4];

@@ -260,6 +260,29 @@ enum Val {
     Unknown,
 }
 
+/// The control flow into and out of a function that [`Slicer::flow_const`] cannot see in its
+/// instructions.
+#[derive(Default)]
+struct Flow {
+    /// The instructions of the function and of its cold parts, in address order (the
+    /// function's first instruction first is not required: `entry` says where it is).
+    ins: Vec<Instruction>,
+    /// The function's first instruction (where control arrives from its callers).
+    entry: u64,
+    /// `[start, end)` of the function and each cold part: falling through stays inside one.
+    ranges: Vec<(u64, u64)>,
+    /// Addresses inside those ranges where control may arrive with any register value.
+    entered: Vec<u64>,
+    /// Landing pads inside those ranges: the unwinder arrives there from a call of the
+    /// function (or a cold part) with the callee-saved registers it had at the call.
+    pads: Vec<u64>,
+    /// The targets of the function's indirect jumps that were resolved (tables, constants;
+    /// none for a tail call), by the jump's address.
+    succ: HashMap<u64, Vec<u64>>,
+    /// The jumps being resolved.
+    open: Vec<u64>,
+}
+
 enum Def {
     At(usize),
     /// Reached the function's first instruction without a write: the value on entry.
@@ -288,6 +311,12 @@ struct Slicer<'a> {
     preds: Option<HashMap<u64, Vec<usize>>>,
     /// Results of `function_const` by register.
     consts: HashMap<Register, Option<u64>>,
+    /// Results of `function_pointer` by register (`None` while one is being worked out).
+    pointers: HashMap<Register, Option<bool>>,
+    /// The function has landing pads: a call may continue anywhere a pad is.
+    has_pads: bool,
+    /// What [`Slicer::flow_const`] needs; `None`: it is not tried.
+    flow: Option<Flow>,
     /// Instructions the slice may still look at.
     budget: u32,
 }
@@ -304,13 +333,27 @@ impl<'a> Slicer<'a> {
         info: InstructionInfoFactory,
         noreturn_call: &'a dyn Fn(&Instruction) -> bool,
     ) -> Self {
-        Slicer { ins, noreturn_call, info, preds: None, consts: HashMap::new(), budget: SLICE_BUDGET }
+        Slicer {
+            ins,
+            noreturn_call,
+            info,
+            preds: None,
+            consts: HashMap::new(),
+            pointers: HashMap::new(),
+            has_pads: false,
+            flow: None,
+            budget: SLICE_BUDGET,
+        }
     }
 }
 
 impl Slicer<'_> {
     fn writes(&mut self, k: usize, reg: Register) -> bool {
         let Some(x) = self.ins.get(k) else { return false };
+        self.writes_ins(x, reg)
+    }
+
+    fn writes_ins(&mut self, x: &Instruction, reg: Register) -> bool {
         self.info.info(x).used_registers().iter().any(|u| {
             u.register().full_register() == reg
                 && matches!(
@@ -414,6 +457,210 @@ impl Slicer<'_> {
         value
     }
 
+    /// What `reg` holds at index `before` when the slice found no single definition, from
+    /// every write to it in the function: [`Slicer::function_const`], else
+    /// [`Slicer::dominating_const`], else [`Slicer::function_pointer`].
+    fn function_wide(&mut self, reg: Register, before: usize) -> Val {
+        if let Some(t) = self.function_const(reg) {
+            return Val::Const(t);
+        }
+        if let Some(t) = self.dominating_const(reg, before) {
+            return Val::Const(t);
+        }
+        if self.function_pointer(reg) {
+            return Val::Pointer;
+        }
+        if let Some(t) = self.flow_const(reg, before) {
+            return Val::Const(t);
+        }
+        Val::Unknown
+    }
+
+    /// `T` when forward constant propagation of `reg` over the function's control flow
+    /// finds that every path reaching index `before` last wrote it with `lea reg,
+    /// [rip+T]`. The paths: falling through, direct jumps, returning calls, the known
+    /// targets of the function's other indirect jumps ([`Flow::succ`]); every address that
+    /// code or data outside the function may reach ([`Flow::entered`]: jumps and calls from
+    /// other functions and its cold parts, landing pads, address-taken code) and the
+    /// function's entry start with an unknown value. Any other indirect jump reached, or a
+    /// jump into the middle of an instruction, and nothing is concluded. (The jumps being
+    /// resolved, [`Flow::open`], lead nowhere here: their targets receive the value they
+    /// jump with, which cannot change a conclusion of `T` at `before`.)
+    fn flow_const(&mut self, reg: Register, before: usize) -> Option<u64> {
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum S {
+            Bottom,
+            Const(u64),
+            Top,
+        }
+        fn meet(a: S, b: S) -> S {
+            match (a, b) {
+                (S::Bottom, x) | (x, S::Bottom) => x,
+                (S::Const(p), S::Const(q)) if p == q => S::Const(p),
+                _ => S::Top,
+            }
+        }
+        let flow = self.flow.take()?;
+        let query = self.ins.get(before)?.ip();
+        let result = (|| {
+            let ins = &flow.ins[..];
+            let range = |t: u64| flow.ranges.iter().position(|&(a, b)| t >= a && t < b);
+            let at = |t: u64| -> Result<Option<usize>, ()> {
+                if range(t).is_none() {
+                    return Ok(None); // leaves the function
+                }
+                ins.binary_search_by_key(&t, |x| x.ip()).map(Some).map_err(|_| ())
+            };
+            let mut state = vec![S::Bottom; ins.len()];
+            let first = at(flow.entry).ok()??;
+            let mut work = vec![first];
+            state[first] = S::Top;
+            for &t in &flow.entered {
+                let k = at(t).ok()??;
+                state[k] = S::Top;
+                work.push(k);
+            }
+            let caller_saved = CALLER_SAVED.contains(&reg);
+            let mut pads = Vec::new();
+            for &t in &flow.pads {
+                pads.push(at(t).ok()??);
+            }
+            // What the register holds at some call (what a landing pad receives).
+            let mut at_calls = if caller_saved { S::Top } else { S::Bottom };
+            while let Some(k) = work.pop() {
+                let x = ins[k];
+                if matches!(x.flow_control(), FlowControl::Call | FlowControl::IndirectCall) && !pads.is_empty() {
+                    let m = meet(at_calls, state[k]);
+                    if m != at_calls || caller_saved {
+                        at_calls = m;
+                        for &p in &pads {
+                            let q = meet(state[p], at_calls);
+                            if q != state[p] {
+                                state[p] = q;
+                                work.push(p);
+                            }
+                        }
+                    }
+                }
+                let out = if self.writes_ins(&x, reg) {
+                    if x.mnemonic() == Mnemonic::Lea && x.is_ip_rel_memory_operand() && x.op0_register() == reg {
+                        S::Const(x.ip_rel_memory_address())
+                    } else {
+                        S::Top
+                    }
+                } else {
+                    state[k]
+                };
+                let mut next: Vec<u64> = Vec::new();
+                let mut falls = false;
+                match x.flow_control() {
+                    FlowControl::Return | FlowControl::Exception => {}
+                    FlowControl::Call | FlowControl::IndirectCall => falls = !(self.noreturn_call)(&x),
+                    FlowControl::UnconditionalBranch => next.push(near_target(&x)?),
+                    FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend => {
+                        falls = true;
+                        next.push(near_target(&x)?);
+                    }
+                    FlowControl::IndirectBranch => {
+                        if !flow.open.contains(&x.ip()) {
+                            next.extend(flow.succ.get(&x.ip())?.iter().copied());
+                        }
+                    }
+                    _ => falls = x.mnemonic() != Mnemonic::Hlt,
+                }
+                let out_call =
+                    if caller_saved && matches!(x.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
+                        S::Top
+                    } else {
+                        out
+                    };
+                let mut succ: Vec<usize> = Vec::new();
+                if falls && ins.get(k + 1).is_some_and(|y| y.ip() == x.next_ip() && range(y.ip()) == range(x.ip())) {
+                    succ.push(k + 1);
+                }
+                for t in next {
+                    if let Some(j) = at(t).ok()? {
+                        succ.push(j);
+                    }
+                }
+                for j in succ {
+                    let m = meet(state[j], out_call);
+                    if m != state[j] {
+                        state[j] = m;
+                        work.push(j);
+                    }
+                }
+            }
+            match state.get(at(query).ok()??) {
+                Some(S::Const(t)) => Some(*t),
+                _ => None,
+            }
+        })();
+        self.flow = Some(flow);
+        result
+    }
+
+    /// `T` when the last write to `reg` before `before` in every path is one `lea reg,
+    /// [rip+T]` at index `L` that every path from the function's entry to `before` passes:
+    /// the other writes (not counting epilogue `pop`s) all come before `L`, and every
+    /// instruction before `L` falls through or is a call that returns to the next one (no
+    /// jump, no `ret`, no landing pad a call could unwind to), so nothing reaches past `L`
+    /// without running it. (A table base set in the prologue, the register holding an
+    /// argument until then: `mov r14, rdi; …; lea r14, [rip+table]`.)
+    fn dominating_const(&mut self, reg: Register, before: usize) -> Option<u64> {
+        if self.has_pads {
+            return None;
+        }
+        let mut last = None;
+        for k in 0..self.ins.len() {
+            if self.writes(k, reg) && !self.is_epilogue_pop(k, reg) {
+                last = Some(k);
+            }
+        }
+        let l = last?;
+        if l >= before {
+            return None;
+        }
+        let x = self.ins[l];
+        if x.mnemonic() != Mnemonic::Lea || !x.is_ip_rel_memory_operand() || x.op0_register() != reg {
+            return None;
+        }
+        let straight = self.ins[..l].iter().all(|y| match y.flow_control() {
+            FlowControl::Next => y.mnemonic() != Mnemonic::Hlt,
+            FlowControl::Call | FlowControl::IndirectCall => !(self.noreturn_call)(y),
+            _ => false,
+        });
+        straight.then(|| x.ip_rel_memory_address())
+    }
+
+    /// Every write to `reg` in the function (not counting epilogue `pop`s) gives it a
+    /// pointer (a load) or an argument's value on entry (`mov rbx, rsi`): whatever path
+    /// leads to a jump through it, it holds a code pointer of the caller's, not a table
+    /// entry (a callback tail-called after the epilogue).
+    fn function_pointer(&mut self, reg: Register) -> bool {
+        if let Some(v) = self.pointers.get(&reg) {
+            return v.unwrap_or(false);
+        }
+        self.pointers.insert(reg, None); // a cycle through `reg` proves nothing
+        let mut any = false;
+        let mut all = true;
+        for k in 0..self.ins.len() {
+            if !self.writes(k, reg) || self.is_epilogue_pop(k, reg) {
+                continue;
+            }
+            any = true;
+            // From depth 0: the answer is cached for every depth (a cycle through `reg`
+            // ends at its placeholder, and the slice budget bounds the rest).
+            if !matches!(self.eval_def(k, reg, 0), Val::Pointer | Val::Argument) {
+                all = false;
+                break;
+            }
+        }
+        let v = any && all;
+        self.pointers.insert(reg, Some(v));
+        v
+    }
+
     fn value(&mut self, reg: Register, before: usize, depth: u32) -> Val {
         if depth > 6 || reg == Register::None {
             return Val::Unknown;
@@ -426,10 +673,10 @@ impl Slicer<'_> {
             Def::At(d) => self.eval_def(d, reg, depth),
             Def::Entry if ARGUMENTS.contains(&reg) => Val::Argument,
             Def::BlockStart(k) => match self.value_from_preds(reg, k, depth) {
-                Val::Unknown => self.function_const(reg).map_or(Val::Unknown, Val::Const),
+                Val::Unknown => self.function_wide(reg, before),
                 v => v,
             },
-            Def::Entry | Def::Boundary => self.function_const(reg).map_or(Val::Unknown, Val::Const),
+            Def::Entry | Def::Boundary => self.function_wide(reg, before),
             // A call's return value: a function pointer (tables are never returned).
             Def::Clobbered if reg == Register::RAX => Val::Pointer,
             Def::Clobbered => Val::Unknown,
@@ -606,7 +853,12 @@ impl Slicer<'_> {
             Register::None => 0,
             b => match self.value(b, d, depth + 1) {
                 Val::Const(c) => c,
-                _ => return Val::Unknown,
+                // The slice met a definition on one path only (a loop-carried or reused
+                // register): what every path brings, if the flow is known.
+                _ => match self.flow_const(b, d) {
+                    Some(c) => c,
+                    None => return Val::Unknown,
+                },
             },
         };
         Val::Load { table: base.wrapping_add(x.memory_displacement64()), scale, size, signed }
@@ -668,6 +920,272 @@ fn classify_jump(sl: &mut Slicer, k: usize) -> Jump {
 /// Most entries read from one table.
 const MAX_TABLE_ENTRIES: u64 = 1 << 16;
 
+/// What a table of a function may reach: the function index, functions connected by jumps,
+/// which may be cold parts, parents by name (see [`table_scope`]).
+type Scope<'a> = (&'a FuncIndex, &'a [Vec<usize>], &'a [bool], &'a [Option<usize>]);
+
+/// (function, address, kind) of one indirect jump.
+type JumpSpec = (usize, u64, Jump);
+
+/// Second try for the jumps the slice left unresolved, in a position-independent program
+/// (in a fixed-address one, data words that point into a function are not known):
+/// [`Slicer::flow_const`] over the function and its cold parts, with every table's targets
+/// known (they may enter the function from elsewhere).
+#[allow(clippy::too_many_arguments)]
+fn retry_with_flow(
+    elf: &InputElf,
+    codemap: &CodeMap,
+    code: &Code,
+    cands: &[Cand],
+    scope: Scope,
+    reloc_value: &HashMap<u64, u64>,
+    noreturn_call: &dyn Fn(&Instruction) -> bool,
+    (specs, pads): (&mut [JumpSpec], &[usize]),
+    mut info: InstructionInfoFactory,
+) {
+    if !specs.iter().any(|s| s.2 == Jump::Unresolved) {
+        return;
+    }
+    // Where the tables of these functions may start: every `lea r, [rip+T]` into data. A
+    // table of another function is read up to the next known base, and before a jump here
+    // is resolved its table's base is not known, so the other table would run on into it.
+    // Each round reads the other tables up to the bases the previous round found; the
+    // result counts once a round finds the bases it assumed (the ones
+    // `resolve_indirect_jumps` then reads up to).
+    let mut assumed: Vec<u64> = Vec::new();
+    let mut ins: Vec<Instruction> = Vec::new();
+    let mut last_fi = usize::MAX;
+    for s in specs.iter().filter(|s| s.2 == Jump::Unresolved) {
+        if s.0 == last_fi {
+            continue;
+        }
+        last_fi = s.0;
+        let Some(c) = cands.get(s.0) else { continue };
+        decode_function(elf, codemap, c, &mut ins);
+        for x in &ins {
+            if x.mnemonic() == Mnemonic::Lea && x.is_ip_rel_memory_operand() {
+                let t = x.ip_rel_memory_address();
+                if !codemap.is_exec(t) {
+                    assumed.push(t);
+                }
+            }
+        }
+    }
+    assumed.sort_unstable();
+    assumed.dedup();
+    for _round in 0..4 {
+        let (found, back) =
+            flow_round(elf, codemap, code, cands, scope, reloc_value, noreturn_call, (specs, pads, &assumed), info);
+        info = back;
+        let mut bases: Vec<u64> =
+            found.iter().filter_map(|s| if let Jump::Table { base, .. } = s.1 { Some(base) } else { None }).collect();
+        bases.sort_unstable();
+        bases.dedup();
+        if bases == assumed {
+            for (i, j) in found {
+                specs[i].2 = j;
+            }
+            return;
+        }
+        assumed = bases;
+    }
+}
+
+/// One round of [`retry_with_flow`]: the new kinds of the unresolved jumps it resolves (by
+/// index into `specs`), with the tables of other functions read up to the known bases and
+/// `assumed`.
+#[allow(clippy::too_many_arguments)]
+fn flow_round(
+    elf: &InputElf,
+    codemap: &CodeMap,
+    code: &Code,
+    cands: &[Cand],
+    (index, adj, maybe_cold, name_parent): Scope,
+    reloc_value: &HashMap<u64, u64>,
+    noreturn_call: &dyn Fn(&Instruction) -> bool,
+    (specs, pads, assumed): (&[JumpSpec], &[usize], &[u64]),
+    mut info: InstructionInfoFactory,
+) -> (Vec<(usize, Jump)>, InstructionInfoFactory) {
+    let mut found = Vec::new();
+    // Every resolved jump's targets, and every way into code the decoded instructions show.
+    let mut succ: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut from: Vec<(usize, u64)> = Vec::new(); // (source function, target) of table entries
+    let mut bases: Vec<u64> =
+        specs.iter().filter_map(|s| if let Jump::Table { base, .. } = s.2 { Some(base) } else { None }).collect();
+    bases.extend_from_slice(assumed);
+    bases.sort_unstable();
+    bases.dedup();
+    for &(fi, ip, j) in specs.iter() {
+        let t = match j {
+            Jump::Unresolved => continue,
+            Jump::TailCall => Vec::new(),
+            Jump::Direct(a, b) => std::iter::once(a).chain(b).collect(),
+            Jump::Table { base, size, signed, add } => {
+                let inside = table_scope(fi, adj, cands, index, maybe_cold);
+                let next = bases.partition_point(|&b| b <= base);
+                let limit = bases.get(next).copied().unwrap_or(u64::MAX);
+                table_targets(elf, reloc_value, (base, size, signed, add, limit), &inside)
+            }
+        };
+        from.extend(t.iter().map(|&x| (fi, x)));
+        succ.insert(ip, t);
+    }
+    let mut ins: Vec<Instruction> = Vec::new();
+    let mut part: Vec<Instruction> = Vec::new();
+    let mut k = 0;
+    while k < specs.len() {
+        let fi = specs[k].0;
+        let group = specs[k..].iter().take_while(|s| s.0 == fi).count();
+        let here = k..k + group;
+        k += group;
+        if !specs[here.clone()].iter().any(|s| s.2 == Jump::Unresolved) {
+            continue;
+        }
+        let Some(c) = cands.get(fi) else { continue };
+        // The function and the cold parts it jumps into (or that carry its name).
+        let mut members: Vec<usize> = vec![fi];
+        for &m in adj.get(fi).map_or(&[][..], |a| &a[..]) {
+            if m != fi && (maybe_cold.get(m) == Some(&true) || name_parent.get(m) == Some(&Some(fi))) {
+                members.push(m);
+            }
+        }
+        let mut flow = Flow { entry: c.address, ..Flow::default() };
+        let mut ok = true;
+        for &m in &members {
+            let Some(mc) = cands.get(m) else { continue };
+            if !decode_function(elf, codemap, mc, &mut part) {
+                ok = false;
+                break;
+            }
+            flow.ins.extend_from_slice(&part);
+            flow.ranges.push((mc.address, mc.end()));
+        }
+        flow.ins.sort_by_key(|x| x.ip());
+        if !ok || flow.ins.windows(2).any(|w| w[0].next_ip() > w[1].ip()) {
+            continue; // overlapping members: no single instruction stream
+        }
+        let within = |t: u64| flow.ranges.iter().any(|&(a, b)| t >= a && t < b);
+        let member = |src: usize| members.contains(&src);
+        let starts = |t: u64| flow.ins.binary_search_by_key(&t, |x| x.ip()).is_ok();
+        let mut entered: Vec<u64> = code
+            .edges
+            .iter()
+            .filter(|e| within(e.target) && !member(e.src))
+            .map(|e| e.target)
+            // Another function's table read past its end (into a table of ours, whose base is
+            // not known yet) gives addresses that are not instructions; a real entry is one.
+            .chain(from.iter().filter(|&&(src, t)| within(t) && !member(src) && starts(t)).map(|&(_, t)| t))
+            .chain(code.refs.iter().copied().filter(|&t| within(t)))
+            .chain(code.calls.iter().copied().filter(|&t| within(t) && t != c.address))
+            .chain(reloc_value.values().copied().filter(|&t| within(t)))
+            .collect();
+        entered.sort_unstable();
+        entered.dedup();
+        flow.entered = entered;
+        let mut pad_list: Vec<u64> =
+            code.edges.iter().filter(|e| e.kind == EdgeKind::Pad && member(e.src)).map(|e| e.target).collect();
+        pad_list.sort_unstable();
+        pad_list.dedup();
+        // A pad outside the members: its code may come back with anything (it is `entered`).
+        flow.pads = pad_list.into_iter().filter(|&t| within(t)).collect();
+        for s in &specs[here.clone()] {
+            if s.2 == Jump::Unresolved {
+                flow.open.push(s.1);
+            }
+        }
+        flow.succ = succ.clone();
+        decode_function(elf, codemap, c, &mut ins);
+        let mut sl = Slicer::new(&ins, info, noreturn_call);
+        sl.has_pads = pads.binary_search(&fi).is_ok();
+        sl.flow = Some(flow);
+        for i in here {
+            if specs[i].2 != Jump::Unresolved {
+                continue;
+            }
+            if let Ok(k) = ins.binary_search_by_key(&specs[i].1, |x| x.ip()) {
+                sl.budget = SLICE_BUDGET;
+                match classify_jump(&mut sl, k) {
+                    Jump::Unresolved => {}
+                    j => found.push((i, j)),
+                }
+            }
+        }
+        info = sl.info;
+    }
+    (found, info)
+}
+
+/// Where a table of function `fi` may lead: into `fi`, the functions it is connected with
+/// (`adj`, two steps) and functions that may be cold parts.
+fn table_scope<'a>(
+    fi: usize,
+    adj: &'a [Vec<usize>],
+    cands: &'a [Cand],
+    index: &'a FuncIndex,
+    maybe_cold: &'a [bool],
+) -> impl Fn(u64) -> bool + 'a {
+    let mut allowed: Vec<usize> = vec![fi];
+    if let Some(a) = adj.get(fi) {
+        for &m in a {
+            allowed.push(m);
+            allowed.extend(adj[m].iter().copied());
+        }
+    }
+    allowed.sort_unstable();
+    allowed.dedup();
+    move |t: u64| {
+        allowed.iter().any(|&m| cands.get(m).is_some_and(|c| t >= c.address && t < c.end()))
+            || index.containing(t).is_some_and(|m| maybe_cold[m])
+    }
+}
+
+/// Every target of the table `(base, size, signed, add)` up to the first entry that leads
+/// outside `inside`, the next table's base `limit` or the end of its section: the targets
+/// [`resolve_indirect_jumps`] records for it.
+fn table_targets(
+    elf: &InputElf,
+    reloc_value: &HashMap<u64, u64>,
+    (base, size, signed, add, limit): (u64, u32, bool, u64, u64),
+    inside: &dyn Fn(u64) -> bool,
+) -> Vec<u64> {
+    let mut out = Vec::new();
+    let Some(sec) =
+        elf.sections.iter().find(|s| s.is_alloc() && s.has_bits() && base >= s.addr && base - s.addr < s.size)
+    else {
+        return out;
+    };
+    let data = elf.section_data(sec);
+    let end = sec.addr.saturating_add(sec.size).min(limit);
+    for count in 0..MAX_TABLE_ENTRIES {
+        let Some(loc) = base.checked_add(count * u64::from(size)) else { break };
+        if loc.saturating_add(u64::from(size)) > end {
+            break;
+        }
+        let off = (loc - sec.addr) as usize;
+        let Some(b) = data.get(off..off + size as usize) else { break };
+        let raw = if size == 8 {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            reloc_value.get(&loc).copied().unwrap_or(u64::from_le_bytes(a))
+        } else {
+            let mut a = [0u8; 4];
+            a.copy_from_slice(b);
+            let v = u32::from_le_bytes(a);
+            if signed {
+                v as i32 as i64 as u64
+            } else {
+                u64::from(v)
+            }
+        };
+        let t = raw.wrapping_add(add);
+        if !inside(t) {
+            break;
+        }
+        out.push(t);
+    }
+    out
+}
+
 /// Resolve every indirect jump: add table targets (and edges), mark the functions with jumps
 /// we cannot resolve. Returns the extents `[start, end)` of the tables read, and what each
 /// indirect jump (by address) was found to be.
@@ -716,8 +1234,14 @@ pub(crate) fn resolve_indirect_jumps(
         })
         .collect();
 
+    // Functions with landing pads (a call in them may continue at a pad).
+    let mut pads: Vec<usize> = code.edges.iter().filter(|e| e.kind == EdgeKind::Pad).map(|e| e.src).collect();
+    pads.sort_unstable();
+    pads.dedup();
+
     // One slicer per function (its caches serve all of the function's indirect jumps);
     // `code.indirect` is in function order.
+    let pic = elf.kind.is_position_independent();
     let mut specs: Vec<(usize, u64, Jump)> = Vec::new();
     let mut info = InstructionInfoFactory::new();
     let mut ins: Vec<Instruction> = Vec::new();
@@ -729,6 +1253,7 @@ pub(crate) fn resolve_indirect_jumps(
         let Some(c) = cands.get(fi) else { continue };
         decode_function(elf, codemap, c, &mut ins);
         let mut sl = Slicer::new(&ins, info, noreturn_call);
+        sl.has_pads = pads.binary_search(&fi).is_ok();
         for &(_, ip) in jumps {
             let j = match ins.binary_search_by_key(&ip, |x| x.ip()) {
                 Ok(k) => {
@@ -740,6 +1265,19 @@ pub(crate) fn resolve_indirect_jumps(
             specs.push((fi, ip, j));
         }
         info = sl.info;
+    }
+    if pic {
+        retry_with_flow(
+            elf,
+            codemap,
+            code,
+            cands,
+            (index, &adj, &maybe_cold, name_parent),
+            reloc_value,
+            noreturn_call,
+            (&mut specs, &pads),
+            info,
+        );
     }
 
     let mut bases: Vec<u64> = specs

@@ -1479,3 +1479,223 @@ fn exit_tactics_hub_chains_entry_jumps_call_stretch_slot_windows() {
     // No other exit here needed one.
     assert_eq!(p.plan.slot_windows.len(), 1);
 }
+
+// ---- Entry coverage (issue 12): indirect jumps the backward slice alone cannot resolve. ----
+
+/// Jump tables whose base register the backward slice loses (several writes, loops), a
+/// callback tail-called after the epilogue, and a jump whose base really is one of two tables.
+/// Each table is `movsxd rax, [base + rax*4]; add rax, base; jmp rax` (a PIC switch); each
+/// loop runs its table block once per count, so the program also runs.
+const IJ_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+
+    .p2align 4
+FUNC ext
+    lea eax, [rdi + 1]
+    ret
+END ext
+# The base is set once in the prologue, after r14 held the argument across a call: the lea
+# dominates the table jump (only straight-line code and a returning call before it).
+FUNC ij_dom
+    push r14
+    push rbx
+    push rax
+    mov ebx, edi
+    mov r14, rdi
+    mov rdi, r14
+    call ext
+    lea r14, [rip + .Ltab_dom]
+    jmp .Ldom_head
+.Ldom_a:
+    sub ebx, 1
+    jmp .Ldom_head
+.Ldom_head:
+    mov eax, ebx
+    and eax, 1
+    test ebx, ebx
+    je .Ldom_done
+    movsxd rax, dword ptr [r14 + rax*4]
+    add rax, r14
+    jmp rax
+.Ldom_b:
+    sub ebx, 1
+    jmp .Ldom_head
+.Ldom_done:
+    mov eax, 7
+    pop rcx
+    pop rbx
+    pop r14
+    ret
+END ij_dom
+# A branch comes before the lea, so it does not dominate; forward propagation finds that
+# every path into the table block brings the lea's value (the other path leaves).
+FUNC ij_flow
+    push r13
+    push rbx
+    push rax
+    mov ebx, edi
+    mov r13, rdi
+    test edi, edi
+    js .Lflow_neg
+    lea r13, [rip + .Ltab_flow]
+    jmp .Lflow_head
+.Lflow_neg:
+    mov rdi, r13
+    call ext
+    mov eax, -1
+    jmp .Lflow_out
+.Lflow_a:
+    sub ebx, 1
+    jmp .Lflow_head
+.Lflow_head:
+    mov eax, ebx
+    and eax, 1
+    test ebx, ebx
+    je .Lflow_done
+    movsxd rax, dword ptr [r13 + rax*4]
+    add rax, r13
+    jmp rax
+.Lflow_b:
+    sub ebx, 1
+    jmp .Lflow_head
+.Lflow_done:
+    mov eax, 9
+.Lflow_out:
+    pop rcx
+    pop rbx
+    pop r13
+    ret
+END ij_flow
+# Two tables reach the same jump: no single base; the jump stays unresolved.
+FUNC ij_two
+    push r12
+    push rbx
+    push rax
+    mov ebx, edi
+    lea r12, [rip + .Ltab_two]
+    test edi, edi
+    jns .Ltwo_head
+    lea r12, [rip + .Ltab_two2]
+    neg ebx
+    jmp .Ltwo_head
+.Ltwo_a:
+    sub ebx, 1
+    jmp .Ltwo_head
+.Ltwo_head:
+    mov eax, ebx
+    and eax, 1
+    test ebx, ebx
+    je .Ltwo_done
+    movsxd rax, dword ptr [r12 + rax*4]
+    add rax, r12
+    jmp rax
+.Ltwo_b:
+    sub ebx, 1
+    jmp .Ltwo_head
+.Ltwo_done:
+    mov eax, 5
+    pop rcx
+    pop rbx
+    pop r12
+    ret
+END ij_two
+# A callback (the second argument) called in a loop, then tail-called after the epilogue:
+# every write of rbx is an argument or a pointer.
+FUNC ij_ptr
+    push rbx
+    push rbp
+    push rax
+    mov rbx, rsi
+    mov rbp, rdi
+    jmp .Lptr_check
+.Lptr_loop:
+    mov rdi, rbp
+    call rbx
+    sub rbp, 1
+.Lptr_check:
+    test rbp, rbp
+    jg .Lptr_loop
+    mov rdi, rbp
+    mov rax, rbx
+    pop rcx
+    pop rbp
+    pop rbx
+    jmp rax
+END ij_ptr
+
+    .section .rodata
+    .p2align 2
+.Ltab_dom:
+    .long .Ldom_a - .Ltab_dom
+    .long .Ldom_b - .Ltab_dom
+.Ltab_flow:
+    .long .Lflow_a - .Ltab_flow
+    .long .Lflow_b - .Ltab_flow
+.Ltab_two:
+    .long .Ltwo_a - .Ltab_two
+    .long .Ltwo_b - .Ltab_two
+.Ltab_two2:
+    .long .Ltwo_b - .Ltab_two2
+    .long .Ltwo_a - .Ltab_two2
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+fn indirect_jumps_program(tag: &str, flags: &[&str]) -> Planned {
+    let dir = temp_dir(tag);
+    let main = "int ij_dom(int), ij_flow(int), ij_two(int), ext(int);
+        int ij_ptr(long, int (*)(int));
+        int main(int c, char **v) { (void)v; return ij_dom(c) + ij_flow(c) + ij_two(c) + ij_ptr(c, ext); }";
+    Planned::new(&gcc(&dir, "ij", &[("main.c", main), ("ij.s", IJ_S)], flags), false)
+}
+
+/// The kinds of the indirect jumps of `name`, in address order.
+fn jump_kinds(p: &Planned, name: &str) -> Vec<IndirectJump> {
+    let (_, f) = p.function(name);
+    p.an.indirect_jumps.range(f.address..f.end()).map(|(_, k)| *k).collect()
+}
+
+#[test]
+fn entry_indirect_jumps_pie() {
+    let p = indirect_jumps_program("ij-pie", &["-O1", "-fPIE", "-pie"]);
+    for name in ["ij_dom", "ij_flow"] {
+        assert_eq!(jump_kinds(&p, name), [IndirectJump::Table], "{name}");
+        assert!(!p.function(name).1.unresolved_indirect_jump, "{name}");
+        assert_eq!(p.point(name).tactic, Tactic::Window, "{name}");
+    }
+    // Both table targets of each are branch targets.
+    for (name, cases) in [("ij_dom", [".Ldom_a", ".Ldom_b"]), ("ij_flow", [".Lflow_a", ".Lflow_b"])] {
+        let (_, f) = p.function(name);
+        let inside = p.an.branch_targets.range(f.address + 1..f.end()).count();
+        assert!(inside >= cases.len(), "{name}: {inside} targets");
+    }
+    assert_eq!(jump_kinds(&p, "ij_ptr"), [IndirectJump::TailCall]);
+    assert!(!p.function("ij_ptr").1.unresolved_indirect_jump);
+    assert_eq!(p.point("ij_ptr").tactic, Tactic::Window);
+    // Two possible bases: refused.
+    assert_eq!(jump_kinds(&p, "ij_two"), [IndirectJump::Unresolved]);
+    let (i, _) = p.function("ij_two");
+    let skipped = p.plan.skipped.iter().find(|s| s.function == i).expect("ij_two is skipped");
+    assert_eq!(skipped.reason, SkipReason::UnresolvedIndirectJump);
+}
+
+/// In a fixed-address program, data words pointing into a function are not known: the
+/// forward propagation is not used, the rules that need no flow are.
+#[test]
+fn entry_indirect_jumps_non_pie() {
+    let p = indirect_jumps_program("ij-nopie", &["-O1", "-fno-pie", "-no-pie"]);
+    assert_eq!(jump_kinds(&p, "ij_dom"), [IndirectJump::Table]);
+    assert_eq!(jump_kinds(&p, "ij_flow"), [IndirectJump::Unresolved]);
+    assert_eq!(jump_kinds(&p, "ij_ptr"), [IndirectJump::TailCall]);
+    assert_eq!(jump_kinds(&p, "ij_two"), [IndirectJump::Unresolved]);
+}
