@@ -82,6 +82,8 @@ fn check_tactics(variant: Variant) {
     // jw_entry's entry window holds the je its lone ret is reached by.
     assert_eq!(entry_window(&inspect, "jw_entry"), 5, "{variant}");
     let s = field(&inspect, "summary", "inspect");
+    // ev_slot's exit is the one that needs a run moved out (its entry window holds a call).
+    assert_eq!(s["slot_windows"], 1, "{variant}: slot windows");
     assert_eq!(s["untimed_by_reason"], serde_json::json!({}), "{variant}: every function is timed");
     assert_eq!(s["exits_by_tactic"].get("trap"), None, "{variant}: no trap without --traps");
 }

@@ -115,6 +115,10 @@ pub struct Summary {
     pub exits_without_traps_pct: f64,
     pub exits_by_tactic: BTreeMap<String, usize>,
     pub exits_skipped_by_reason: BTreeMap<String, usize>,
+    /// Runs of a function's straight-line code moved to a piece of their own, so that an
+    /// exit's `jmp rel8` finds a 5-byte slot in the dead tail they leave (slot windows).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub slot_windows: usize,
     /// Patched entries a timer selects.
     pub timer_functions: usize,
     /// Of those, the ones that keep their timers: every exit is patched.
@@ -390,6 +394,7 @@ impl RewriteReport {
         s.tail_jumps_into_imports = p.plan.tail_imports.len();
         s.tail_jumps_kept_open = p.plan.tail_imports.iter().filter(|t| t.called).count();
         s.trap_sites = crate::plan::trap_sites(&p.plan);
+        s.slot_windows = p.plan.slot_windows.len();
         s.signal_wrappers.sort();
         for u in &p.plan.untimed {
             *s.untimed_by_reason.entry(reason_class(&u.reason, u.site)).or_default() += 1;
@@ -470,6 +475,12 @@ impl RewriteReport {
                 s.timed_functions,
                 s.timer_functions
             );
+            if s.slot_windows > 0 {
+                out += &format!(
+                    "slot windows: {} (runs of straight-line code moved out so that an exit finds a 5-byte slot)\n",
+                    s.slot_windows
+                );
+            }
         }
         if s.import_sites > 0 {
             let reasons: Vec<String> =
