@@ -44,7 +44,42 @@
 // - ev_slot: `pop rbx; ret` at a jump target, no dead byte in reach, its entry window a call:
 //   the run `mov ecx, ebx; imul; lea; add` (11 bytes) moves to a piece that runs it and jumps
 //   back, and its dead tail is the slot ("jmp8+slot" with a slot window).
-// spin_a, spin_b, spin_c and spin_d spin a fixed loop, so the functions that call them take time.
+// - ev_exit: a `std::function` manager (`test edx, edx; je .Lcopy; cmp edx, 1; jne .Lret;
+//   mov [rdi], rsi; .Lret: xor eax, eax; ret; .Lcopy: lea rax, [rip+x]; mov [rdi], rax; xor
+//   eax, eax; ret; nop3`), no dead byte in reach: `lea; mov` (10 bytes) before the second ret
+//   moves to a piece and leaves the slot of the first exit ("jmp8+slot"), since the second
+//   keeps xor; ret and the 3 bytes of padding after it, 6 bytes, for its own window
+//   ("window+padding"); ev_exit_filler keeps the padding after it out of reach. Called with
+//   op 0, 1 and 2: the copy, the store and neither.
+// - cold_cb: python3.11's callbacks, `mov rdi, [rdi+8]; mov rax, rsi; mov rsi, rdx; test rdi,
+//   rdi; je .Lcold; jmp rax`, 8 bytes of padding, .Lcold (`xor eax, eax; ret`, an FDE and no
+//   symbol in .text.unlikely between two fillers) reached only by the je: the tail jump's
+//   window is the jmp and the padding ("window+padding"), so that the je stays and its rel32
+//   leads to the cold ret's trampoline ("retarget"). Called 50 times each way; cb_target is
+//   the tail-called function.
+// - ctc32: `mov eax, edi; and eax, 1` (the entry window); `test eax, eax; jne spin_e` (a
+//   conditional tail call, rel32); `mov eax, 3; ret`: the jne's rel32 leads to an exit
+//   trampoline that closes the frame and jumps to spin_e ("jcc+exit"); called with 0 and 1.
+// - ctc8: the same with a `jne rel8` to ctc_target right after it (8 bytes of nops between):
+//   the jne leads to a slot in those nops that leads to the trampoline ("jcc+exit").
+//   ctc_target (`mov eax, edi; jmp spin_e`) is stretched to its tail jump ("entry+exit").
+// - tiny_xor (xor eax, eax; ret), tiny_mov (mov eax, edi; ret), tiny_jmp (jmp rel8 to tiny_mov)
+//   and tiny_ret1 (ret, then 2 bytes of nops), packed: no entry window fits, so each entry is
+//   `jmp rel8` to a slot in the tail of slot_host's entry window (5 x mov eax, imm32; ret,
+//   stretched to its ret), whose trampoline runs the function ("jmp8+slot" entries, each exit
+//   "entry+exit").
+// - tab_case: rg's errno-to-kind switch: `add edi, -1; cmp edi, 6; ja .Ldefault`, a
+//   relative jump table (`lea rcx, [rip+T]; movsxd rdx, [rcx+rdi*4]; add rdx, rcx; jmp rdx`,
+//   7 entries in .rodata, two of them to the default case) and packed cases `mov al, n; ret`
+//   between two fillers, with no dead byte in reach for all of them: the table entries that
+//   lead to a case are rewritten to lead to its trampoline ("table+jumps"; the ja, rel8, to
+//   the default case through a slot). Called with 0..7 (0 and 7 take the ja).
+// - pop_tail: `push rbx; mov rbx, rsi; mov rax, [rdi+8]; test rax, rax; jne .Lcold; mov eax,
+//   ebx; pop rbx; ret`, .Lcold (an FDE and no symbol in .text.unlikely) `mov rsi, rbx; pop
+//   rbx; jmp rax`: the callback's pointer comes from the parent, so only the `pop` before the
+//   jump says it is a tail call (as in python3.11's cold parts); its window is the exit
+//   ("window"). Called 50 times each way (cb_target, or the NULL pointer).
+// spin_a, spin_b, spin_c, spin_d and spin_e spin a fixed loop, so the functions that call them take time.
 //
 //# variants: pie-O2 nopie-O0
 //# expect: threads 1
@@ -70,6 +105,20 @@
 //# expect: main calls st_call 100
 //# expect: main calls ev_slot 100
 //# expect: main calls spin_d 750
+//# expect: main calls ev_exit 100
+//# expect: main calls cold_cb 100
+//# expect: main calls cb_target 100
+//# expect: main calls ctc32 100
+//# expect: main calls ctc8 100
+//# expect: main calls ctc_target 50
+//# expect: main calls spin_e 100
+//# expect: main calls tiny_xor 100
+//# expect: main calls tiny_mov 200
+//# expect: main calls tiny_jmp 100
+//# expect: main calls tiny_ret1 100
+//# expect: main calls slot_host 100
+//# expect: main calls tab_case 100
+//# expect: main calls pop_tail 100
 #include <stdio.h>
 
 int tiny_ret(void);
@@ -90,6 +139,22 @@ int jw_chain(int x);
 int jw_entry(int x);
 int st_call(int x);
 int ev_slot(int x);
+int ev_exit(void **dst, void *src, int op);
+int ev_tag;
+struct cb_obj {
+    long pad;
+    void *p;
+};
+int cold_cb(struct cb_obj *o, int (*f)(void *, int), int x);
+int ctc32(int x);
+int ctc8(int x);
+int tiny_xor(void);
+int tiny_mov(int x);
+int tiny_jmp(int x);
+void tiny_ret1(void);
+int slot_host(int x);
+unsigned char tab_case(int x);
+int pop_tail(struct cb_obj *o, int x);
 
 static int spin(int x, int n) {
     volatile int s = 0;
@@ -112,6 +177,14 @@ __attribute__((noinline)) int spin_c(int x, int y) {
 
 __attribute__((noinline)) int spin_d(int x) {
     return spin(x, 10000);
+}
+
+__attribute__((noinline)) int spin_e(int x) {
+    return spin(x, 25000);
+}
+
+__attribute__((noinline)) int cb_target(void *p, int x) {
+    return x + (p != 0);
 }
 
 __asm__(".intel_syntax noprefix\n"
@@ -485,9 +558,11 @@ __asm__(".intel_syntax noprefix\n"
         "    ret\n"
         ".cfi_endproc\n"
         ".size ev_slot, .-ev_slot\n"
-        ".globl ev_slot_filler\n"
-        ".type ev_slot_filler, @function\n"
-        "ev_slot_filler:\n"
+        // call spin_d, then 132 bytes of straight-line code: no slot, no window to stretch.
+        ".macro SPIN_FILLER name\n"
+        ".globl \\name\n"
+        ".type \\name, @function\n"
+        "\\name:\n"
         ".cfi_startproc\n"
         "    call spin_d\n"
         ".rept 44\n"
@@ -495,7 +570,213 @@ __asm__(".intel_syntax noprefix\n"
         ".endr\n"
         "    ret\n"
         ".cfi_endproc\n"
-        ".size ev_slot_filler, .-ev_slot_filler\n"
+        ".size \\name, .-\\name\n"
+        ".endm\n"
+        "SPIN_FILLER ev_slot_filler\n"
+        ".globl ev_exit\n"
+        ".type ev_exit, @function\n"
+        "ev_exit:\n"
+        ".cfi_startproc\n"
+        "    test edx, edx\n"
+        "    je .Lee_copy\n"
+        "    cmp edx, 1\n"
+        "    jne .Lee_ret\n"
+        "    mov [rdi], rsi\n"
+        ".Lee_ret:\n"
+        "    xor eax, eax\n"
+        "    ret\n"
+        ".Lee_copy:\n"
+        "    lea rax, [rip + ev_tag]\n"
+        "    mov [rdi], rax\n"
+        "    xor eax, eax\n"
+        "    ret\n"
+        "    nop dword ptr [rax]\n"
+        ".cfi_endproc\n"
+        ".size ev_exit, .-ev_exit\n"
+        "SPIN_FILLER ev_exit_filler\n"
+        ".globl cold_cb\n"
+        ".type cold_cb, @function\n"
+        "cold_cb:\n"
+        ".cfi_startproc\n"
+        "    mov rdi, [rdi + 8]\n"
+        "    mov rax, rsi\n"
+        "    mov rsi, rdx\n"
+        "    test rdi, rdi\n"
+        "    je .Lcc_cold\n"
+        "    jmp rax\n"
+        ".cfi_endproc\n"
+        ".size cold_cb, .-cold_cb\n"
+        "    .nops 8\n"
+        "SPIN_FILLER cold_cb_filler\n"
+        ".section .text.unlikely\n"
+        "SPIN_FILLER cold_cb_filler0\n"
+        ".Lcc_cold:\n"
+        ".cfi_startproc\n"
+        "    xor eax, eax\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        "SPIN_FILLER cold_cb_filler1\n"
+        ".text\n"
+        ".p2align 4\n"
+        ".globl ctc32\n"
+        ".type ctc32, @function\n"
+        "ctc32:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    and eax, 1\n"
+        "    test eax, eax\n"
+        "    jne spin_e\n"
+        "    mov eax, 3\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size ctc32, .-ctc32\n"
+        "SPIN_FILLER ctc32_filler\n"
+        ".globl ctc8\n"
+        ".type ctc8, @function\n"
+        "ctc8:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    and eax, 1\n"
+        "    test eax, eax\n"
+        "    jne .Lctc_target\n"
+        "    mov eax, 3\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size ctc8, .-ctc8\n"
+        "    .nops 8\n"
+        ".globl ctc_target\n"
+        ".type ctc_target, @function\n"
+        "ctc_target:\n"
+        ".Lctc_target:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    jmp spin_e\n"
+        ".cfi_endproc\n"
+        ".size ctc_target, .-ctc_target\n"
+        "SPIN_FILLER ctc8_filler\n"
+        ".p2align 4\n"
+        ".globl tiny_xor\n"
+        ".type tiny_xor, @function\n"
+        "tiny_xor:\n"
+        ".cfi_startproc\n"
+        "    xor eax, eax\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size tiny_xor, .-tiny_xor\n"
+        ".globl tiny_mov\n"
+        ".type tiny_mov, @function\n"
+        "tiny_mov:\n"
+        ".cfi_startproc\n"
+        ".Ltiny_mov:\n"
+        "    mov eax, edi\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size tiny_mov, .-tiny_mov\n"
+        ".globl tiny_jmp\n"
+        ".type tiny_jmp, @function\n"
+        "tiny_jmp:\n"
+        ".cfi_startproc\n"
+        "    jmp .Ltiny_mov\n"
+        ".cfi_endproc\n"
+        ".size tiny_jmp, .-tiny_jmp\n"
+        ".globl tiny_ret1\n"
+        ".type tiny_ret1, @function\n"
+        "tiny_ret1:\n"
+        ".cfi_startproc\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size tiny_ret1, .-tiny_ret1\n"
+        "    .nops 2\n"
+        ".globl slot_host\n"
+        ".type slot_host, @function\n"
+        "slot_host:\n"
+        ".cfi_startproc\n"
+        "    mov eax, 0x11\n"
+        "    mov eax, 0x12\n"
+        "    mov eax, 0x13\n"
+        "    mov eax, 0x14\n"
+        "    mov eax, 0x15\n"
+        "    add eax, edi\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size slot_host, .-slot_host\n"
+        "SPIN_FILLER tiny_filler\n"
+        ".globl tab_case\n"
+        ".type tab_case, @function\n"
+        "tab_case:\n"
+        ".cfi_startproc\n"
+        "    add edi, -1\n"
+        "    cmp edi, 6\n"
+        "    ja .Ltc_default\n"
+        "    mov al, 0x22\n"
+        "    lea rcx, [rip + .Ltc_table]\n"
+        "    movsxd rdx, dword ptr [rcx + rdi * 4]\n"
+        "    add rdx, rcx\n"
+        "    jmp rdx\n"
+        ".Ltc_1:\n"
+        "    mov al, 1\n"
+        "    ret\n"
+        ".Ltc_default:\n"
+        "    mov al, 0x28\n"
+        "    ret\n"
+        ".Ltc_2:\n"
+        "    mov al, 2\n"
+        "    ret\n"
+        ".Ltc_3:\n"
+        "    mov al, 3\n"
+        "    ret\n"
+        ".Ltc_4:\n"
+        "    mov al, 4\n"
+        "    ret\n"
+        ".Ltc_5:\n"
+        "    mov al, 5\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size tab_case, .-tab_case\n"
+        "    .nops 6\n"
+        "SPIN_FILLER tab_filler\n"
+        ".section .rodata\n"
+        ".p2align 2\n"
+        ".Ltc_table:\n"
+        "    .long .Ltc_1 - .Ltc_table\n"
+        "    .long .Ltc_2 - .Ltc_table\n"
+        "    .long .Ltc_default - .Ltc_table\n"
+        "    .long .Ltc_3 - .Ltc_table\n"
+        "    .long .Ltc_4 - .Ltc_table\n"
+        "    .long .Ltc_default - .Ltc_table\n"
+        "    .long .Ltc_5 - .Ltc_table\n"
+        ".text\n"
+        ".globl pop_tail\n"
+        ".type pop_tail, @function\n"
+        "pop_tail:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov rbx, rsi\n"
+        "    mov rax, [rdi + 8]\n"
+        "    test rax, rax\n"
+        "    jne .Lpt_cold\n"
+        "    mov eax, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size pop_tail, .-pop_tail\n"
+        "SPIN_FILLER pop_tail_filler\n"
+        ".section .text.unlikely\n"
+        "SPIN_FILLER pop_tail_filler0\n"
+        ".Lpt_cold:\n"
+        ".cfi_startproc\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov rsi, rbx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    jmp rax\n"
+        ".cfi_endproc\n"
+        "SPIN_FILLER pop_tail_filler1\n"
+        ".text\n"
         ".att_syntax prefix\n");
 
 int main(void) {
@@ -507,6 +788,25 @@ int main(void) {
                + filler_b(i) + retarget_fn(i & 1) + jw32(i & 1) + jw8(i & 1) + jw_only(i & 1)
                + jw_far(i & 1) + jw_chain(i % 3) + jw_entry(i & 1) + st_call(i & 1)
                + ev_slot(i & 1);
+    for (int i = 0; i < 100; i++) {
+        void *slot = 0;
+        acc += ev_exit(&slot, &acc, i % 3);
+        acc += slot == &ev_tag ? 7 : slot == (void *)&acc ? 3 : 1;
+    }
+    struct cb_obj o0 = {0, 0}, o1 = {0, &acc};
+    for (int i = 0; i < 100; i++)
+        acc += cold_cb(i & 1 ? &o1 : &o0, cb_target, i);
+    for (int i = 0; i < 100; i++)
+        acc += ctc32(i) + ctc8(i);
+    for (int i = 0; i < 100; i++) {
+        tiny_ret1();
+        acc += tiny_xor() + tiny_mov(i) + tiny_jmp(i) + slot_host(i);
+    }
+    for (int i = 0; i < 100; i++)
+        acc += tab_case(i % 8) * (i + 1);
+    struct cb_obj p0 = {0, 0}, p1 = {0, (void *)cb_target};
+    for (int i = 0; i < 100; i++)
+        acc += pop_tail(i & 1 ? &p1 : &p0, i);
     printf("%ld\n", acc);
     return 0;
 }

@@ -2,8 +2,9 @@
 // (tests/it/traps.rs rewrites it with --traps; behaviour.rs runs it without).
 //
 // trapped_a and trapped_b are written in assembly so that no tactic but a trap fits them:
-// their second instruction is a loop's branch target (no entry window), and their `ret` is
-// the target of a `jge rel8` whose address is also taken (an unreached `lea` before it), with
+// their second instruction is a loop's branch target whose address is also taken (no entry
+// window, not even one whose jumps are led past the counting code), and their `ret` is the
+// target of a `jge rel8` whose address is also taken (two unreached `lea`s before it), with
 // the next function right after it (no exit window, no slot, no jump to redirect).
 // With --traps both get a trap at the entry and one at the exit.
 //
@@ -47,6 +48,7 @@ __asm__(".intel_syntax noprefix\n"
         "    jge 3f\n"
         "    jmp 1b\n"
         "    lea rdx, [rip + 3f]\n"
+        "    lea rdx, [rip + 1b]\n"
         "3:  ret\n"
         ".cfi_endproc\n"
         ".size trapped_a, .-trapped_a\n"
@@ -60,6 +62,7 @@ __asm__(".intel_syntax noprefix\n"
         "    jge 4f\n"
         "    jmp 2b\n"
         "    lea rdx, [rip + 4f]\n"
+        "    lea rdx, [rip + 2b]\n"
         "4:  ret\n"
         ".cfi_endproc\n"
         ".size trapped_b, .-trapped_b\n"

@@ -12,6 +12,8 @@
 //! baseline_offset   waits, N_STATES × u64, counters   save_baseline / add_to_baseline
 //! cct_index_offset  CCT_INDEX_CAP × u32 (node + 1)    cct_child
 //! cct_nodes_offset  CCT_CAP × CctNode                 cct_child / cct_add
+//! cct_wraps_offset  CCT_CAP × u64 (wrapper events)    count_wrap_event
+//! cct_slow_offset   CCT_CAP × u64 (slow-path events)  count_slow_event
 //! ```
 //! A [`Column`] is a handle over the column's base pointer: the header as an exclusive
 //! reference, the rest reached through typed accessors that check every index against the
@@ -38,10 +40,11 @@ use core::mem::size_of;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    baseline_len, baseline_offset, cct_hash, cct_index_offset, cct_nodes_offset, counter_offset, CctNode, ColumnHeader,
-    Frame, Held, Transition, WaitEntry, BASELINE_COUNTERS, BASELINE_STATES, BASELINE_WAITS, CCT_CAP, CCT_INDEX_CAP,
-    CCT_NODE_SIZE, COUNTERS_OFFSET, FRAME_SIZE, HELD_CAP, HELD_OFFSET, LAZY_BASELINE, LAZY_LOCK_TABLES, LAZY_RING,
-    LAZY_SHADOW_FULL, N_STATES, PAGE, RING_CAP, RING_OFFSET, SHADOW_CAP, SHADOW_OFFSET, WAITS_OFFSET, WAIT_CAP,
+    baseline_len, baseline_offset, cct_hash, cct_index_offset, cct_nodes_offset, cct_slow_offset, cct_wraps_offset,
+    counter_offset, CctNode, ColumnHeader, Frame, Held, Transition, WaitEntry, BASELINE_COUNTERS, BASELINE_STATES,
+    BASELINE_WAITS, CCT_CAP, CCT_INDEX_CAP, CCT_NODE_SIZE, COUNTERS_OFFSET, FRAME_SIZE, HELD_CAP, HELD_OFFSET,
+    LAZY_BASELINE, LAZY_LOCK_TABLES, LAZY_RING, LAZY_SHADOW_FULL, N_STATES, PAGE, RING_CAP, RING_OFFSET, SHADOW_CAP,
+    SHADOW_OFFSET, WAITS_OFFSET, WAIT_CAP,
 };
 
 /// Shadow-stack frames in the column's first page (after the header): the frames a
@@ -63,6 +66,12 @@ pub struct Geometry {
 /// a time and doubles the index when they outgrow it).
 pub const CCT_INITIAL_MASK: u32 = 2 * (4096 / CCT_NODE_SIZE) - 1;
 
+/// `ColumnHeader::lock_cache`'s low bits: the probe step of the cached entry. Objects whose
+/// address is not a multiple of 4 are not cached.
+const LOCK_CACHE_STEP_MASK: u64 = 3;
+/// Probe steps `lock_cache` can hold.
+pub const LOCK_CACHE_PROBES: u32 = LOCK_CACHE_STEP_MASK as u32 + 1;
+
 /// The first wait-table slot of the object at address `home`.
 fn wait_home(home: u64) -> u32 {
     ((home >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as u32 % WAIT_CAP
@@ -78,6 +87,14 @@ pub struct Column<'a> {
     /// The profile file's descriptor and the column's offset in it, for the blocks of the
     /// regions allocated on first write; `None`: nothing to allocate (a memory column).
     file: Option<(i32, u64)>,
+}
+
+/// The per-node wrapper-event arrays after a thread's call tree: the fast path's events
+/// (wrapcomp) and the other paths' (slowwrap), each with its own calibrated cost.
+#[derive(Clone, Copy)]
+enum NodeEvents {
+    Fast,
+    Slow,
 }
 
 impl<'a> Column<'a> {
@@ -293,6 +310,97 @@ impl<'a> Column<'a> {
         Some(unsafe { &mut *self.node_ptr(i) })
     }
 
+    /// A thread-library wrapper event ran (wrapcomp, D21): count it at the call-path node of
+    /// the innermost kept frame, whose activation (and its callers') absorbed the wrapper's
+    /// cost. Nothing when no frame is open, the frame is beyond the kept ones or has no node,
+    /// or the entry's page of the array has no blocks and the file system gives none (a
+    /// page gets them at its first event: a thread that takes no lock allocates nothing).
+    ///
+    /// Inlined into the wrappers' fast path (issue 14): the common case (the top frame has
+    /// its blocks, its node's entry too) is two header words, the frame's node and the add;
+    /// everything else goes to [`Column::count_wrap_event_slow`], which checks it all again.
+    #[inline(always)]
+    pub fn count_wrap_event(&mut self) {
+        let depth = self.h.depth;
+        if depth == 0 {
+            return; // no frame open (no timer on: lock metrics alone)
+        }
+        let top = depth - 1;
+        // Frames below `shadow_ready` have their blocks and were written (the entry routine
+        // pushes only there).
+        if top < self.h.shadow_ready.min(SHADOW_CAP) {
+            let at = SHADOW_OFFSET as usize + top as usize * FRAME_SIZE as usize + core::mem::offset_of!(Frame, node);
+            // Safety: a u32 of frame `top` < SHADOW_CAP, inside the shadow stack.
+            let i = unsafe { read_volatile(self.at::<u32>(at)) }.wrapping_sub(1);
+            if i < self.h.cct_wraps_ready.min(self.h.cct_nodes).min(CCT_CAP) {
+                let off = cct_wraps_offset(self.geo.n_points, self.geo.n_slots) as usize + i as usize * 8;
+                // Safety: i < CCT_CAP: an aligned u64 of the column's wrapper-event array, whose
+                // first `cct_wraps_ready` entries have their blocks; `&mut self` makes it ours.
+                unsafe {
+                    let p = self.at::<u64>(off);
+                    *p = (*p).wrapping_add(1);
+                }
+                return;
+            }
+        }
+        self.count_wrap_event_slow();
+    }
+
+    /// [`Column::count_wrap_event`] in full: its page of the array gets blocks here.
+    #[cold]
+    #[inline(never)]
+    fn count_wrap_event_slow(&mut self) {
+        self.count_node_events(NodeEvents::Fast, 1);
+    }
+
+    /// `n` thread-library wrapper events off the fast path ran (slowwrap, D21): count them at
+    /// the innermost kept frame's call-path node, in the array at [`cct_slow_offset`], as
+    /// [`Column::count_wrap_event`] counts the fast path's (same conditions, blocks a page at a
+    /// time as `cct_slow_ready` says).
+    pub fn count_slow_event(&mut self, n: u64) {
+        self.count_node_events(NodeEvents::Slow, n);
+    }
+
+    /// Add `n` to the innermost kept frame's call-path node in the per-node array `which`,
+    /// giving the array's pages their blocks up to that node's (its `*_ready` count).
+    fn count_node_events(&mut self, which: NodeEvents, n: u64) {
+        let d = self.h.depth;
+        if d == 0 || d > self.shadow_cap() {
+            return;
+        }
+        // The frame's node only (a frame is a cache line; d - 1 < SHADOW_CAP).
+        let at = SHADOW_OFFSET as usize + (d - 1) as usize * FRAME_SIZE as usize + core::mem::offset_of!(Frame, node);
+        // Safety: a u32 of frame d - 1, inside the shadow stack (d ≤ shadow_cap ≤ SHADOW_CAP).
+        let i = unsafe { read_volatile(self.at::<u32>(at)) }.wrapping_sub(1);
+        if i >= self.h.cct_nodes.min(CCT_CAP) {
+            return;
+        }
+        let (base, ready) = match which {
+            NodeEvents::Fast => (cct_wraps_offset(self.geo.n_points, self.geo.n_slots), self.h.cct_wraps_ready),
+            NodeEvents::Slow => (cct_slow_offset(self.geo.n_points, self.geo.n_slots), self.h.cct_slow_ready),
+        };
+        if i >= ready {
+            // The pages from `ready` up to the one holding entry i.
+            const PER_PAGE: u32 = (PAGE / 8) as u32;
+            let end = (i / PER_PAGE + 1) * PER_PAGE;
+            if let Some((fd, col_off)) = self.file {
+                if sys::allocate(fd, col_off + base + ready as u64 * 8, (end - ready) as u64 * 8).is_err() {
+                    return;
+                }
+            }
+            match which {
+                NodeEvents::Fast => self.h.cct_wraps_ready = end,
+                NodeEvents::Slow => self.h.cct_slow_ready = end,
+            }
+        }
+        // Safety: i < CCT_CAP: an aligned u64 of the column's array `which`, which has its
+        // blocks; `&mut self` makes it exclusive.
+        unsafe {
+            let p = self.at::<u64>(base as usize + i as usize * 8);
+            *p = (*p).wrapping_add(n);
+        }
+    }
+
     /// The wait-table entry of sync object `obj` (`kind`), claimed if new; `None` when the
     /// table is full (counted in `wrap_skipped`). Open addressing from the slot of `home`,
     /// the object's address: the wrappers' fast path ([`Column::find_wait`]) finds a mutex's
@@ -327,6 +435,9 @@ impl<'a> Column<'a> {
     /// The wait-table entry of the object at `home` of `kind` that `is_it` (given the
     /// object's index) accepts, looking at the first `probes` slots of `home`'s probe
     /// sequence only; never claims one. `None` also when a free slot ends the sequence.
+    /// An entry found within [`LOCK_CACHE_PROBES`] steps is remembered in `lock_cache`, where
+    /// [`Column::cached_wait`] finds it again without `is_it`.
+    #[inline(always)]
     pub fn find_wait(
         &mut self,
         home: u64,
@@ -335,19 +446,44 @@ impl<'a> Column<'a> {
         is_it: impl Fn(u32) -> bool,
     ) -> Option<(u32, &mut WaitEntry)> {
         let start = wait_home(home);
-        for k in 0..probes.min(WAIT_CAP) {
-            let e = self.wait_at((start + k) % WAIT_CAP);
+        for step in 0..probes.min(WAIT_CAP) {
+            let e = self.wait_at((start + step) % WAIT_CAP);
             // Safety: inside the wait table; the entry is written only by this thread.
             let (object, k) = unsafe { ((*e).object, (*e).kind) };
             if object == 0 {
                 return None;
             }
             if k == kind && is_it(object - 1) {
+                if home & LOCK_CACHE_STEP_MASK == 0 && step <= LOCK_CACHE_STEP_MASK as u32 {
+                    // One store: a signal handler on this thread reads the old word or this.
+                    self.h.lock_cache = home | step as u64;
+                }
                 // Safety: as above; `&mut self` makes it exclusive.
                 return Some((object - 1, unsafe { &mut *e }));
             }
         }
         None
+    }
+
+    /// The wait-table entry of the object at `home` of `kind` if it is the one
+    /// [`Column::find_wait`] found last on this thread (`lock_cache`): one load of the
+    /// header and the entry, no look at the shared object table. Sound because a wait entry
+    /// keeps its slot and its object for the column's life, and an object its address.
+    #[inline(always)]
+    pub fn cached_wait(&mut self, home: u64, kind: u32) -> Option<(u32, &mut WaitEntry)> {
+        // One load: a signal handler that moves the cache meanwhile does not tear it.
+        let c = self.h.lock_cache;
+        if c == 0 || c & !LOCK_CACHE_STEP_MASK != home {
+            return None;
+        }
+        let e = self.wait_at((wait_home(home) + (c & LOCK_CACHE_STEP_MASK) as u32) % WAIT_CAP);
+        // Safety: inside the wait table; the entry is written only by this thread.
+        let (object, k) = unsafe { ((*e).object, (*e).kind) };
+        if object == 0 || k != kind {
+            return None;
+        }
+        // Safety: as above; `&mut self` makes it exclusive.
+        Some((object - 1, unsafe { &mut *e }))
     }
 
     /// The held and wait tables' blocks ([`Column::ready`]).
@@ -385,9 +521,12 @@ impl<'a> Column<'a> {
 
     /// Open a `lock_hold` interval of `obj` at `since` (the innermost; `n_held` counts also
     /// the holds beyond `HELD_CAP`, which are not kept).
+    #[inline(always)]
     pub fn push_held(&mut self, obj: u32, since: u64) {
         let n = self.h.n_held;
-        if n < HELD_CAP && self.lock_tables_ready() {
+        // The tables' blocks checked inline (the call, with the handle spilled, cost the
+        // mutex fast path more than the check).
+        if n < HELD_CAP && (self.h.lazy_ready & LAZY_LOCK_TABLES != 0 || self.lock_tables_ready()) {
             // Safety: n < HELD_CAP: inside the held table.
             unsafe { *self.held(n) = Held { object: obj, _pad: 0, since } };
         }
@@ -395,6 +534,7 @@ impl<'a> Column<'a> {
     }
 
     /// Close the innermost open hold of `obj`; its start time.
+    #[inline(always)]
     pub fn pop_held(&mut self, obj: u32) -> Option<u64> {
         let kept = self.h.n_held.min(self.held_cap());
         for i in (0..kept).rev() {
@@ -592,6 +732,32 @@ mod tests {
         let taken = [wait_home(a7), (wait_home(a7) + 1) % WAIT_CAP, wait_home(a8)];
         let free = (1..100_000u64).map(|i| 0x10_0000 + 8 * i).find(|a| !taken.contains(&wait_home(*a))).unwrap();
         assert!(c.find_wait(free, 1, 4, |_| true).is_none(), "a free slot ends the search");
+    }
+
+    #[test]
+    fn the_entry_found_last_is_found_again_from_the_cache_alone() {
+        let mut buf = buffer(GEO);
+        let mut c = column(&mut buf, GEO);
+        // Objects 7 and 9 share a home slot: 9 is one probe step further.
+        let a7 = 0x7000u64;
+        let a9 = (1..100_000u64).map(|i| a7 + 8 * i).find(|a| wait_home(*a) == wait_home(a7)).unwrap();
+        c.wait_entry(7, 1, a7).unwrap().count = 70;
+        c.wait_entry(9, 1, a9).unwrap().count = 90;
+        assert!(c.cached_wait(a9, 1).is_none(), "nothing found yet");
+        assert_eq!(c.find_wait(a9, 1, 4, |i| i == 9).map(|(o, e)| (o, e.count)), Some((9, 90)));
+        assert_eq!(c.h.lock_cache, a9 | 1);
+        assert_eq!(c.cached_wait(a9, 1).map(|(o, e)| (o, e.count)), Some((9, 90)));
+        // Another address, or the same address as another kind, is not the cached entry.
+        assert!(c.cached_wait(a7, 1).is_none());
+        assert!(c.cached_wait(a9, 2).is_none());
+        assert_eq!(c.find_wait(a7, 1, 4, |i| i == 7).map(|(o, _)| o), Some(7));
+        assert_eq!(c.cached_wait(a7, 1).map(|(o, e)| (o, e.count)), Some((7, 70)));
+        assert!(c.cached_wait(a9, 1).is_none(), "one entry is cached");
+        // An address whose low bits would hold the step is not cached.
+        let odd = 0x9002u64;
+        c.wait_entry(11, 1, odd).unwrap().count = 110;
+        assert_eq!(c.find_wait(odd, 1, 4, |i| i == 11).map(|(o, _)| o), Some(11));
+        assert_eq!(c.h.lock_cache, a7, "left as it was");
     }
 
     #[test]

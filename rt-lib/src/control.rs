@@ -28,7 +28,8 @@ use stint_layout::control_file::{self, glob_match, ThreadSel};
 use stint_layout::{
     metric_bit, ColumnHeader, Control, Request, ThreadRule, CCT_CAP, CONTROL_FILE_APPLIED, CONTROL_FILE_REJECTED,
     CONTROL_OFFSET, GATE_HOOK, METRIC_CALLS, METRIC_CPU_TIME, METRIC_WALL_TIME, N_STATES, POINT_INFO_WRAP, REQ_CAP,
-    REQ_SNAPSHOT, SLOT_CPU_TICKS, SLOT_WALL_TICKS, THREAD_RULES_CAP,
+    REQ_SAMPLING, REQ_SNAPSHOT, SAMPLE_NEVER, SAMPLE_ON, SAMPLE_PAUSED, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
+    THREAD_RULES_CAP,
 };
 
 /// The control page of the mapped profile. Its place is our constant, never the header's
@@ -107,6 +108,7 @@ fn requests(col: &mut Column, rt: &Rt, c: *mut Control, head: u64) {
         return;
     }
     let mut snapshot = None;
+    let mut sampling = false;
     for i in col.h.req_seen.max(head.saturating_sub(REQ_CAP as u64))..head {
         // Safety: the index is taken modulo REQ_CAP.
         let r: Request =
@@ -117,6 +119,12 @@ fn requests(col: &mut Column, rt: &Rt, c: *mut Control, head: u64) {
         if r.op == REQ_SNAPSHOT {
             snapshot = Some(r.seq);
         }
+        sampling |= r.op == REQ_SAMPLING;
+    }
+    // Sampling before the snapshot: a snapshot posted after `sampling off` starts an interval
+    // in which every call is timed.
+    if sampling {
+        apply_sampling(rt, col);
     }
     if let Some(seq) = snapshot {
         take_snapshot(rt, col, seq);
@@ -124,11 +132,35 @@ fn requests(col: &mut Column, rt: &Rt, c: *mut Control, head: u64) {
     col.h.req_seen = head;
 }
 
+/// Whether `stint ctl … sampling off` holds (the page's `sampling_off`, only compared with 0).
+pub fn sampling_off(rt: &Rt) -> bool {
+    let Some(c) = page(rt) else { return false };
+    // Safety: the control page is mapped; one field read.
+    unsafe { read_volatile(&raw const (*c).sampling_off) != 0 }
+}
+
+/// A sampling request: pause (`sampling off`) or resume (`on`) every point this thread
+/// samples, from its next entry on. A paused point keeps `SAMPLE_ON` (its frames stay
+/// `FRAME_SAMPLED`, its timed calls counted) and times every entry; resuming keeps what the
+/// point learnt (a short, frequent function stays one), so no point is timed 512 times again.
+/// Frames already open keep their bits: an untimed one still closes without a clock.
+fn apply_sampling(rt: &Rt, col: &mut Column) {
+    let off = sampling_off(rt);
+    for point in 0..col.geometry().n_points {
+        if let Some(active) = col.counter_mut(SLOT_ACTIVE, point) {
+            // Only a sampled point's state changes; the entry routine never writes these bits.
+            if *active & SAMPLE_ON != 0 && *active & SAMPLE_NEVER == 0 {
+                *active = if off { *active | SAMPLE_PAUSED } else { *active & !SAMPLE_PAUSED };
+            }
+        }
+    }
+}
+
 /// Copy this thread's waits, state times and counters into its baseline, with its open
 /// frames and open state counted up to now, then publish `snap_seq`.
 fn take_snapshot(rt: &Rt, col: &mut Column, seq: u64) {
     let now = sys::rdtsc();
-    let cpu_now = clock::cpu_ticks_now(col.h, rt.st.tsc_hz());
+    let cpu_now = clock::cpu_ticks_now(col.h, rt.st.tsc_hz(), &rt.st.rseq);
     let mut states = [0u64; N_STATES as usize];
     for (s, t) in states.iter_mut().enumerate() {
         *t = col.h.state_ticks.get(s).copied().unwrap_or(0);

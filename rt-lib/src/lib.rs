@@ -33,6 +33,7 @@
 //! profile_file              create, map, grow and leave the profile file
 //! threads, signals          registration, own column, fork hand-off, start/name hand-off;
 //!                           the signal wrappers of programs with trap sites
+//! calib                     what an event costs: at start, and again at the end (D21)
 //! timer, wrap, trap         timer slow path; thread-library wrappers; SIGTRAP handler
 //! start, lib.rs             start-up; the extern "C" entry points
 //! ```
@@ -48,6 +49,7 @@
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 
+mod calib;
 mod clock;
 mod column;
 mod control;
@@ -201,6 +203,7 @@ mod layering {
         &["control", "process"],
         &["profile_file"],
         &["threads", "signals"],
+        &["calib"],
         &["timer", "wrap", "trap"],
         &["start"],
     ];
@@ -216,6 +219,7 @@ mod layering {
         ("profile_file", include_str!("profile_file.rs")),
         ("threads", include_str!("threads.rs")),
         ("signals", include_str!("signals.rs")),
+        ("calib", include_str!("calib.rs")),
         ("timer", include_str!("timer.rs")),
         ("wrap", include_str!("wrap.rs")),
         ("trap", include_str!("trap.rs")),

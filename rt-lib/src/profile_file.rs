@@ -30,9 +30,9 @@ use crate::sys::{self, Errno};
 use crate::text::copy_into;
 use core::mem::{offset_of, size_of};
 use stint_layout::{
-    set_text_field, Control, FileHeader, FileLayout, FileShape, ProcessEnd, RtConfig, CONTROL_OFFSET, FILE_MAGIC,
-    FILE_VERSION, FLAG_ARGV_TRUNCATED, FLAG_FORK_CHILD, FLAG_LOAD_BIAS, FLAG_PATH_TRUNCATED, FLAG_TID_KEY_VERIFIED,
-    OBJ_BUCKETS, OBJ_CAP,
+    set_text_field, Calibration, Control, FileHeader, FileLayout, FileShape, ProcessEnd, RtConfig, CFG_NO_SAMPLING,
+    CONTROL_OFFSET, FILE_MAGIC, FILE_VERSION, FLAG_ARGV_TRUNCATED, FLAG_FORK_CHILD, FLAG_LOAD_BIAS,
+    FLAG_PATH_TRUNCATED, FLAG_SAMPLING, FLAG_TID_KEY_VERIFIED, OBJ_BUCKETS, OBJ_CAP,
 };
 
 /// Address space reserved for the profile mapping; the file grows inside it. Under an
@@ -419,7 +419,10 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]
     hdr.header_size = size_of::<FileHeader>() as u32;
     hdr.pid = pid;
     hdr.ppid = sys::getppid();
-    su.flags = extra_flags | FLAG_LOAD_BIAS | if su.tid_key_ok != 0 { FLAG_TID_KEY_VERIFIED } else { 0 };
+    su.flags = extra_flags
+        | FLAG_LOAD_BIAS
+        | if su.tid_key_ok != 0 { FLAG_TID_KEY_VERIFIED } else { 0 }
+        | if cfg.flags & CFG_NO_SAMPLING == 0 { FLAG_SAMPLING } else { 0 };
     hdr.flags = su.flags;
     lay.apply(hdr, INITIAL_COLUMNS);
     hdr.n_columns = 0;
@@ -450,7 +453,10 @@ pub fn create(rt: &Rt, su: &mut Startup, extra_flags: u32, parent_profile: &[u8]
     }
     hdr.flags = flags;
     hdr.load_bias = cfg.bias();
-    hdr.calib = su.calib;
+    hdr.calib_count = 0;
+    hdr.calib = Calibration::default();
+    // Safety: `hdr` is the header being written, not yet published.
+    unsafe { record_calibration(hdr, su.calib, su.calib_tsc) };
     // Safety: the control page lies inside the mapped file, after the header page; not
     // published yet.
     let control = unsafe { &mut *((base + CONTROL_OFFSET as usize) as *mut Control) };
@@ -571,6 +577,65 @@ pub fn fork_child(rt: &Rt, su: &mut Startup, extra_flags: u32) {
     create(rt, su, extra_flags, parent.get(..parent_len).unwrap_or(&[]));
 }
 
+/// Per kind of event, the least of two runs' figures (0: not measured in that run). A busy
+/// host only ever makes a run slower (a sibling thread of the core, a preempted batch), so
+/// the least is the run that was least disturbed.
+pub fn least(a: Calibration, b: Calibration) -> Calibration {
+    if a.batches == 0 {
+        return b;
+    }
+    if b.batches == 0 {
+        return a;
+    }
+    let m = |x: u64, y: u64| match (x, y) {
+        (0, v) | (v, 0) => v,
+        (x, y) => x.min(y),
+    };
+    Calibration {
+        pair_ticks: m(a.pair_ticks, b.pair_ticks),
+        inner_ticks: m(a.inner_ticks, b.inner_ticks),
+        pair_flat_ticks: m(a.pair_flat_ticks, b.pair_flat_ticks),
+        inner_flat_ticks: m(a.inner_flat_ticks, b.inner_flat_ticks),
+        count_ticks: m(a.count_ticks, b.count_ticks),
+        pair_ee_ticks: m(a.pair_ee_ticks, b.pair_ee_ticks),
+        inner_ee_ticks: m(a.inner_ee_ticks, b.inner_ee_ticks),
+        pair_import_ticks: m(a.pair_import_ticks, b.pair_import_ticks),
+        inner_import_ticks: m(a.inner_import_ticks, b.inner_import_ticks),
+        pair_untimed_ticks: m(a.pair_untimed_ticks, b.pair_untimed_ticks),
+        pair_untimed_ee_ticks: m(a.pair_untimed_ee_ticks, b.pair_untimed_ee_ticks),
+        inner_sampled_ticks: m(a.inner_sampled_ticks, b.inner_sampled_ticks),
+        inner_sampled_ee_ticks: m(a.inner_sampled_ee_ticks, b.inner_sampled_ee_ticks),
+        wrap_event_ticks: m(a.wrap_event_ticks, b.wrap_event_ticks),
+        wrap_slow_ticks: m(a.wrap_slow_ticks, b.wrap_slow_ticks),
+        ..a
+    }
+}
+
+/// Record calibration run `run`, begun at TSC `tsc`, in the header: its own figures in the
+/// next `calib_runs` slot, and `calib` (what readers subtract) the least of the runs.
+///
+/// # Safety
+/// `hdr` is this process's mapped header; one writer of the calibration fields at a time
+/// (start-up, or the one `calib::calibrate_again`).
+pub unsafe fn record_calibration(hdr: *mut FileHeader, run: Calibration, tsc: u64) {
+    if run.batches == 0 {
+        return;
+    }
+    // Safety: per the contract; fields written through the raw pointer (other threads write
+    // other header fields meanwhile, and readers read it live).
+    unsafe {
+        let k = (*hdr).calib_count as usize;
+        if let Some(slot) = (*hdr).calib_runs.get_mut(k) {
+            *slot = run;
+        }
+        if let Some(slot) = (*hdr).calib_tsc.get_mut(k) {
+            *slot = tsc;
+        }
+        (*hdr).calib = least((*hdr).calib, run);
+        (*hdr).calib_count = (*hdr).calib_count.saturating_add(1);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -619,5 +684,17 @@ mod tests {
         assert!(l.objects_offset >= l.meta_offset + 123);
         assert_eq!(l.columns_offset, l.objects_offset + objects_len(OBJ_BUCKETS, OBJ_CAP));
         assert_eq!(l.file_len(INITIAL_COLUMNS), l.columns_offset + 16 * column_size(100, 4));
+    }
+
+    /// Per kind of event the least of two runs; a figure a run did not measure (0) and a run
+    /// that measured nothing (no batches) never win.
+    #[test]
+    fn the_least_of_the_runs_is_kept_per_kind() {
+        let a = Calibration { pair_ticks: 36, inner_ticks: 19, count_ticks: 0, batches: 7, ..Calibration::default() };
+        let b = Calibration { pair_ticks: 18, inner_ticks: 20, count_ticks: 2, batches: 7, ..Calibration::default() };
+        let l = least(a, b);
+        assert_eq!((l.pair_ticks, l.inner_ticks, l.count_ticks, l.batches), (18, 19, 2, 7));
+        assert_eq!(least(Calibration::default(), b), b);
+        assert_eq!(least(a, Calibration::default()), a);
     }
 }

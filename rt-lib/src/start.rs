@@ -4,10 +4,11 @@
 //! Runs once, from the entry stub, on the only thread, before the program's entry point:
 //! the one phase allowed to initialise the dummy header and the start-up strings.
 //!
-//! Layering: the top with the entry points; uses `sys`, `text`, `state`, `trap`, `process`
-//! and `profile_file`.
+//! Layering: the top with the entry points; uses `sys`, `text`, `state`, `trap`, `process`,
+//! `profile_file`, `calib` and `wrap` (the calibration of a wrapper event).
 #![allow(unsafe_code)]
 
+use crate::calib::{self, SPOIL_EVERY, SPOIL_START};
 use crate::process;
 use crate::profile_file;
 use crate::state::{Rt, CONTROL_PATH_MAX, LOG_PATH_MAX};
@@ -15,11 +16,8 @@ use crate::sys;
 use crate::text::{copy_into, Writer};
 use crate::trap;
 use stint_layout::{
-    cct_hash, cct_index_offset, cct_nodes_offset, column_size, counter_offset, metric_bit, Calibration, CctNode,
-    ColumnHeader, Frame, Pod, ProfileDir, CALIB_ENTRY_EXIT_OFFSET, CALIB_IMPORT_OFFSET, CALIB_PLAIN_OFFSET,
-    CALIB_SCALE, CALIB_SPLIT_OFFSET, CCT_CAP, CCT_NODE_SIZE, CFG_NO_CALL_PATHS, CONFIG_MAGIC, ENV_CALLTREE_NODES,
-    ENV_CONTROL, ENV_DIR, ENV_LOG, ENV_PROFILE, METRIC_CALLS, N_COUNTER_SLOTS, SHADOW_CAP, SHADOW_OFFSET,
-    SLOT_WALL_TICKS, TIMER_BITS, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
+    ProfileDir, CCT_CAP, CFG_NO_CALL_PATHS, CONFIG_MAGIC, ENV_CALLTREE_NODES, ENV_CONTROL, ENV_DIR, ENV_LOG,
+    ENV_PROFILE, ENV_TEST_SPOIL_CALIBRATION, POINT_INFO_WRAP, TMP_PROFILE_DIR_PREFIX, XDG_PROFILE_SUBDIR,
 };
 
 /// Start-up, from the entry stub.
@@ -104,8 +102,79 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
     st.set_cct_mask(if nodes == 0 { 0 } else { 2 * nodes - 1 });
     // Safety: start-up, single-threaded, before the control region is mapped; GS points at
     // the dummy.
-    su.calib = unsafe { calibrate(rt) };
+    st.set_calib_spoil(match env.spoil {
+        Some(b"start") => SPOIL_START,
+        Some(b"every") => SPOIL_EVERY,
+        Some(b"again") => calib::SPOIL_NONE_AGAIN,
+        _ => 0,
+    });
+    su.calib_tsc = sys::rdtsc();
+    su.calib = calib::spoiled(rt, unsafe { calib::calibrate(rt, rt.st.dummy_addr() as usize) }, true);
+    // The wrappers' fast-path event (wrapcomp), counted at call-path nodes only: at start-up
+    // alone (its stand-in of the profile file needs a runtime that measures nothing yet).
+    // Only where a wrapper can count one: ≈ 0.4 ms a process that programs without
+    // thread-library calls (most of a test suite's short processes) do not pay, and the
+    // fast-path one (≈ 0.3 ms) only where a mutex is wrapped (issue 14).
+    let wrapped = thread_library_wrappers(rt);
+    if su.calib.pair_ticks != 0 && rt.st.cct_mask() != 0 && wrapped.any {
+        let gate = rt.cfg.control_region();
+        if wrapped.mutex {
+            // Safety: start-up, single-threaded, before the profile exists; point 0's gate
+            // byte is the rewriter's writable zero page (n_points > 0: something was
+            // calibrated), and calibrate_lock puts it and GS (the dummy column) back.
+            su.calib.wrap_event_ticks = unsafe { crate::wrap::calibrate_lock(rt, gate) };
+        }
+        // The slow path's event (slowwrap), on the same stand-ins. A slow event costs about
+        // twice a fast one (33 against 15 ns here); a figure above 4 times is a window the
+        // host slowed as a whole (one start-up in a few at load 12 read 97 ns), so it is
+        // measured once more and the lesser kept. 0: an event was not counted (none).
+        // Safety: start-up, single-threaded, before the profile exists; point 0's gate byte
+        // is the rewriter's writable zero page, and calibrate_slow puts it and GS back.
+        let mut slow = unsafe { crate::wrap::calibrate_slow(rt, gate) };
+        let fast = su.calib.wrap_event_ticks;
+        if slow == 0 || (fast != 0 && slow > 4 * fast) {
+            // Safety: as above.
+            let again = unsafe { crate::wrap::calibrate_slow(rt, gate) };
+            if again != 0 && (slow == 0 || again < slow) {
+                slow = again;
+            }
+        }
+        su.calib.wrap_slow_ticks = slow;
+    }
+    st.set_sample_pair(su.calib.pair_ticks.max(su.calib.pair_flat_ticks));
     profile_file::create(rt, su, 0, &[]);
+}
+
+/// Which thread-library functions ([`stint_layout::WrappedFn`]) the program's points wrap:
+/// those whose events the start-up calibrations measure.
+struct Wrapped {
+    /// Any of them (their full path counts slow events).
+    any: bool,
+    /// `pthread_mutex_lock` or `_unlock`, the only ones whose fast path counts an event.
+    mutex: bool,
+}
+
+/// The [`Wrapped`] of the program, told by the wrapper points' names (a name table would be
+/// relocated data, which the image must not have). The process functions' wrappers (`exit`,
+/// `__libc_start_main`, `wait*`: [`stint_layout::ProcessFn`]) count no event.
+fn thread_library_wrappers(rt: &Rt) -> Wrapped {
+    let mut rest = rt.cfg.point_names();
+    let mut w = Wrapped { any: false, mutex: false };
+    for &i in rt.cfg.point_info() {
+        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        let name = rest.get(..end).unwrap_or(&[]);
+        rest = rest.get(end + 1..).unwrap_or(&[]);
+        if i & POINT_INFO_WRAP != 0 && is_thread_library(name) {
+            w.any = true;
+            w.mutex |= name == b"pthread_mutex_lock" || name == b"pthread_mutex_unlock";
+        }
+    }
+    w
+}
+
+/// Every [`stint_layout::WrappedFn`] name, by prefix, and no `ProcessFn` or `SignalFn` one.
+fn is_thread_library(name: &[u8]) -> bool {
+    (name.starts_with(b"pthread_") || name.starts_with(b"sem_")) && name != b"pthread_sigmask"
 }
 
 /// A static program (glibc `-static`, `-static-pie`, musl) reaches its entry point with FS
@@ -149,6 +218,8 @@ struct Env {
     xdg_runtime_dir: Option<&'static [u8]>,
     /// `STINT_CALLTREE_NODES`: nodes per thread's calling-context tree.
     calltree_nodes: Option<&'static [u8]>,
+    /// `STINT_TEST_SPOIL_CALIBRATION`: the test hook.
+    spoil: Option<&'static [u8]>,
     /// AT_SECURE from the auxiliary vector.
     secure: bool,
 }
@@ -219,6 +290,9 @@ unsafe fn scan_stack(sp: *const usize) -> Env {
             if let Some(v) = env_value(s, ENV_LOG) {
                 env.log = Some(v);
             }
+            if let Some(v) = env_value(s, ENV_TEST_SPOIL_CALIBRATION) {
+                env.spoil = Some(v);
+            }
             if let Some(v) = env_value(s, "XDG_RUNTIME_DIR") {
                 env.xdg_runtime_dir = Some(v);
             }
@@ -274,192 +348,22 @@ unsafe fn cstr(p: *const u8) -> &'static [u8] {
     }
 }
 
-/// Entry/exit pairs per calibration batch, and batches per kind of event (after one warm-up
-/// batch): 8,000 calls of each of three kinds (with call paths, without, counted only), about
-/// half a millisecond at start.
-const CALIB_PER_BATCH: u32 = 1000;
-const CALIB_BATCHES: usize = 7;
-
-/// Measure what one instrumented event costs (D21) with the calibration routine the rewriter
-/// emitted (`RtConfig::calib_rel`, `stint_layout::CALIB_*_OFFSET`): a callee entered and left
-/// through trampolines made by the same code generator as the program's, which call the
-/// program's own timer routines, for point 0 with its gate set to every metric (or to calls
-/// only) for the duration, on a scratch column. Each kind of event is the least of
-/// [`CALIB_BATCHES`] batches: the whole pair from TSC reads around the batch minus the same
-/// loop around a plain function, the part inside the function's own span from what the
-/// routines added to the node (or the flat counter).
-/// All zero when the program has no timed point, no routine, or the scratch column cannot be
-/// mapped.
-///
-/// # Safety
-/// Start-up, single-threaded, before `profile_file::create` maps the control region over the
-/// rewriter's zero pages (the gate byte written here is restored before returning); GS points
-/// at the dummy column and is put back there.
-unsafe fn calibrate(rt: &Rt) -> Calibration {
-    let cfg = &rt.cfg;
-    let none = Calibration::default();
-    if cfg.n_points == 0
-        || cfg.ctl_len == 0
-        || cfg.calib_rel == 0
-        || !cfg.point_info().iter().any(|&b| b & TIMER_BITS != 0)
-    {
-        return none;
-    }
-    let geo = cfg.geometry();
-    let len = column_size(geo.n_points, N_COUNTER_SLOTS) as usize;
-    let prot = sys::PROT_READ | sys::PROT_WRITE;
-    // Safety: not MAP_FIXED: new memory only.
-    let Ok(base) = (unsafe { sys::mmap(0, len, prot, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS, -1, 0) }) else {
-        return none;
-    };
-    let point = 0u32;
-    // The word the trampolines compare with the column's key.
-    // Safety: `tid_offset` is 0 or inside glibc's thread control block (rewriter contract).
-    let key = unsafe { sys::fs_u32(cfg.tid_offset) };
-    // The column the routines see: this thread owns it, its CPU clock never needs a
-    // re-synchronisation (its sequence word is its own `seq`), one call-path node for
-    // (root, point) so that an entry is a one-probe hit.
-    let mut h = ColumnHeader {
-        self_addr: base as u64,
-        owner_tp: sys::thread_pointer(),
-        owner_key: key,
-        exit_key: key,
-        seq_ptr: (base + core::mem::offset_of!(ColumnHeader, seq)) as u64,
-        sync_tsc: sys::rdtsc(),
-        sync_ticks: u64::MAX >> 1,
-        thread_mask: u32::MAX,
-        shadow_ready: SHADOW_CAP, // a private mapping: no file blocks to allocate
-        ..ColumnHeader::default()
-    };
-    let mask = rt.st.cct_mask();
-    let index = cct_index_offset(geo.n_points, N_COUNTER_SLOTS) as usize;
-    let nodes = cct_nodes_offset(geo.n_points, N_COUNTER_SLOTS) as usize;
-    let wall = counter_offset(geo.n_points, SLOT_WALL_TICKS, point) as usize;
-    // The scratch column is written by the routines through GS between these accesses:
-    // every access here is a volatile one through the raw address, never a live reference.
-    let put = |off: usize, bytes: &[u8]| {
-        for (i, &b) in bytes.iter().enumerate() {
-            // Safety: `off + i < len` (offsets inside one column), our private mapping.
-            unsafe { core::ptr::write_volatile((base + off + i) as *mut u8, b) };
-        }
-    };
-    // Safety: as for `put`; an aligned u64 (node and counter fields are 8-aligned).
-    let get = |off: usize| unsafe { core::ptr::read_volatile((base + off) as *const u64) };
-    // The calls are nested in a caller's frame, as almost every call is: node 1 (the
-    // callee, under node 0) is the one the entries hit, and the caller's frame is on the
-    // shadow stack above the loop's stack pointer.
-    put(nodes, CctNode { parent: 0, point, ..CctNode::default() }.as_bytes());
-    put(nodes + CCT_NODE_SIZE as usize, CctNode { parent: 1, point, ..CctNode::default() }.as_bytes());
-    put(index + 4 * (cct_hash(0, point) & mask) as usize, &1u32.to_le_bytes());
-    put(index + 4 * (cct_hash(1, point) & mask) as usize, &2u32.to_le_bytes());
-    put(SHADOW_OFFSET as usize, Frame { sp: u64::MAX, point, node: 1, ..Frame::default() }.as_bytes());
-    let gate = cfg.control_region();
-    // Safety: the control region is the rewriter's writable zero pages until the profile is
-    // mapped over it; point 0 < n_points ≤ ctl_len.
-    let saved = unsafe { core::ptr::read_volatile(gate) };
-    let run = |h: &ColumnHeader, bits: u8, entry: u64, spent: usize| -> (u64, u64) {
-        put(0, h.as_bytes());
-        let mut pair = [0u64; CALIB_BATCHES];
-        let mut inner = [0u64; CALIB_BATCHES];
-        // One batch more than kept: the first warms the caches and the branch predictors.
-        for k in 0..=CALIB_BATCHES {
-            let before = get(spent);
-            // Safety: start-up; the scratch column is set up above, the gate is writable.
-            let ticks = unsafe { calib_batch(rt, base, gate, bits, entry) };
-            let after = get(spent);
-            if let (Some(p), Some(i)) =
-                (k.checked_sub(1).and_then(|k| pair.get_mut(k)), k.checked_sub(1).and_then(|k| inner.get_mut(k)))
-            {
-                *p = ticks.saturating_mul(CALIB_SCALE) / CALIB_PER_BATCH as u64;
-                *i = after.wrapping_sub(before).saturating_mul(CALIB_SCALE) / CALIB_PER_BATCH as u64;
-            }
-        }
-        (median(&mut pair), median(&mut inner))
-    };
-    let all = TIMER_BITS | metric_bit(METRIC_CALLS);
-    let node_wall = nodes + CCT_NODE_SIZE as usize + core::mem::offset_of!(CctNode, wall_ticks);
-    let paths = ColumnHeader { cct_mask: mask, depth: 1, ..h };
-    let with_paths = |entry: u64| if mask != 0 { run(&paths, all, entry, node_wall) } else { (0, 0) };
-    let (pair, inner) = with_paths(CALIB_SPLIT_OFFSET);
-    let (pair_ee, inner_ee) = with_paths(CALIB_ENTRY_EXIT_OFFSET);
-    let (pair_import, inner_import) = with_paths(CALIB_IMPORT_OFFSET);
-    h.cct_mask = 0;
-    h.depth = 1;
-    let (pair_flat, inner_flat) = run(&h, all, CALIB_SPLIT_OFFSET, wall);
-    let (count, _) = run(&h, metric_bit(METRIC_CALLS), CALIB_SPLIT_OFFSET, wall);
-    // Safety: as above; back to what the rewriter emitted.
-    unsafe { core::ptr::write_volatile(gate, saved) };
-    // Safety: the dummy lives in RtState for the whole run; nothing refers to the scratch
-    // column any more and GS no longer points at it.
-    unsafe {
-        let _ = sys::set_gs_base(rt.st.dummy_addr() as usize);
-        let _ = sys::munmap(base, len);
-    }
-    let (pair, inner) = if mask != 0 { (pair, inner) } else { (pair_flat, inner_flat) };
-    Calibration {
-        pair_ticks: pair,
-        inner_ticks: inner.min(pair),
-        pair_flat_ticks: pair_flat,
-        inner_flat_ticks: inner_flat.min(pair_flat),
-        count_ticks: count,
-        batches: CALIB_BATCHES as u32,
-        per_batch: CALIB_PER_BATCH,
-        pair_ee_ticks: pair_ee,
-        inner_ee_ticks: inner_ee.min(pair_ee),
-        pair_import_ticks: pair_import,
-        inner_import_ticks: inner_import.min(pair_import),
-    }
-}
-
-/// The middle value: what a call typically costs. The least would be the cost in the best
-/// case (caches and predictors warm, nothing else on the core), which the program's calls
-/// do not all get: it leaves 2–3 % of a timed call in the caller.
-fn median(v: &mut [u64]) -> u64 {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
-}
-
-/// One batch: [`CALIB_PER_BATCH`] calls through the calibration routine's entry at `entry`
-/// (`CALIB_*_OFFSET`), for point 0 with its gate set to `bits`. Returns the TSC ticks of the
-/// batch minus those of the same loop around a plain function (`CALIB_PLAIN_OFFSET`).
-///
-/// # Safety
-/// Start-up, single-threaded; `col` is a mapped scratch column owned by this thread (its
-/// header set up as `calibrate` does), `gate` the writable gate byte of point 0, and
-/// `RtConfig::calib_rel` the rewriter's routine. GS points at `col` on return.
-unsafe fn calib_batch(rt: &Rt, col: usize, gate: *mut u8, bits: u8, entry: u64) -> u64 {
-    let routine = rt.cfg.at::<u8>(rt.cfg.calib_rel) as u64;
-    // Safety: `col` is a column this thread owns for the batch.
-    if unsafe { sys::set_gs_base(col) }.is_err() {
-        return 0;
-    }
-    // Safety: the caller's contract (a writable gate byte at start-up).
-    unsafe { core::ptr::write_volatile(gate, bits) };
-    let time = |at: u64| {
-        let t0 = sys::rdtsc();
-        // Safety: the routine (rewriter-generated, `RtConfig::calib_rel`) clobbers rax, rdi
-        // and the flags only (the trampolines' and timer routines' contract); it touches the
-        // scratch column (GS), the gate byte and the stack below the red zone, which is
-        // stepped over first.
-        unsafe {
-            core::arch::asm!(
-                "lea rsp, [rsp - 128]",
-                "call {f}",
-                "lea rsp, [rsp + 128]",
-                f = in(reg) at,
-                inout("rdi") CALIB_PER_BATCH as u64 => _,
-                out("rax") _,
-            );
-        }
-        sys::rdtsc().wrapping_sub(t0)
-    };
-    let instrumented = time(routine + entry);
-    instrumented.saturating_sub(time(routine + CALIB_PLAIN_OFFSET))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_library_wrappers_are_told_from_process_ones_by_name() {
+        for f in stint_layout::WrappedFn::ALL {
+            assert!(is_thread_library(f.name().as_bytes()), "{}", f.name());
+        }
+        for f in stint_layout::ProcessFn::ALL {
+            assert!(!is_thread_library(f.name().as_bytes()), "{}", f.name());
+        }
+        for f in stint_layout::SignalFn::ALL {
+            assert!(!is_thread_library(f.name().as_bytes()), "{}", f.name());
+        }
+    }
 
     #[test]
     fn default_template_is_the_private_directory() {

@@ -256,8 +256,11 @@ pub struct Startup {
     pub proc_start_ticks: u64,
     /// STINT_LOG, NUL-terminated (empty: diagnostics go to stderr).
     pub log_path: [u8; LOG_PATH_MAX],
-    /// What an event costs (D21), measured once at start; a fork child's profile keeps it.
+    /// What an event costs (D21), measured at start; a fork child's profile keeps it (and
+    /// calibrates again as it ends).
     pub calib: stint_layout::Calibration,
+    /// TSC at which the start-up calibration began.
+    pub calib_tsc: u64,
 }
 
 /// The runtime's writable state, in the rewriter-reserved zero-filled pages.
@@ -298,6 +301,19 @@ pub struct RtState {
     /// The program's `main`, which `__libc_start_main`'s thunk replaced by the runtime's main
     /// thunk (D22: `main`'s return value is the image's exit status); 0 before.
     pub main_fn: AtomicUsize,
+    /// A timed call's calibrated cost (`Calibration::pair_ticks`, ticks × `CALIB_SCALE`),
+    /// set at start: the timer's sampling decision compares a point's mean call with it
+    /// (0: not calibrated, no point is sampled).
+    sample_pair: AtomicU64,
+    /// 1 once this process image's later calibration (D21, `start::calibrate_again`) has
+    /// begun: it runs once, and never beside another run on the calibration's gate byte.
+    /// A fork child starts from 0 only if its parent had not begun one.
+    calib_again: AtomicU32,
+    /// The test hook `STINT_TEST_SPOIL_CALIBRATION` (start.rs `CalibSpoil`), read at start.
+    calib_spoil: AtomicU32,
+    /// How the threads' CPU clocks detect context switches: the perf page or the rseq area,
+    /// decided at the first registration (`clock::CpuPage::open`), kept by fork children.
+    pub rseq: crate::clock::RseqState,
 }
 
 /// What the signal wrappers of a program with trap sites remember (`signals`): the SIGTRAP
@@ -388,6 +404,27 @@ impl RtState {
 
     pub fn set_cct_mask(&self, mask: u32) {
         self.cct_mask.store(mask, Ordering::Relaxed);
+    }
+
+    pub fn sample_pair(&self) -> u64 {
+        self.sample_pair.load(Ordering::Relaxed)
+    }
+
+    pub fn set_sample_pair(&self, pair: u64) {
+        self.sample_pair.store(pair, Ordering::Relaxed);
+    }
+
+    /// Claim the later calibration: true for the first caller of the process image only.
+    pub fn claim_calib_again(&self) -> bool {
+        self.calib_again.swap(1, Ordering::AcqRel) == 0
+    }
+
+    pub fn calib_spoil(&self) -> u32 {
+        self.calib_spoil.load(Ordering::Relaxed)
+    }
+
+    pub fn set_calib_spoil(&self, v: u32) {
+        self.calib_spoil.store(v, Ordering::Relaxed);
     }
 
     pub fn tsc_hz(&self) -> u64 {

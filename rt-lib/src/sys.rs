@@ -22,6 +22,9 @@ pub struct Errno(pub i32);
 impl Errno {
     pub const EINTR: Errno = Errno(4);
     pub const EEXIST: Errno = Errno(17);
+    pub const EPERM: Errno = Errno(1);
+    pub const EBUSY: Errno = Errno(16);
+    pub const EINVAL: Errno = Errno(22);
 
     /// Short symbolic name for messages.
     pub fn name(self) -> &'static str {
@@ -123,6 +126,8 @@ const SYS_FALLOCATE: usize = 285;
 const RLIMIT_AS: usize = 9;
 const SYS_UNLINKAT: usize = 263;
 const SYS_GETDENTS64: usize = 217;
+const SYS_NANOSLEEP: usize = 35;
+const SYS_RSEQ: usize = 334;
 
 pub const AT_FDCWD: isize = -100;
 pub const O_RDONLY: usize = 0;
@@ -149,6 +154,7 @@ pub const MADV_RANDOM: usize = 1;
 const ARCH_SET_GS: usize = 0x1001;
 const ARCH_SET_FS: usize = 0x1002;
 const ARCH_GET_FS: usize = 0x1003;
+const ARCH_GET_GS: usize = 0x1004;
 
 pub const CLOCK_REALTIME: usize = 0;
 pub const CLOCK_MONOTONIC: usize = 1;
@@ -311,6 +317,15 @@ pub unsafe fn set_gs_base(base: usize) -> SysResult {
     syscall!(SYS_ARCH_PRCTL, ARCH_SET_GS, base)
 }
 
+/// This thread's GS base (0 if it cannot be read).
+pub fn gs_base() -> u64 {
+    let mut base = 0u64;
+    match syscall!(SYS_ARCH_PRCTL, ARCH_GET_GS, &mut base as *mut u64) {
+        Ok(_) => base,
+        Err(_) => 0,
+    }
+}
+
 /// This thread's FS base (0: none yet, as in a static program before its libc set up TLS).
 pub fn fs_base() -> u64 {
     let mut base = 0u64;
@@ -377,6 +392,29 @@ pub fn perf_task_clock_page() -> SysResult {
     let page = unsafe { mmap(0, 4096, PROT_READ, MAP_SHARED, fd as i32, 0) };
     close(fd as i32);
     page
+}
+
+/// `rseq(area, len, 0, sig)`: register `area` as the calling thread's rseq area. The kernel
+/// (kernel/rseq.c) answers EBUSY when exactly this area, length and signature are registered
+/// already, EPERM when the area and length are but the signature is not, EINVAL when another
+/// area (or length) is, or when `area` is not 32-byte aligned; with no area registered it
+/// registers this one (and writes its `cpu_id` fields from then on). Comparing addresses
+/// reads no memory, so probing with an address the thread does not own is harmless once an
+/// area is registered.
+///
+/// # Safety
+/// With no area registered, `area` must be `len` writable bytes that stay valid (and unused
+/// by anything else) for the rest of the thread's life: the kernel writes to it at every
+/// return to user space after a preemption, a migration or a signal.
+pub unsafe fn rseq_register(area: usize, len: u32, sig: u32) -> SysResult {
+    syscall!(SYS_RSEQ, area, len as usize, 0usize, sig as usize)
+}
+
+/// `nanosleep` of `ns` nanoseconds (the calling thread blocks: a voluntary context switch,
+/// even for 0 on Linux, which puts the thread on an hrtimer and schedules).
+pub fn nanosleep(ns: u64) -> SysResult {
+    let ts = [(ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as i64];
+    syscall!(SYS_NANOSLEEP, ts.as_ptr(), 0usize)
 }
 
 /// The thread pointer: `fs:[0]` holds it by the x86-64 TLS ABI.

@@ -69,6 +69,24 @@ pub fn registered_column<'a>(rt: &Rt<'a>) -> Option<Column<'a>> {
     Some(unsafe { file_column(rt, cur) })
 }
 
+/// This thread's column, for a wrapper thunk's fast path: the thunk checked that GS is this
+/// thread's column (its owner's thread pointer, and with a libc tid word the key: what
+/// [`registered_column`] checks), so only whether the runtime measures is left to see.
+/// Without a tid word the thunk left the key (which `stint ctl` moves to send the thread
+/// to a safe point) unchecked: then everything is checked here.
+pub fn thunk_checked_column<'a>(rt: &Rt<'a>) -> Option<Column<'a>> {
+    if rt.cfg.tid_offset == 0 {
+        return registered_column(rt);
+    }
+    if !rt.st.active() {
+        return None;
+    }
+    let cur = gs_column(rt)?;
+    // Safety: the thunk found `cur` owned by this thread (as `registered_column` would): its
+    // own column, which only this thread writes, mapped for the rest of the run.
+    Some(unsafe { file_column(rt, cur) })
+}
+
 /// The handle of column `cur` of the mapping, with the file its first writes allocate in.
 ///
 /// # Safety
@@ -184,7 +202,7 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     }
     let Some(hdr) = rt.file_header() else { return false };
     let page = match rt.cfg.flags & CFG_NO_TIMERS {
-        0 => clock::CpuPage::open(),
+        0 => clock::CpuPage::open(&st.rseq, tp),
         _ => clock::CpuPage::none(), // nothing needs the CPU clock's fast path
     };
     let Some(mut guard) = rt.lock_registration(tid) else {
@@ -240,7 +258,7 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     h.pid = pid;
     h.first_point = point;
     h.registered_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
-    clock::setup(h, st.tsc_hz(), page);
+    clock::setup(h, st.tsc_hz(), page, &st.rseq);
     // The thread record: running since now, named by its comm (or a name given to it
     // before it got here; we hold the registration lock, which `pthread_setname_np`'s
     // wrapper takes).

@@ -18,12 +18,15 @@ use crate::control;
 use crate::state::Rt;
 use crate::sys;
 use stint_layout::{
-    cct_index_offset, cct_nodes_offset, metric_bit, Frame, TimerOp, CCT_LOST, CCT_NODE_SIZE, METRIC_CPU_TIME,
-    METRIC_WALL_TIME, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
+    cct_index_offset, cct_nodes_offset, metric_bit, Frame, TimerOp, ACTIVE_MASK, CALIB_SCALE, CCT_LOST, CCT_NODE_SIZE,
+    CFG_NO_SAMPLING, FRAME_SAMPLED, FRAME_UNTIMED, METRIC_CPU_TIME, METRIC_WALL_TIME, SAMPLE_FACTOR, SAMPLE_LEARN,
+    SAMPLE_NEVER, SAMPLE_ON, SAMPLE_PAUSED, SAMPLE_UNIT, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_LEARN_CPU, SLOT_LEARN_WALL,
+    SLOT_SAMPLED_SQ_CPU, SLOT_SAMPLED_SQ_WALL, SLOT_SAMPLED_TIMED, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 const TIMER_OP_ENTER: u32 = TimerOp::Enter as u32;
 const TIMER_OP_EXIT: u32 = TimerOp::Exit as u32;
+const TIMER_OP_ENTER_UNTIMED: u32 = TimerOp::EnterUntimed as u32;
 
 /// Enter (`op` [`TIMER_OP_ENTER`]) or leave ([`TIMER_OP_EXIT`]) `point` with the function-entry
 /// stack pointer `sp` at TSC `tsc`, on the calling thread's column `col`.
@@ -32,8 +35,15 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
     if point >= n || !rt.st.active() {
         return;
     }
+    // An entry of a sampled point the routine chose not to time: a frame with no clock.
+    let mut untimed = op == TIMER_OP_ENTER_UNTIMED;
+    let op = if untimed { TIMER_OP_ENTER } else { op };
     // A safe point (the routine sends a thread here when `stint ctl` changed its key).
     control::safe_point(rt, col);
+    // `stint ctl … sampling off` handled just now: this entry is already timed.
+    if untimed && col.counter_mut(SLOT_ACTIVE, point).is_some_and(|a| *a & SAMPLE_PAUSED != 0) {
+        untimed = false;
+    }
     // CPU time of this instant: `tsc` was read before the routine looked at the sequence
     // word, so after a re-synchronisation it belongs to the previous scheduling period and
     // would be off by the time the thread spent descheduled; read the TSC again.
@@ -44,7 +54,7 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
     let mut cpu_tsc = tsc;
     let mut tsc = tsc;
     if clock::read_seq(col.h) != col.h.seq || tsc.wrapping_sub(col.h.sync_tsc) > col.h.sync_ticks {
-        clock::resync(col.h, rt.st.tsc_hz());
+        clock::resync(col.h, rt.st.tsc_hz(), &rt.st.rseq);
         cpu_tsc = sys::rdtsc();
         if op == TIMER_OP_EXIT {
             tsc = cpu_tsc;
@@ -100,16 +110,64 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
         lose_entry(col);
         return;
     }
-    let bits = rt.cfg.gate(point) & TIMER_BITS & col.h.thread_mask as u8;
+    let sampled = col.counter_mut(SLOT_ACTIVE, point).is_some_and(|a| *a & SAMPLE_ON != 0);
+    let bits = match (untimed, sampled) {
+        (true, _) => FRAME_UNTIMED,
+        (false, s) => {
+            (rt.cfg.gate(point) & TIMER_BITS & col.h.thread_mask as u8) as u32 | if s { FRAME_SAMPLED } else { 0 }
+        }
+    };
     let node = enter_node(rt, col, point);
     col.set_frame(
         col.h.depth,
-        Frame { sp, point, bits: bits as u32, wall_start: now.wall, cpu_start: now.cpu, node, ..Frame::default() },
+        Frame { sp, point, bits, wall_start: now.wall, cpu_start: now.cpu, node, ..Frame::default() },
     );
-    if let Some(active) = col.counter_mut(SLOT_ACTIVE, point) {
-        *active += 1;
-    }
+    let decide = match col.counter_mut(SLOT_ACTIVE, point) {
+        Some(active) => {
+            *active += 1;
+            *active & SAMPLE_ON == 0 && *active / SAMPLE_UNIT == SAMPLE_LEARN
+        }
+        None => false,
+    };
     col.h.depth += 1;
+    if decide {
+        decide_sampling(rt, col, point);
+    }
+}
+
+/// The [`SAMPLE_LEARN`]-th entry of `point` on this thread (the routine counted it and sent
+/// it here): sample the point from now on if its calls so far took less than
+/// [`SAMPLE_FACTOR`] timed calls' cost each (the calibrated `pair_ticks`), else time every
+/// call. Never when the spec turned sampling off or nothing was calibrated; paused
+/// ([`SAMPLE_PAUSED`]) while `stint ctl … sampling off` holds.
+fn decide_sampling(rt: &Rt, col: &mut Column, point: u32) {
+    let pair = rt.st.sample_pair();
+    let gate = rt.cfg.gate(point);
+    let slot = if gate & metric_bit(METRIC_WALL_TIME) != 0 { SLOT_WALL_TICKS } else { SLOT_CPU_TICKS };
+    let spent = col.counter_mut(slot, point).map_or(u64::MAX, |c| *c);
+    // The calls before this one ended (a recursive point adds its outermost calls only,
+    // which makes its mean larger, never smaller).
+    let short = pair != 0
+        && rt.cfg.flags & CFG_NO_SAMPLING == 0
+        && gate & TIMER_BITS != 0
+        && (spent as u128) * (CALIB_SCALE as u128)
+            < (SAMPLE_FACTOR as u128) * (pair as u128) * (SAMPLE_LEARN as u128 - 1);
+    if short {
+        // The learning calls' time: the exact part of the point's estimate.
+        for (from, to) in [(SLOT_CPU_TICKS, SLOT_LEARN_CPU), (SLOT_WALL_TICKS, SLOT_LEARN_WALL)] {
+            let v = col.counter_mut(from, point).map_or(0, |c| *c);
+            if let Some(c) = col.counter_mut(to, point) {
+                *c = v;
+            }
+        }
+    }
+    if let Some(active) = col.counter_mut(SLOT_ACTIVE, point) {
+        let open = *active & ACTIVE_MASK;
+        // Under `stint ctl … sampling off` a short point is sampled but paused: it times
+        // every call until `sampling on`, then samples without learning again.
+        let paused = if control::sampling_off(rt) { SAMPLE_PAUSED } else { 0 };
+        *active = open | if short { SAMPLE_ON | paused | (SAMPLE_LEARN * SAMPLE_UNIT) } else { SAMPLE_NEVER };
+    }
 }
 
 /// The calling-context node (+ 1) of an entry of `point` under the top frame, its calls
@@ -199,11 +257,25 @@ fn close(col: &mut Column, now: Now) {
         node.wall_ticks += wall;
         node.cpu_ticks += cpu;
     }
+    if f.bits & FRAME_SAMPLED != 0 {
+        if let Some(c) = col.counter_mut(SLOT_SAMPLED_TIMED, f.point) {
+            *c += 1;
+        }
+        for (slot, span) in [(SLOT_SAMPLED_SQ_CPU, cpu), (SLOT_SAMPLED_SQ_WALL, wall)] {
+            if let Some(c) = col.counter_mut(slot, f.point) {
+                let span = span.min(u32::MAX as u64);
+                *c = c.saturating_add(span * span);
+            }
+        }
+    }
     let Some(active) = col.counter_mut(SLOT_ACTIVE, f.point) else {
         return; // a corrupted frame: drop it
     };
-    *active = active.saturating_sub(1);
-    if *active != 0 {
+    // The open frames are the low bits; the sampling state above them stays as it is.
+    if *active & ACTIVE_MASK != 0 {
+        *active -= 1;
+    }
+    if *active & ACTIVE_MASK != 0 {
         return;
     }
     if let Some(c) = col.counter_mut(SLOT_WALL_TICKS, f.point) {

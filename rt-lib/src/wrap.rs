@@ -19,7 +19,8 @@
 //! (no runtime call); when it measures only `calls`, `lock_wait` and `lock_hold` at a mutex
 //! lock or unlock, the thunk jumps to `stint_rt_wrap_lock` ([`wrap_lock`]), which handles
 //! the uncontended case with one TSC read and a look into the thread's own wait table, and
-//! hands everything else to [`wrap`]. Nothing on the program's stack is changed (D1); unwinding through the
+//! hands everything else to [`wrap`]; a condition signal or broadcast and `sem_post` go
+//! there too (nothing waits or is held: the call and the object's first use). Nothing on the program's stack is changed (D1); unwinding through the
 //! wrapper's frame (pthread_cancel, pthread_exit) uses rt-lib's FDEs (D5).
 //!
 //! # What is recorded (only on the calling thread's own column, no atomics)
@@ -49,7 +50,8 @@
 //!
 //! The signal functions of a program with trap sites (issue 12) are handed to `signals`.
 //!
-//! Layering: uses `sys`, `state`, `column`, `control`, `process`, `threads` and `signals`.
+//! Layering: uses `sys`, `state`, `column`, `control`, `process`, `threads`, `signals` and
+//! `calib` (the calibration run again as the program ends).
 #![allow(unsafe_code)]
 
 use crate::column::Column;
@@ -200,24 +202,79 @@ pub unsafe fn wrap(a: [usize; 4], ra: usize, site: *const WrapSite) -> usize {
         }
     }
     let r = recorded(&rt, &mut col, s, a, ra, gate, resolving, real);
+    let n = slow_events(s.func, gate);
+    if n != 0 {
+        // After the call: a thread that exits in it (`pthread_exit`) is not counted.
+        let tid = col.h.tid;
+        let mut ev = Ev { rt: &rt, col: &mut col, gate, ra, tid, resolving };
+        if ev.begin() {
+            ev.col.count_slow_event(n);
+            ev.end();
+        }
+    }
     if nested_guard {
         col.h.in_wrap = 0;
     }
     r
 }
 
-/// How many wait-table slots the mutex fast path looks at before it takes the full path.
-const FAST_PROBES: u32 = 4;
+/// How many slow-path wrapper events (slowwrap, D21; each costs the calibrated
+/// `wrap_slow_ticks`, [`calibrate_slow`]) a call of `func` through [`wrap`] counts at the
+/// innermost frame's node with the metric bits `gate`: a condition wait two (its mutex
+/// given back, then the timed wait and the mutex taken again), every other call that records
+/// a lock metric or the state trace one, `pthread_create` one (its start slot) whatever the
+/// metrics; a call that records nothing, none.
+fn slow_events(func: u32, gate: u8) -> u64 {
+    let recording = gate & (WAIT | HOLD | TRACE) != 0;
+    match func {
+        WRAP_PTHREAD_CREATE => 1,
+        WRAP_COND_WAIT | WRAP_COND_TIMEDWAIT | WRAP_COND_CLOCKWAIT if recording => 2,
+        WRAP_PTHREAD_JOIN
+        | WRAP_TIMEDJOIN_NP
+        | WRAP_MUTEX_LOCK
+        | WRAP_MUTEX_TIMEDLOCK
+        | WRAP_MUTEX_TRYLOCK
+        | WRAP_MUTEX_UNLOCK
+        | WRAP_RWLOCK_RDLOCK
+        | WRAP_RWLOCK_WRLOCK
+        | WRAP_RWLOCK_TIMEDRDLOCK
+        | WRAP_RWLOCK_TIMEDWRLOCK
+        | WRAP_RWLOCK_TRYRDLOCK
+        | WRAP_RWLOCK_TRYWRLOCK
+        | WRAP_RWLOCK_UNLOCK
+        | WRAP_SEM_WAIT
+        | WRAP_SEM_TIMEDWAIT
+        | WRAP_SEM_TRYWAIT
+        | WRAP_BARRIER_WAIT
+        | WRAP_COND_SIGNAL
+        | WRAP_COND_BROADCAST
+        | WRAP_SEM_POST
+            if recording =>
+        {
+            1
+        }
+        _ => 0,
+    }
+}
+
+/// How many wait-table slots the mutex fast path looks at before it takes the full path
+/// (all of them steps `lock_cache` can hold).
+const FAST_PROBES: u32 = crate::column::LOCK_CACHE_PROBES;
 
 /// See `stint_rt_wrap_lock`: `pthread_mutex_lock`, `_timedlock` and `_unlock` of a dynamic
 /// program whose thunk found the thread registered (GS is its column, not poked by `stint
 /// ctl`) and the thread measuring nothing at the point but `calls`, `lock_wait` and
-/// `lock_hold`. The common case costs one `rdtsc` per call and no shared-table lookup:
+/// `lock_hold`. A mutex's common case costs one `rdtsc` per call and no shared-table lookup:
 /// - a lock that finds the lock word 0 (the mutex free: no wait to time, as in the full
 ///   path) and the mutex's wait entry among the first slots of its address's probe
 ///   sequence in the thread's wait table (the table is the per-thread cache from mutex
-///   address to object: [`Column::wait_entry`] homes every entry at its object's address);
-/// - an unlock whose mutex's entry is found the same way.
+///   address to object: [`Column::wait_entry`] homes every entry at its object's address;
+///   the entry found last is remembered in the column header, [`Column::cached_wait`], so a
+///   lock and its unlock look neither at the probe sequence nor at the shared table);
+/// - an unlock whose mutex's entry is found the same way;
+/// - `pthread_cond_signal`, `_broadcast` and `sem_post`, which neither wait nor hold: the
+///   call is counted and, with `lock_wait`, the object's first use recorded (the shared
+///   table's lookup), as the full path does, without its safe point and dispatch.
 ///
 /// Everything else goes to [`wrap`], which records exactly what it always did: a busy lock
 /// word (the wait is timed, `contended` counted, whatever the mutex's kind: a recursive
@@ -247,7 +304,7 @@ pub unsafe fn wrap_lock(a: [usize; 4], ra: usize, site: *const WrapSite) -> usiz
     if s.lazy_rel != 0 && real_addr == lazy {
         return full();
     }
-    let Some(mut col) = threads::registered_column(&rt) else {
+    let Some(mut col) = threads::thunk_checked_column(&rt) else {
         return full();
     };
     let gate = rt.cfg.gate(s.point) & col.h.thread_mask as u8;
@@ -264,6 +321,22 @@ pub unsafe fn wrap_lock(a: [usize; 4], ra: usize, site: *const WrapSite) -> usiz
         }
     };
     let addr = a[0];
+    if matches!(s.func, WRAP_COND_SIGNAL | WRAP_COND_BROADCAST | WRAP_SEM_POST) {
+        // Nothing waits or is held: what the full path records is the call and, with
+        // `lock_wait`, the object's first use (a lookup in the shared table after that).
+        count(&mut col);
+        if gate & WAIT != 0 {
+            let kind = if s.func == WRAP_SEM_POST { OBJ_SEMAPHORE } else { OBJ_CONDVAR };
+            let tid = col.h.tid;
+            let mut ev = Ev { rt: &rt, col: &mut col, gate, ra, tid, resolving: false };
+            if ev.begin() {
+                object(&mut ev, kind, addr);
+                ev.end();
+            }
+        }
+        // Safety: calling the real function with the caller's arguments.
+        return unsafe { real(a[0], a[1], a[2], a[3]) };
+    }
     let lock = s.func != WRAP_MUTEX_UNLOCK;
     if !lock && (gate & HOLD == 0 || col.h.n_held == 0) {
         // No hold to close: the full path would only count and call, too.
@@ -271,21 +344,55 @@ pub unsafe fn wrap_lock(a: [usize; 4], ra: usize, site: *const WrapSite) -> usiz
         // Safety: calling the real function with the caller's arguments.
         return unsafe { real(a[0], a[1], a[2], a[3]) };
     }
-    let Some(objects) = Objects::of(&rt).filter(|_| addr != 0) else {
+    if addr == 0 {
         return full();
-    };
+    }
     // Safety: `addr` is the program's pthread_mutex_t (the real call reads it too).
     if lock && unsafe { core::ptr::read_volatile(lock_word(&rt, addr)) } != 0 {
         return full();
     }
-    let found = col.find_wait(addr as u64, OBJ_MUTEX, FAST_PROBES, |i| objects.address(i) == Some(addr as u64));
-    let Some((obj, e)) = found else {
-        return full();
+    // The mutex this thread used last (a lock and its unlock): no probing, no shared table.
+    let (obj, e): (u32, *mut WaitEntry) = match col.cached_wait(addr as u64, OBJ_MUTEX) {
+        Some((obj, e)) => (obj, e),
+        None => {
+            let Some(objects) = Objects::of(&rt) else {
+                return full();
+            };
+            let found = col.find_wait(addr as u64, OBJ_MUTEX, FAST_PROBES, |i| objects.address(i) == Some(addr as u64));
+            let Some((obj, e)) = found else {
+                return full();
+            };
+            (obj, e)
+        }
     };
-    let e: *mut WaitEntry = e;
     count(&mut col);
+    // Safety: `e` is `col`'s wait entry of `obj`; the real function with the caller's
+    // arguments.
+    unsafe { lock_fast(&rt, &mut col, gate, lock, obj, e, ra, a, real) }
+}
+
+/// What [`wrap_lock`] records for an uncontended mutex lock (after calling it) or unlock
+/// (before), once it found the mutex's wait entry `e` (object `obj`), and the real call. The
+/// event is counted at the innermost frame's call-path node (wrapcomp, D21), so a reader
+/// can take its calibrated cost ([`calibrate_lock`]) out of the timed functions around it.
+///
+/// # Safety
+/// `e` points at `col`'s wait entry of `obj`; `real` is the function to run with `a`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn lock_fast<'a>(
+    rt: &Rt<'a>,
+    col: &mut Column<'a>,
+    gate: u8,
+    lock: bool,
+    obj: u32,
+    e: *mut WaitEntry,
+    ra: usize,
+    a: [usize; 4],
+    real: Real,
+) -> usize {
     let tid = col.h.tid;
-    let mut ev = Ev { rt: &rt, col: &mut col, gate, ra, tid, resolving: false };
+    let mut ev = Ev { rt, col, gate, ra, tid, resolving: false };
     if lock {
         // Safety: calling the real function with the caller's arguments.
         let r = unsafe { real(a[0], a[1], a[2], a[3]) };
@@ -306,6 +413,7 @@ pub unsafe fn wrap_lock(a: [usize; 4], ra: usize, site: *const WrapSite) -> usiz
             ev.col.push_held(obj, now);
             ev.col.h.last_tsc = now;
         }
+        ev.col.count_wrap_event();
         ev.end();
         r
     } else {
@@ -316,11 +424,337 @@ pub unsafe fn wrap_lock(a: [usize; 4], ra: usize, site: *const WrapSite) -> usiz
                 let e = unsafe { &mut *e };
                 e.hold_ticks = e.hold_ticks.wrapping_add(now.wrapping_sub(since));
             }
+            ev.col.count_wrap_event();
             ev.end();
         }
         // Safety: calling the real function with the caller's arguments.
         unsafe { real(a[0], a[1], a[2], a[3]) }
     }
+}
+
+/// Batches of [`calibrate_lock`] (the first one more warms up and is not kept).
+const CALIB_LOCK_BATCHES: usize = 7;
+/// Lock + unlock pairs per batch.
+const CALIB_LOCK_PAIRS: u32 = 1000;
+
+/// The stand-ins for the real `pthread_mutex_lock` and `_unlock` of [`calibrate_lock`]: an
+/// uncontended glibc mutex's fast paths (a locked compare-exchange of the lock word 0 → 1,
+/// an exchange back to 0), returning 0. The bare loop calls them as often, so their own
+/// cost cancels.
+#[inline(never)]
+extern "C" fn calib_lock(m: usize, _: usize, _: usize, _: usize) -> usize {
+    // Safety: `calibrate_lock`'s mutex word, aligned.
+    let w = unsafe { AtomicU32::from_ptr(m as *mut u32) };
+    let _ = w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed);
+    0
+}
+
+#[inline(never)]
+extern "C" fn calib_unlock(m: usize, _: usize, _: usize, _: usize) -> usize {
+    // Safety: as above.
+    let w = unsafe { AtomicU32::from_ptr(m as *mut u32) };
+    w.swap(0, Ordering::Release);
+    0
+}
+
+/// The stand-ins the wrapper calibrations run on ([`calibrate_lock`], [`calibrate_slow`]):
+/// a profile file in private memory (its header page, a zero control page, so that a safe
+/// point finds no request, then a one-object table holding the calibration's mutex) and a
+/// private column (GS; every region counted as allocated, one open frame at node 0), with
+/// point 0's gate set to `calls`, `lock_wait` and `lock_hold`, `base` and `active` pointing
+/// at the file and the runtime's descriptor -1: nothing of a real profile exists yet, and
+/// nothing here can reach a file. [`StandIn::close`] puts everything back.
+struct StandIn {
+    file: usize,
+    file_len: usize,
+    colm: usize,
+    col_len: usize,
+    gate: *mut u8,
+    saved_gate: u8,
+    saved_fd: i32,
+}
+
+impl StandIn {
+    /// `None` when the memory cannot be had, the runtime is already measuring, or the
+    /// program has no points.
+    ///
+    /// # Safety
+    /// As [`calibrate_lock`]; `mutex` is the calibration's mutex word, live until
+    /// [`StandIn::close`].
+    unsafe fn open(rt: &Rt, gate: *mut u8, mutex: usize) -> Option<StandIn> {
+        let geo = rt.cfg.geometry();
+        if rt.st.active() || rt.st.base() != 0 || geo.n_points == 0 {
+            return None;
+        }
+        let col_len = column_size(geo.n_points, geo.n_slots) as usize;
+        let objects_at = HEADER_RESERVED + PAGE; // after the control page
+        let file_len = (objects_at + PAGE) as usize;
+        let prot = sys::PROT_READ | sys::PROT_WRITE;
+        let map = |len: usize| {
+            // Safety: not MAP_FIXED: new memory only.
+            unsafe { sys::mmap(0, len, prot, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS, -1, 0) }.ok()
+        };
+        let file = map(file_len)?;
+        let Some(colm) = map(col_len) else {
+            // Safety: the mapping just made, referenced by nothing.
+            let _ = unsafe { sys::munmap(file, file_len) };
+            return None;
+        };
+        let hdr = FileHeader {
+            objects_offset: objects_at,
+            obj_buckets: 1,
+            obj_cap: 1,
+            n_objects: 1,
+            ..FileHeader::default()
+        };
+        let obj = SyncObject { address: mutex as u64, kind: OBJ_MUTEX, ..SyncObject::default() };
+        let at = file + objects_at as usize;
+        // Safety: inside the fresh mapping (a header fits its page; a bucket and an object the
+        // last page; the control page stays zero).
+        unsafe {
+            core::ptr::write(file as *mut FileHeader, hdr);
+            core::ptr::write(at as *mut ObjBucket, ObjBucket { lock: 0, head: 1 });
+            core::ptr::write((at + size_of::<ObjBucket>()) as *mut SyncObject, obj);
+        }
+        let tp = sys::thread_pointer();
+        // Safety: `tid_offset` is 0 or inside glibc's thread control block (rewriter contract).
+        let key = if rt.cfg.tid_offset != 0 { unsafe { sys::fs_u32(rt.cfg.tid_offset) } } else { tp as u32 };
+        {
+            // Safety: a fresh private mapping of a whole column, ours alone in this block.
+            let col = unsafe { Column::from_raw(colm as *mut ColumnHeader, geo) };
+            *col.h = ColumnHeader {
+                self_addr: colm as u64,
+                owner_tp: tp,
+                owner_key: key,
+                exit_key: key,
+                thread_mask: u32::MAX,
+                depth: 1,
+                cct_nodes: 1,
+                cct_ready: 1,
+                shadow_ready: SHADOW_CAP,
+                // Every region counts as allocated: nothing here may reach the file.
+                lazy_ready: LAZY_LOCK_TABLES | LAZY_RING | LAZY_BASELINE,
+                cct_wraps_ready: CCT_CAP,
+                cct_slow_ready: CCT_CAP,
+                state_object: u32::MAX,
+                ..ColumnHeader::default()
+            };
+            let mut col = col;
+            col.set_frame(0, Frame { sp: u64::MAX, node: 1, ..Frame::default() });
+            let _ = col.wait_entry(0, OBJ_MUTEX, mutex as u64);
+        }
+        // Safety: start-up (the contract): the gate byte is writable, GS is ours to move.
+        let saved_gate = unsafe { core::ptr::read_volatile(gate) };
+        let saved_fd = rt.st.fd();
+        // Safety: as above.
+        unsafe {
+            core::ptr::write_volatile(gate, bit(METRIC_CALLS) | WAIT | HOLD);
+            let _ = sys::set_gs_base(colm);
+        }
+        rt.st.set_fd(-1);
+        rt.st.set_base(file);
+        rt.st.set_active(true);
+        Some(StandIn { file, file_len, colm, col_len, gate, saved_gate, saved_fd })
+    }
+
+    /// The runtime as before [`StandIn::open`]: measuring nothing, on the dummy column, its
+    /// descriptor and point 0's gate put back; the stand-ins unmapped.
+    ///
+    /// # Safety
+    /// As [`StandIn::open`]; nothing refers to the stand-ins any more.
+    unsafe fn close(self, rt: &Rt) {
+        rt.st.set_active(false);
+        rt.st.set_base(0);
+        rt.st.set_fd(self.saved_fd);
+        // Safety: the caller's contract.
+        unsafe {
+            core::ptr::write_volatile(self.gate, self.saved_gate);
+            let _ = sys::set_gs_base(rt.st.dummy_addr() as usize);
+            let _ = sys::munmap(self.colm, self.col_len);
+            let _ = sys::munmap(self.file, self.file_len);
+        }
+    }
+}
+
+/// The ticks × `CALIB_SCALE` one fast-path wrapper event costs the program (wrapcomp,
+/// D21): half of an uncontended lock + unlock through [`wrap_lock`] itself (its checks,
+/// [`lock_fast`] and the event's count at a node) with `calls`, `lock_wait` and `lock_hold`
+/// on, minus the same real calls made bare (stand-ins), each side's least of
+/// [`CALIB_LOCK_BATCHES`] ([`lock_event_figure`]), on a [`StandIn`] of the profile file and the
+/// column. Not in the figure: the rewriter's thunk in front (a gate test, the thread check, a
+/// jump; ≈ 1 ns). 0 when the memory cannot be had or the runtime is already measuring.
+///
+/// # Safety
+/// Start-up, single-threaded, before `profile_file::create`; GS points at the dummy column
+/// and is put back there; `gate` is point 0's gate byte, writable, restored by the caller.
+pub unsafe fn calibrate_lock(rt: &Rt, gate: *mut u8) -> u64 {
+    let mut mutex = [0u64; 5];
+    let addr = mutex.as_mut_ptr() as usize;
+    // Safety: the contract (start-up, GS and the gate ours); the mutex lives to the close.
+    let Some(si) = (unsafe { StandIn::open(rt, gate, addr) }) else {
+        return 0;
+    };
+    let geo = rt.cfg.geometry();
+    // Two descriptors as the rewriter emits them, whose GOT slots hold the stand-ins.
+    let slots: [usize; 2] = [calib_lock as *const () as usize, calib_unlock as *const () as usize];
+    let site = |func: u32| WrapSite { indirect: 1, func, point: 0, ..WrapSite::default() };
+    let mut sites = [site(WRAP_MUTEX_LOCK), site(WRAP_MUTEX_UNLOCK)];
+    // Relative to where the descriptors are.
+    for (s, slot) in sites.iter_mut().zip(slots.iter()) {
+        let at = s as *const WrapSite as i64;
+        s.config_rel = rt.cfg.addr() as i64 - at;
+        s.real_rel = slot as *const usize as i64 - at;
+    }
+    let a = [addr, 0, 0, 0];
+    let mut batches = [(0u64, 0u64); CALIB_LOCK_BATCHES];
+    for k in 0..=CALIB_LOCK_BATCHES {
+        let t0 = sys::rdtsc();
+        for _ in 0..CALIB_LOCK_PAIRS {
+            for s in &sites {
+                // Safety: a descriptor as the rewriter's (above); the stand-in as the real call.
+                unsafe { wrap_lock(a, 0, s) };
+            }
+        }
+        let t1 = sys::rdtsc();
+        for _ in 0..CALIB_LOCK_PAIRS {
+            for slot in &slots {
+                // Safety: the stand-ins, loaded from their slots as the wrapper does.
+                let real = unsafe { core::mem::transmute::<usize, Real>(core::ptr::read_volatile(slot)) };
+                // Safety: the stand-ins on the mutex above.
+                unsafe { real(a[0], a[1], a[2], a[3]) };
+            }
+        }
+        let t2 = sys::rdtsc();
+        if let Some(b) = k.checked_sub(1).and_then(|k| batches.get_mut(k)) {
+            *b = (t1.wrapping_sub(t0), t2.wrapping_sub(t1));
+        }
+    }
+    // Every event took the fast path, or the figure is not the fast path's: the node's count.
+    // Safety: the stand-in column, still mapped.
+    let counted = unsafe {
+        core::ptr::read_volatile((si.colm + cct_wraps_offset(geo.n_points, geo.n_slots) as usize) as *const u64)
+    };
+    // Safety: as above; nothing refers to the stand-ins any more.
+    unsafe { si.close(rt) };
+    if counted != 2 * CALIB_LOCK_PAIRS as u64 * (CALIB_LOCK_BATCHES as u64 + 1) {
+        return 0;
+    }
+    lock_event_figure(&batches)
+}
+
+/// One fast-path event's ticks × `CALIB_SCALE` from [`calibrate_lock`]'s batches (the ticks
+/// of `CALIB_LOCK_PAIRS` pairs wrapped, and the same calls bare): the least wrapped batch
+/// minus the least bare one, halved. What disturbs a batch (a preemption, an interrupt,
+/// another process's cache misses) only adds to it, so each least is its side's undisturbed
+/// figure. Not the least of the per-batch differences: a bare batch disturbed by more than
+/// the wrapper's whole cost (an interrupt of 40 µs against 1,000 pairs' 30 µs) made its
+/// difference 0, and that least 0 left the process without a figure (about 1 process in 50
+/// under load; every event had taken the fast path).
+fn lock_event_figure(batches: &[(u64, u64)]) -> u64 {
+    event_figure(batches, CALIB_LOCK_PAIRS)
+}
+
+/// One event's ticks × `CALIB_SCALE` from batches of `pairs` lock + unlock pairs (ticks
+/// wrapped, ticks bare): the least wrapped batch minus the least bare one, per event
+/// ([`lock_event_figure`] says why not the least of the differences).
+fn event_figure(batches: &[(u64, u64)], pairs: u32) -> u64 {
+    let wrapped = batches.iter().map(|b| b.0).min().unwrap_or(0);
+    let bare = batches.iter().map(|b| b.1).min().unwrap_or(0);
+    wrapped.saturating_sub(bare).saturating_mul(CALIB_SCALE) / pairs as u64 / 2
+}
+
+/// Batches of [`calibrate_slow`] (the first one more warms up and is not kept), and lock +
+/// unlock pairs per batch: more and shorter batches than [`calibrate_lock`]'s, so that the
+/// least of them more likely misses every disturbance (about 0.35 ms in all here).
+const CALIB_SLOW_BATCHES: usize = 16;
+const CALIB_SLOW_PAIRS: u32 = 250;
+
+/// The stand-ins of [`calibrate_slow`]'s real calls: one atomic exchange of the mutex word
+/// that leaves it non-zero (2, a glibc mutex with waiters), so every lock finds it taken
+/// and takes the timed path; returning 0 (acquired, released).
+#[inline(never)]
+extern "C" fn calib_busy(m: usize, _: usize, _: usize, _: usize) -> usize {
+    // Safety: `calibrate_slow`'s mutex word, aligned.
+    let w = unsafe { AtomicU32::from_ptr(m as *mut u32) };
+    w.swap(2, Ordering::AcqRel);
+    0
+}
+
+/// The ticks × `CALIB_SCALE` one wrapper event off the fast path costs the program
+/// (slowwrap, D21): half of a mutex lock that finds the lock word taken (through
+/// [`wrap_lock`]'s checks, as a contended lock comes, to the full path of [`wrap`]: its safe
+/// point and dispatch, [`blocking`]'s object lookup, two TSC reads, the state transitions,
+/// the wait entry and the held stack) + an unlock through the full path ([`release`]), each counted at a node ([`Column::count_slow_event`]), with `calls`,
+/// `lock_wait` and `lock_hold` on, minus the same real calls made bare (stand-ins that never
+/// block), each side's least of [`CALIB_SLOW_BATCHES`] ([`event_figure`]), on a [`StandIn`]
+/// (its zero control page: the full path's safe point finds no request). Not in the figure: the thunk in front and
+/// `stint_rt_wrap`'s register save (a few ns), and the kernel's part of a real wait. 0 when
+/// the memory cannot be had, the runtime is already measuring, or an event was not counted.
+///
+/// # Safety
+/// As [`calibrate_lock`].
+pub unsafe fn calibrate_slow(rt: &Rt, gate: *mut u8) -> u64 {
+    // Taken from the start (2, as the stand-ins leave it): every lock takes the timed path.
+    let mut mutex = [2u64, 0, 0, 0, 0];
+    let addr = mutex.as_mut_ptr() as usize;
+    // Safety: as `calibrate_lock`.
+    let Some(si) = (unsafe { StandIn::open(rt, gate, addr) }) else {
+        return 0;
+    };
+    let geo = rt.cfg.geometry();
+    let slot: usize = calib_busy as *const () as usize;
+    let site = |func: u32| WrapSite { indirect: 1, func, point: 0, ..WrapSite::default() };
+    let mut sites = [site(WRAP_MUTEX_LOCK), site(WRAP_MUTEX_UNLOCK)];
+    for s in sites.iter_mut() {
+        let at = s as *const WrapSite as i64;
+        s.config_rel = rt.cfg.addr() as i64 - at;
+        s.real_rel = &slot as *const usize as i64 - at;
+    }
+    let a = [addr, 0, 0, 0];
+    let mut batches = [(0u64, 0u64); CALIB_SLOW_BATCHES];
+    for k in 0..=CALIB_SLOW_BATCHES {
+        let t0 = sys::rdtsc();
+        for _ in 0..CALIB_SLOW_PAIRS {
+            // The lock through the lock entry, as the thunk sends a mutex lock: its checks
+            // find the word taken and hand the call to `wrap`; the unlock through `wrap`.
+            // Safety: descriptors as the rewriter's (above); the stand-in as the real call.
+            unsafe {
+                wrap_lock(a, 0, &sites[0]);
+                wrap(a, 0, &sites[1]);
+            }
+        }
+        let t1 = sys::rdtsc();
+        for _ in 0..CALIB_SLOW_PAIRS {
+            for _ in &sites {
+                // Safety: the stand-in, loaded from its slot as the wrapper does.
+                let real = unsafe { core::mem::transmute::<usize, Real>(core::ptr::read_volatile(&slot)) };
+                // Safety: the stand-in on the mutex above.
+                unsafe { real(a[0], a[1], a[2], a[3]) };
+            }
+        }
+        let t2 = sys::rdtsc();
+        if let Some(b) = k.checked_sub(1).and_then(|k| batches.get_mut(k)) {
+            *b = (t1.wrapping_sub(t0), t2.wrapping_sub(t1));
+        }
+    }
+    // Every lock took the timed path and every event was counted at the node.
+    // Safety: the stand-in column, still mapped.
+    let (counted, contended) = unsafe {
+        let e = (si.colm + WAITS_OFFSET as usize) as *const WaitEntry;
+        let contended =
+            (0..WAIT_CAP as usize).map(|i| core::ptr::read_volatile(&raw const (*e.add(i)).contended)).sum::<u64>();
+        (
+            core::ptr::read_volatile((si.colm + cct_slow_offset(geo.n_points, geo.n_slots) as usize) as *const u64),
+            contended,
+        )
+    };
+    // Safety: as above; nothing refers to the stand-ins any more.
+    unsafe { si.close(rt) };
+    let events = CALIB_SLOW_PAIRS as u64 * (CALIB_SLOW_BATCHES as u64 + 1);
+    if counted != 2 * events || contended != events {
+        return 0;
+    }
+    event_figure(&batches, CALIB_SLOW_PAIRS)
 }
 
 /// The wrapped call `s` on this thread's column, recorded.
@@ -419,6 +853,9 @@ fn process_fn(rt: &Rt, f: ProcessFn, a: [usize; 4], real: Real) -> usize {
                 // Safety: this process's own mapped header.
                 unsafe { crate::process::record_end(hdr, ProcessEnd::Exit, a[0] as u32 & 0xff) };
             }
+            if ours {
+                crate::calib::calibrate_again(rt);
+            }
         }
         ProcessFn::Wait | ProcessFn::Waitpid | ProcessFn::Wait4 => {
             let at = if f == ProcessFn::Wait { 0 } else { 1 };
@@ -504,6 +941,9 @@ pub unsafe fn main_hook(site: *const WrapSite, op: usize, value: usize) -> usize
             // a CPU and on a run queue (the RUN split, issue 12) is read here.
             if let Some(col) = threads::registered_column(&rt).filter(|_| ours) {
                 threads::record_schedstat(col.h);
+            }
+            if ours {
+                crate::calib::calibrate_again(&rt);
             }
             value
         }
@@ -960,4 +1400,38 @@ fn object(ev: &mut Ev, kind: u32, addr: usize) -> Option<u32> {
     });
     lock.release();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Batches of a process whose calibration gave 0 before (under load, a bare batch was
+    /// interrupted for 1.25 ms): wrapped and bare ticks of 1,000 pairs.
+    const SEEN: [(u64, u64); 7] = [
+        (91754, 11310),
+        (91442, 11206),
+        (91572, 11336),
+        (91494, 11232),
+        (91624, 11232),
+        (91624, 1_263_808),
+        (92664, 11388),
+    ];
+
+    #[test]
+    fn a_disturbed_bare_batch_leaves_the_lock_event_figure_alone() {
+        let quiet: [(u64, u64); 6] = [SEEN[0], SEEN[1], SEEN[2], SEEN[3], SEEN[4], SEEN[6]];
+        let figure = lock_event_figure(&SEEN);
+        // (91442 - 11206) ticks per 1,000 pairs, × CALIB_SCALE, per event.
+        assert_eq!(figure, (91442 - 11206) * CALIB_SCALE / 1000 / 2);
+        assert_eq!(figure, lock_event_figure(&quiet));
+    }
+
+    #[test]
+    fn a_disturbed_wrapped_batch_does_not_raise_the_lock_event_figure() {
+        let mut batches = SEEN;
+        batches[1].0 += 500_000;
+        // The next least wrapped batch (91494) is the figure's wrapped side now.
+        assert_eq!(lock_event_figure(&batches), (91494 - 11206) * CALIB_SCALE / 1000 / 2);
+    }
 }

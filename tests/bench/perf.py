@@ -31,12 +31,17 @@ operation and percent. Workloads:
   timed);
 - clock_gettime(CLOCK_THREAD_CPUTIME_ID) system calls per run (perf stat), the syscall
   the CPU clock's re-synchronisation costs where the perf page offers no cap_user_time;
-- the rewriter on /usr/bin/gdb and (if present) node: time, peak RSS, output size ratio;
+- the rewriter on /usr/bin/gdb and (if present) node, 3 runs each (with STINT_BEFORE the other
+  stint alternating): median time, peak RSS, output size ratio;
 - profile memory at 1, 64 and 1,000 short-lived threads (testbins/bench_threads.c): the
   profile file's allocated blocks and the program's peak RSS, default spec;
 - uftrace side by side (if installed): the same sources built with -pg, `uftrace record`
   against the -pg build run bare (the call loop with 10^6 calls: uftrace writes 16 bytes
   per event).
+
+ONLY=mutex,locks (a comma-separated list of calls, layouts, matmul, mutex, locks, imports,
+syscalls, rewriter, memory, uftrace) runs only those workloads, after the machine's floor
+(syscalls needs matmul and mutex).
 
 STINT_BEFORE=/path/to/another/stint adds, next to each rewritten variant, the same rewrite
 made by that build, in the same interleaved rounds ("(before)" rows): what a change bought.
@@ -58,6 +63,12 @@ STINT = os.environ.get("STINT", os.path.join(ROOT, "target/release/stint"))
 # Another build of stint (e.g. the main branch's) whose rewrites run as "(before)" variants in
 # the same interleaved rounds: what a change bought, measured side by side.
 BEFORE = os.environ.get("STINT_BEFORE")
+# The workloads to run (ONLY=mutex,locks; unset: all of them).
+ONLY = {w for w in os.environ.get("ONLY", "").split(",") if w}
+
+
+def wanted(section):
+    return not ONLY or section in ONLY
 
 CALLS = "metrics: [{name: calls, kind: counter, at: entry, on_at_start: true}]\n"
 WALL = CALLS.replace("]", ", {name: wall_time, kind: timer, at: function, on_at_start: true}]")
@@ -275,26 +286,43 @@ def bench(b):
            "(1: the CPU clock re-synchronises from the page, no system call; 0: one system call "
            "per context switch)", ""]
 
-    def ctl(name):
-        e = b.measured(name)
-        e["STINT_CONTROL"] = b.spec("off-" + name, OFF)
-        return e
-
     # ---- the call loop ----
+    if wanted("calls"):
+        bench_calls(b, n_calls)
+    if wanted("layouts"):
+        md += trampoline_layouts(b, n_calls)
+    mm = mm_args = mx = None
+    if wanted("matmul"):
+        mm, mm_args = bench_matmul(b, mm_n, mm_big)
+    if wanted("mutex"):
+        mx = bench_mutex(b, mutex_n)
+    if wanted("locks"):
+        bench_locks(b, lock_n)
+    if wanted("imports"):
+        bench_imports(b, imp_n)
+    return md + report(b, mm, mm_args, mx, n_calls, mm_n, mutex_n, imp_n)
+
+
+def ctl(b, name):
+    """The environment of an "off" variant: measured, with every point switched off."""
+    e = b.measured(name)
+    e["STINT_CONTROL"] = b.spec("off-" + name, OFF)
+    return e
+
+
+def bench_calls(b, n_calls):
     calls = b.gcc("bench_calls.c", "bench_calls")
     a = [str(n_calls)]
     v = [("original", [calls, *a], None),
-         *b.variants("off (on: [])", calls, "all", None, a, ctl("calls-off")),
+         *b.variants("off (on: [])", calls, "all", None, a, ctl(b, "calls-off")),
          *b.variants("calls", calls, "calls", CALLS, a, b.measured("c")),
          *b.variants("calls+wall", calls, "wall", WALL, a, b.measured("w")),
          *b.variants("calls+cpu", calls, "cpu", CPU, a, b.measured("u")),
          *b.variants("default (all)", calls, "all", None, a, b.measured("a"))]
     b.interleave(f"call loop, {n_calls:.0e} calls", n_calls, "call", v)
 
-    # ---- trampoline layouts ----
-    md += trampoline_layouts(b, n_calls)
 
-    # ---- matmul, 2 threads ----
+def bench_matmul(b, mm_n, mm_big):
     mm = b.gcc("matmul.c", "matmul")
     mm_args = ["2", str(mm_n)]
     v = [("original", [mm, *mm_args], None),
@@ -313,12 +341,14 @@ def bench(b):
     v = [("original", [mm, "2", "2"], None),
          *[(label, [argv[0], "2", "2"], env) for label, argv, env in v[1:]]]
     b.interleave("matmul start-up, 2 threads, 4 innerp calls", 1, "run", v)
+    return mm, mm_args
 
-    # ---- the mutex workload ----
+
+def bench_mutex(b, mutex_n):
     mx = b.gcc("bench_mutex.c", "bench_mutex")
     a = [str(mutex_n)]
     v = [("original", [mx, *a], None),
-         *b.variants("off (on: [])", mx, "all", None, a, ctl("mutex-off")),
+         *b.variants("off (on: [])", mx, "all", None, a, ctl(b, "mutex-off")),
          *b.variants("calls", mx, "calls", CALLS, a, b.measured("xc")),
          *b.variants("lock_wait+lock_hold", mx, "locks", LOCKS, a, b.measured("xl")),
          *b.variants("default (all)", mx, "all", None, a, b.measured("xa"))]
@@ -326,8 +356,10 @@ def bench(b):
     # (the original alone spreads over 2x); three times the rounds, and the CPU-time table.
     b.interleave(f"mutex producer/consumer, 4 threads, {mutex_n} items", mutex_n, "item", v, rounds=3 * RUNS,
                  cpu=True)
+    return mx
 
-    # ---- uncontended lock/unlock pairs ----
+
+def bench_locks(b, lock_n):
     lk = b.gcc("bench_locks.c", "bench_locks")
     a = [str(lock_n)]
     v = [("original", [lk, *a], None),
@@ -335,22 +367,26 @@ def bench(b):
          *b.variants("calls, wrapped (lock metrics off)", lk, "callsw", CALLS_WRAPPED, a, b.measured("lw")),
          *b.variants("lock_wait+lock_hold", lk, "locks", LOCKS, a, b.measured("ll")),
          *b.variants("default (all)", lk, "all", None, a, b.measured("la"))]
-    b.interleave(f"uncontended lock/unlock, {lock_n} pairs", lock_n, "pair", v)
+    b.interleave(f"uncontended lock/unlock, {lock_n} pairs", lock_n, "pair", v, cpu=True)
 
-    # ---- imports ----
+
+def bench_imports(b, imp_n):
     im = b.gcc("bench_imports.c", "bench_imports")
     a = [str(imp_n)]
     v = [("original", [im, *a], None),
-         *b.variants("off (on: [])", im, "all", None, a, ctl("imports-off")),
+         *b.variants("off (on: [])", im, "all", None, a, ctl(b, "imports-off")),
          *b.variants("calls", im, "calls", CALLS, a, b.measured("ic")),
          *b.variants("default (all)", im, "all", None, a, b.measured("ia"))]
     b.interleave(f"import-heavy loop, {imp_n} steps (2 imports each)", imp_n, "step", v)
 
-    md += ["## Overheads", "",
+
+def report(b, mm, mm_args, mx, n_calls, mm_n, mutex_n, imp_n):
+    """The tables of what ran, then the workloads that are not interleaved."""
+    md = ["## Overheads", "",
            "| workload | variant | median | min–max (s) | cost | vs original |",
            "|---|---|---|---|---|---|", *b.rows, ""]
-    md += ["## CPU time of the mutex workload", "",
-           "Medians over the same rounds as its rows above (`wait4` rusage of the whole process): the "
+    md += ["## CPU time of the mutex workload and the lock/unlock pairs", "",
+           "Medians over the same rounds as their rows above (`wait4` rusage of the whole process): the "
            "wall time of four threads on two cores depends on how they meet at the mutex; the CPU "
            "time shows what the instrumentation itself costs, in the program (user) and in the "
            "kernel (system: futex calls, context switches, and a perf event's work at each switch "
@@ -359,7 +395,7 @@ def bench(b):
            "|---|---|---|---|---|---|", *b.cpu_rows, ""]
 
     # ---- system calls of the CPU clock ----
-    if shutil.which("perf"):
+    if shutil.which("perf") and mm and mx and wanted("syscalls"):
         log("== system calls")
         md += ["## CPU-clock system calls per run", "",
                "`perf stat`: `clock_gettime` system calls (in the rewritten programs: the "
@@ -390,32 +426,54 @@ def bench(b):
         md.append("")
 
     # ---- the rewriter on big binaries ----
-    md += ["## The rewriter", "", "| input | size | median time | min–max (s) | peak RSS | output / input |",
-           "|---|---|---|---|---|---|"]
+    if wanted("rewriter"):
+        md += rewriter(b)
+    if wanted("memory"):
+        md += memory(b)
+    if shutil.which("uftrace") and wanted("uftrace"):
+        md += uftrace(b, n_calls, mm_args or ["2", str(mm_n)], mm_n, mutex_n, imp_n)
+    return md
+
+
+def rewriter(b):
+    """gdb and node rewritten 3 times each (once, gdb only, with QUICK=1) by this stint
+    and with STINT_BEFORE by the other one, alternating in each round: medians side by side."""
+    md = ["## The rewriter", "", "| input | stint | size | median time | min–max (s) | peak RSS | output / input |",
+           "|---|---|---|---|---|---|---|"]
+    stints = [("", STINT)] + ([(" (before)", BEFORE)] if BEFORE else [])
     for name in ["/usr/bin/gdb", "/usr/bin/node"]:
         real = os.path.realpath(name)
         if not os.path.exists(real) or (QUICK and "node" in name):
             continue
         log(f"== rewrite {real}")
         out = b.path("big.stint")
-        ts, rss = [], []
-        for _ in range(1 if QUICK or "node" in name else 3):
-            wall, kib, _ = b.run([STINT, "rewrite", real, "-o", out, "--quiet"])
-            ts.append(wall)
-            rss.append(kib)
-        size_in, size_out = os.path.getsize(real), os.path.getsize(out)
-        os.unlink(out)
-        md.append(f"| {real} | {size_in / 1e6:.1f} MB | {statistics.median(ts):.2f} s | {min(ts):.2f}–{max(ts):.2f} "
-                  f"| {max(rss) / 1024:.0f} MiB | {size_out / size_in:.2f} |")
+        ts = {label: [] for label, _ in stints}
+        rss = {label: [] for label, _ in stints}
+        size_out = {}
+        for _ in range(1 if QUICK else 3):
+            for label, exe in stints:
+                wall, kib, _ = b.run([exe, "rewrite", real, "-o", out, "--quiet"])
+                ts[label].append(wall)
+                rss[label].append(kib)
+                size_out[label] = os.path.getsize(out)
+                os.unlink(out)
+        size_in = os.path.getsize(real)
+        for label, _ in stints:
+            t = ts[label]
+            md.append(f"| {real} | stint{label} | {size_in / 1e6:.1f} MB | {statistics.median(t):.2f} s "
+                      f"| {min(t):.2f}–{max(t):.2f} | {max(rss[label]) / 1024:.0f} MiB "
+                      f"| {size_out[label] / size_in:.2f} |")
     md.append("")
+    return md
 
-    # ---- profile memory ----
+
+def memory(b):
     log("== profile memory")
     th = b.gcc("bench_threads.c", "bench_threads")
     builds = [("", b.rewrite(th, "all"))]
     if BEFORE:
         builds.append((" (before)", b.rewrite(th, "all.before", None, BEFORE)))
-    md += ["## Profile memory (default spec)", "",
+    md = ["## Profile memory (default spec)", "",
            "| threads | stint | profile file allocated | per thread | peak RSS original | peak RSS rewritten |",
            "|---|---|---|---|---|---|"]
     for t in [1, 64, 1000]:
@@ -428,10 +486,6 @@ def bench(b):
             md.append(f"| {t} | this{label} | {blocks / 1024:.0f} KiB | {blocks / 1024 / (t + 1):.0f} KiB "
                       f"| {rss0 / 1024:.1f} MiB | {rss1 / 1024:.1f} MiB |")
     md.append("")
-
-    # ---- uftrace ----
-    if shutil.which("uftrace"):
-        md += uftrace(b, n_calls, mm_args, mm_n, mutex_n, imp_n)
     return md
 
 

@@ -442,6 +442,7 @@ behaviour_tests! {
     churn: [pie_o0: "pie-O0", pie_o2: "pie-O2", nopie_o0: "nopie-O0", nopie_o2: "nopie-O2", pie_o2_stripped: "pie-O2-stripped"];
     cet: [pie_o2: "pie-O2", nopie_o2: "nopie-O2"];
     compensation: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    sampling: [pie_o2: "pie-O2"];
     states: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     proctree: [pie_o0: "pie-O0", nopie_o2: "nopie-O2"];
     proctree_end: [pie_o0: "pie-O0"];
@@ -467,6 +468,11 @@ behaviour_tests! {
     locks_kinds: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     entrycov: [pie_o2: "pie-O2"];
     exitcov: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
+    wrapcomp: [pie_o2: "pie-O2"];
+    slowwrap: [pie_o2: "pie-O2"];
+    rseqclk: [pie_o2: "pie-O2"];
+    rseqcs: [pie_o2: "pie-O2"];
+    nowrap: [pie_o2: "pie-O2"];
     sigblock: [pie_o2: "pie-O2"];
 }
 

@@ -9,8 +9,11 @@
 //!
 //! One `#[test]` per program, so a failure names it; each appends its row to the pass table
 //! `target/tmp/corpus.txt`, which `.ci/run` prints at the end. Under `CI=true` a missing
-//! program fails its test; elsewhere it is skipped loudly. The redis test starts the servers
-//! on 127.0.0.1 and a free port and stops them by pid.
+//! program fails its test; elsewhere it is skipped loudly. The server tests (redis-server,
+//! memcached) start the servers on 127.0.0.1 and a free port, drive them over TCP and stop
+//! them by pid. A program whose output legitimately varies between runs (rg's parallel walk
+//! orders its lines as the threads finish; sysbench prints timings) is compared through an
+//! [`Extra`] that sorts or masks what varies, and checks more of its profile.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -70,6 +73,21 @@ pub(crate) fn text(n: usize) -> Vec<u8> {
     s.into_bytes()
 }
 
+/// What a case adds to the byte-for-byte check of [`corpus`].
+#[derive(Clone, Copy)]
+struct Extra {
+    /// Writes more input into the cwd before each run (after `Case::files`).
+    prepare: fn(&Path),
+    /// Maps stdout before the comparison: output that varies between two runs of the
+    /// original is sorted or masked here, and nothing else.
+    stdout: fn(&[u8]) -> Vec<u8>,
+    /// More checks of a report with metrics on (and by default): what is wrong, if anything.
+    report: fn(&serde_json::Value) -> Vec<String>,
+}
+
+/// No extra: stdout byte for byte, the common report checks only.
+const PLAIN: Extra = Extra { prepare: |_| {}, stdout: |b| b.to_vec(), report: |_| Vec::new() };
+
 /// How a rewritten program is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -95,11 +113,18 @@ struct Checked {
     calls: u64,
 }
 
-fn run_in(bin: &Path, case: &Case, label: &str, setup: impl FnOnce(Run) -> Run) -> (Outcome, Vec<String>) {
+fn run_in(
+    bin: &Path,
+    case: &Case,
+    extra: Extra,
+    label: &str,
+    setup: impl FnOnce(Run) -> Run,
+) -> (Outcome, Vec<String>) {
     let cwd = fresh_dir(&format!("corpus-{}-{label}", case.name));
     for (name, content) in case.files {
         std::fs::write(cwd.join(name), content).unwrap();
     }
+    (extra.prepare)(&cwd);
     let mut r = Run::new(bin, &cwd).args(case.args).timeout(Duration::from_secs(240));
     for (k, v) in case.env {
         r = r.env(k, v);
@@ -108,7 +133,8 @@ fn run_in(bin: &Path, case: &Case, label: &str, setup: impl FnOnce(Run) -> Run) 
         r = r.stdin(s.clone());
     }
     let o = setup(r).run();
-    (o, dir_entries(&cwd))
+    let stdout = (extra.stdout)(&o.stdout);
+    (Outcome { stdout, ..o }, dir_entries(&cwd))
 }
 
 fn threads_and_calls(report: &serde_json::Value) -> (usize, u64) {
@@ -122,7 +148,7 @@ fn threads_and_calls(report: &serde_json::Value) -> (usize, u64) {
 }
 
 /// Run the rewritten program in `mode` and check it against the original's outcome.
-fn check(case: &Case, rewritten: &Path, mode: Mode, want: &Outcome, want_cwd: &[String]) -> Checked {
+fn check(case: &Case, extra: Extra, rewritten: &Path, mode: Mode, want: &Outcome, want_cwd: &[String]) -> Checked {
     let dir = fresh_dir(&format!("corpus-{}-{}-profiles", case.name, mode.label()));
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     let control = dir.join("off.yaml");
@@ -131,7 +157,7 @@ fn check(case: &Case, rewritten: &Path, mode: Mode, want: &Outcome, want_cwd: &[
         Mode::On | Mode::Off => dir.join("p"),
         Mode::Default => dir.join("stint"),
     };
-    let (got, cwd) = run_in(rewritten, case, mode.label(), |r| match mode {
+    let (got, cwd) = run_in(rewritten, case, extra, mode.label(), |r| match mode {
         Mode::On => r.env("STINT_DIR", path_str(&profiles)),
         Mode::Off => r.env("STINT_DIR", path_str(&profiles)).env("STINT_CONTROL", path_str(&control)),
         Mode::Default => r.env("XDG_RUNTIME_DIR", path_str(&dir)),
@@ -167,7 +193,8 @@ fn check(case: &Case, rewritten: &Path, mode: Mode, want: &Outcome, want_cwd: &[
         Mode::Off if calls != 0 => problems.push(format!("metrics off: {calls} calls counted")),
         Mode::Off => {}
         _ => {
-            for bad in report_invariants(&report, case.name, got.pid, false) {
+            for bad in report_invariants(&report, case.name, got.pid, false).into_iter().chain((extra.report)(&report))
+            {
                 problems.push(format!("metrics {}: report: {bad}", mode.label()));
             }
             if threads < case.threads {
@@ -187,6 +214,11 @@ fn table_row(row: &str) {
 
 /// The whole check of one program: rewrite, the original's run, three rewritten runs.
 fn corpus(case: Case) {
+    corpus_with(case, PLAIN);
+}
+
+/// [`corpus`] with a case's [`Extra`].
+fn corpus_with(case: Case, extra: Extra) {
     let bin = PathBuf::from(case.bin);
     if !bin.is_file() {
         if under_ci() {
@@ -211,12 +243,12 @@ fn corpus(case: Case) {
     );
     let rewritten = fresh_dir(&format!("corpus-{}", case.name)).join(case.name);
     rewrite(&bin, &rewritten);
-    let (want, want_cwd) = run_in(&bin, &case, "original", |r| r);
+    let (want, want_cwd) = run_in(&bin, &case, extra, "original", |r| r);
     let mut problems = Vec::new();
     let mut cells = Vec::new();
     let mut on = (0, 0);
     for mode in [Mode::On, Mode::Off, Mode::Default] {
-        let c = check(&case, &rewritten, mode, &want, &want_cwd);
+        let c = check(&case, extra, &rewritten, mode, &want, &want_cwd);
         cells.push(format!("{}={}", mode.label(), if c.problems.is_empty() { "pass" } else { "FAIL" }));
         if mode == Mode::On {
             on = (c.threads, c.calls);
@@ -499,39 +531,237 @@ fn diff() {
     });
 }
 
-/// What a redis-server run gave its clients: the transcript of a fixed `redis-cli` session,
-/// whether `redis-benchmark` succeeded, the server's exit status after SIGTERM, its pid.
+/// rg's input: `text(3 MiB)` cut into 24 files over three directories.
+fn rg_tree(cwd: &Path) {
+    let t = text(3 << 20);
+    let lines: Vec<&[u8]> = t.split_inclusive(|&b| b == b'\n').collect();
+    for (i, part) in lines.chunks(lines.len().div_ceil(24)).enumerate() {
+        let dir = cwd.join("tree").join(format!("d{}", i % 3));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i:02}.txt")), part.concat()).unwrap();
+    }
+}
+
+/// Output lines sorted (their order follows the threads of a parallel run).
+fn sorted_lines(b: &[u8]) -> Vec<u8> {
+    let mut lines: Vec<&[u8]> = b.split_inclusive(|&c| c == b'\n').collect();
+    lines.sort();
+    lines.concat()
+}
+
+/// Every thread of a report counted calls (its start routine at least is instrumented).
+fn threads_have_calls(r: &serde_json::Value) -> Vec<String> {
+    threads(r)
+        .iter()
+        .filter(|t| total_calls(t) == 0)
+        .map(|t| format!("thread {} ({}) counted no call", t["tid"], t["name"]))
+        .collect()
+}
+
+#[test]
+fn ripgrep() {
+    // A Rust program: two searcher threads walk the tree (-j2) besides the main thread.
+    corpus_with(
+        Case {
+            name: "rg",
+            bin: "/usr/bin/rg",
+            package: "ripgrep",
+            args: &["-j2", "-n", "-i", "-w", "MUTEX (join|lock)|^0+1 ", "tree"],
+            stdin: None,
+            files: &[],
+            env: &[],
+            threads: 3,
+        },
+        Extra { prepare: rg_tree, stdout: sorted_lines, report: threads_have_calls },
+    );
+}
+
+/// `b` with every number that has a decimal point replaced by `#`, and the spaces before it by
+/// one (sysbench's timings and rates, right-aligned in columns as wide as the number; the
+/// counts it prints have no decimal point).
+fn mask_decimals(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let n = b[i..].iter().take_while(|c| c.is_ascii_digit() || **c == b'.').count();
+        if n > 0 && b[i..i + n].contains(&b'.') && b[i].is_ascii_digit() {
+            while out.last() == Some(&b' ') {
+                out.pop();
+            }
+            out.extend_from_slice(b" #");
+            i += n;
+        } else {
+            out.extend_from_slice(&b[i..i + n.max(1)]);
+            i += n.max(1);
+        }
+    }
+    out
+}
+
+#[test]
+fn sysbench() {
+    // Two worker threads share 2,000 events of the CPU test: `sb_event_stop` (an exported
+    // function of sysbench) runs once per event, on whichever worker took it.
+    corpus_with(
+        Case {
+            name: "sysbench",
+            bin: "/usr/bin/sysbench",
+            package: "sysbench",
+            args: &["cpu", "--threads=2", "--cpu-max-prime=2000", "--time=0", "--events=2000", "run"],
+            stdin: None,
+            files: &[],
+            env: &[],
+            threads: 3,
+        },
+        Extra {
+            prepare: |_| {},
+            stdout: mask_decimals,
+            report: |r| {
+                let mut bad = threads_have_calls(r);
+                if calls_of(r, "sb_event_stop") != 2000 {
+                    bad.push(format!("sb_event_stop: {} calls, want 2000", calls_of(r, "sb_event_stop")));
+                }
+                bad
+            },
+        },
+    );
+}
+
+/// What a server run gave its clients: the transcript of a fixed client session, whether the
+/// load from several clients at once got every reply right, the server's exit status after
+/// SIGTERM, its pid.
 #[derive(Debug, PartialEq, Eq)]
-struct RedisRun {
+struct ServerRun {
     transcript: String,
-    benchmark_ok: bool,
+    load_ok: bool,
     status: Option<i32>,
     pid: u32,
 }
 
-/// The fixed client session (deterministic replies).
-const REDIS_SESSION: &str = "SET a 1\nINCRBY a 41\nGET a\nRPUSH l x y z\nLRANGE l 0 -1\n\
-    HSET h f1 v1 f2 v2\nHGETALL h\nSADD s m1 m2 m3\nSCARD s\nDEL a l h s\nDBSIZE\n";
+/// A free TCP port on 127.0.0.1 (the server binds it right after).
+fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().unwrap().port().to_string()
+}
 
-/// Start `bin` on 127.0.0.1 and a free port, run the session and a short benchmark against
-/// it, stop it by pid with SIGTERM.
-fn redis_run(bin: &Path, cwd: &Path, env: &[(&str, &str)]) -> RedisRun {
-    let port =
-        std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().unwrap().port().to_string();
+/// `bin` started in `cwd` with `args`, no `STINT_*` variable but those of `env`, stdin from
+/// /dev/null, stdout and stderr piped (`quiet`: to /dev/null).
+fn spawn_server(bin: &Path, cwd: &Path, args: &[&str], env: &[(&str, &str)], quiet: bool) -> std::process::Child {
+    let out = || if quiet { std::process::Stdio::null() } else { std::process::Stdio::piped() };
     let mut cmd = std::process::Command::new(bin);
-    cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--io-threads", "2"])
-        .args(["--io-threads-do-reads", "yes", "--daemonize", "no", "--logfile", "", "--loglevel", "warning"])
-        .current_dir(cwd)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
+    cmd.args(args).current_dir(cwd).stdin(std::process::Stdio::null()).stdout(out()).stderr(out());
     for k in ["STINT_PROFILE", "STINT_DIR", "STINT_CONTROL"] {
         cmd.env_remove(k);
     }
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut server = cmd.spawn().unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    cmd.spawn().unwrap_or_else(|e| panic!("{}: {e}", bin.display()))
+}
+
+/// Stop a server of ours by pid (never by name) with SIGTERM and wait for it: its exit
+/// status and what it wrote to stderr (if piped).
+fn stop_server(server: std::process::Child) -> (Option<i32>, String) {
+    // Safety: kill(2) with the pid of our own child; no memory is involved.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let out = server.wait_with_output().expect("wait for the server");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The server test: rewrite `bin`, run it with `run` as the original and with metrics on, off
+/// and by default; each rewritten run must give the original's [`ServerRun`] (but the pid),
+/// leave its cwd empty, and write one profile: with calls on at least `threads` threads and
+/// nothing `report` objects to when metrics are on (and by default), with no calls when off.
+fn server_corpus(
+    name: &str,
+    bin: &str,
+    package: &str,
+    threads: usize,
+    expect: &[&str],
+    run: fn(&Path, &Path, &[(&str, &str)]) -> ServerRun,
+    report: fn(&serde_json::Value) -> Vec<String>,
+) {
+    let bin = Path::new(bin);
+    if !bin.is_file() {
+        assert!(!under_ci(), "{}: missing under CI; .ci/run must `apt-get install {package}`", bin.display());
+        eprintln!("\n!!!!!!!!!! SKIPPED: {} is not installed (apt-get install {package}) !!!!!!!!!!\n", bin.display());
+        return;
+    }
+    let file_name = bin.file_name().unwrap().to_string_lossy().into_owned();
+    let _share = cpu_share();
+    let rewritten = fresh_dir(&format!("corpus-{name}")).join(&file_name);
+    rewrite(bin, &rewritten);
+    let want = run(bin, &fresh_dir(&format!("corpus-{name}-orig")), &[]);
+    assert!(want.load_ok && want.status == Some(0), "the original {file_name}: {want:?}");
+    assert!(expect.iter().all(|e| want.transcript.contains(e)), "the original {file_name}: {want:?}, want {expect:?}");
+    let mut problems = Vec::new();
+    let mut cells = Vec::new();
+    let mut on = (0, 0);
+    for mode in [Mode::On, Mode::Off, Mode::Default] {
+        let dir = fresh_dir(&format!("corpus-{name}-{}", mode.label()));
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let control = dir.join("off.yaml");
+        std::fs::write(&control, "on: []\n").unwrap();
+        let profiles = dir.join(if mode == Mode::Default { "stint" } else { "p" });
+        let cwd = fresh_dir(&format!("corpus-{name}-{}-cwd", mode.label()));
+        let env: Vec<(&str, &str)> = match mode {
+            Mode::On => vec![("STINT_DIR", path_str(&profiles))],
+            Mode::Off => vec![("STINT_DIR", path_str(&profiles)), ("STINT_CONTROL", path_str(&control))],
+            Mode::Default => vec![("XDG_RUNTIME_DIR", path_str(&dir))],
+        };
+        let got = run(&rewritten, &cwd, &env);
+        let mut bad = Vec::new();
+        if (&got.transcript, got.load_ok, got.status) != (&want.transcript, want.load_ok, want.status) {
+            bad.push(format!("metrics {}: {got:?}, the original: {want:?}", mode.label()));
+        }
+        if !dir_entries(&cwd).is_empty() {
+            bad.push(format!("metrics {}: cwd holds {:?}", mode.label(), dir_entries(&cwd)));
+        }
+        let file = profiles.join(format!("{file_name}.{}.stint", got.pid));
+        match std::fs::read(&file) {
+            Err(e) => bad.push(format!("metrics {}: {}: {e}", mode.label(), file.display())),
+            Ok(_) => {
+                let doc = report_json(&file);
+                let (n, calls) = threads_and_calls(&doc);
+                match mode {
+                    Mode::Off if calls != 0 => bad.push(format!("metrics off: {calls} calls counted")),
+                    Mode::Off => {}
+                    _ if n < threads || calls == 0 => {
+                        bad.push(format!("metrics {}: {n} threads (want {threads}), {calls} calls", mode.label()))
+                    }
+                    _ => bad.extend(report(&doc).into_iter().map(|b| format!("metrics {}: report: {b}", mode.label()))),
+                }
+                if mode == Mode::On {
+                    on = (n, calls);
+                }
+            }
+        }
+        cells.push(format!("{}={}", mode.label(), if bad.is_empty() { "pass" } else { "FAIL" }));
+        problems.extend(bad);
+    }
+    table_row(&format!(
+        "{:<11} {:<4}  {}  (server: client transcript, load, exit)  threads {:>2}  calls {:>11}  exit {}",
+        name,
+        if problems.is_empty() { "PASS" } else { "FAIL" },
+        cells.join(" "),
+        on.0,
+        on.1,
+        want.status.unwrap_or(-1)
+    ));
+    assert!(problems.is_empty(), "{file_name}:\n{}", problems.join("\n"));
+}
+
+/// The fixed client session (deterministic replies).
+const REDIS_SESSION: &str = "SET a 1\nINCRBY a 41\nGET a\nRPUSH l x y z\nLRANGE l 0 -1\n\
+    HSET h f1 v1 f2 v2\nHGETALL h\nSADD s m1 m2 m3\nSCARD s\nDEL a l h s\nDBSIZE\n";
+
+/// Start redis-server `bin` on 127.0.0.1 and a free port, run the session and a short
+/// `redis-benchmark` (the load) against it, stop it by pid with SIGTERM.
+fn redis_run(bin: &Path, cwd: &Path, env: &[(&str, &str)]) -> ServerRun {
+    let port = free_port();
+    let args = ["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--io-threads", "2"];
+    let args =
+        [&args[..], &["--io-threads-do-reads", "yes", "--daemonize", "no", "--logfile", "", "--loglevel", "warning"]];
+    let server = spawn_server(bin, cwd, &args.concat(), env, true);
     let pid = server.id();
     let cli = |args: &[&str], stdin: &str| {
         let mut c = std::process::Command::new("redis-cli");
@@ -551,80 +781,99 @@ fn redis_run(bin: &Path, cwd: &Path, env: &[(&str, &str)]) -> RedisRun {
         .args(["-h", "127.0.0.1", "-p", &port, "-n", "5000", "-c", "8", "-q", "-t", "set,get,lpush", "-P", "4"])
         .output()
         .expect("redis-benchmark (apt-get install redis-tools)");
-    // Stopped by pid, never by name.
-    // Safety: kill(2) with the pid of our own child; no memory is involved.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let status = server.wait().expect("wait for redis-server").code();
-    RedisRun { transcript, benchmark_ok: bench.status.success(), status, pid }
+    let (status, _) = stop_server(server);
+    ServerRun { transcript, load_ok: bench.status.success(), status, pid }
 }
 
 #[test]
 fn redis_server() {
-    let bin = Path::new("/usr/bin/redis-server");
-    if !bin.is_file() {
-        assert!(!under_ci(), "/usr/bin/redis-server: missing under CI; .ci/run must `apt-get install redis-server`");
-        eprintln!("\n!!!!!!!!!! SKIPPED: redis-server is not installed (apt-get install redis-server) !!!!!!!!!!\n");
-        return;
-    }
-    let _share = cpu_share();
-    let rewritten = fresh_dir("corpus-redis").join("redis-server");
-    rewrite(bin, &rewritten);
-    let want = redis_run(bin, &fresh_dir("corpus-redis-orig"), &[]);
-    assert!(want.benchmark_ok && want.status == Some(0), "the original redis-server: {want:?}");
-    assert!(want.transcript.contains("42\n") && want.transcript.contains("\nx\ny\nz\n"), "{want:?}");
-    let mut problems = Vec::new();
-    let mut cells = Vec::new();
-    let mut on = (0, 0);
-    for mode in [Mode::On, Mode::Off, Mode::Default] {
-        let dir = fresh_dir(&format!("corpus-redis-{}", mode.label()));
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-        let control = dir.join("off.yaml");
-        std::fs::write(&control, "on: []\n").unwrap();
-        let profiles = dir.join(if mode == Mode::Default { "stint" } else { "p" });
-        let cwd = fresh_dir(&format!("corpus-redis-{}-cwd", mode.label()));
-        let env: Vec<(&str, &str)> = match mode {
-            Mode::On => vec![("STINT_DIR", path_str(&profiles))],
-            Mode::Off => vec![("STINT_DIR", path_str(&profiles)), ("STINT_CONTROL", path_str(&control))],
-            Mode::Default => vec![("XDG_RUNTIME_DIR", path_str(&dir))],
-        };
-        let got = redis_run(&rewritten, &cwd, &env);
-        let mut bad = Vec::new();
-        if (&got.transcript, got.benchmark_ok, got.status) != (&want.transcript, want.benchmark_ok, want.status) {
-            bad.push(format!("metrics {}: {got:?}, the original: {want:?}", mode.label()));
-        }
-        if !dir_entries(&cwd).is_empty() {
-            bad.push(format!("metrics {}: cwd holds {:?}", mode.label(), dir_entries(&cwd)));
-        }
-        let file = profiles.join(format!("redis-server.{}.stint", got.pid));
-        match std::fs::read(&file) {
-            Err(e) => bad.push(format!("metrics {}: {}: {e}", mode.label(), file.display())),
-            Ok(_) => {
-                let (threads, calls) = threads_and_calls(&report_json(&file));
-                match mode {
-                    Mode::Off if calls != 0 => bad.push(format!("metrics off: {calls} calls counted")),
-                    Mode::Off => {}
-                    // The main thread, the io thread, and redis' background (bio) threads.
-                    _ if threads < 3 || calls == 0 => {
-                        bad.push(format!("metrics {}: {threads} threads, {calls} calls", mode.label()))
-                    }
-                    _ => {}
+    // The main thread, the io thread, and redis' background (bio) threads.
+    server_corpus("redis", "/usr/bin/redis-server", "redis-server", 3, &["42\n", "\nx\ny\nz\n"], redis_run, |_| {
+        Vec::new()
+    });
+}
+
+/// The fixed memcached session, text and meta protocol, ending in `quit` (the server then
+/// closes the connection): every reply is deterministic.
+const MEMCACHED_SESSION: &str = "set a 0 0 3\r\nabc\r\nget a\r\nadd a 0 0 1\r\nx\r\nappend a 0 0 2\r\nde\r\n\
+    prepend a 0 0 1\r\n_\r\nget a\r\nset n 5 0 2\r\n41\r\nincr n 1\r\ndecr n 50\r\nincr a 1\r\n\
+    get a n missing\r\ntouch n 100\r\nmg n v f\r\nms m 2\r\nhi\r\nmg m v\r\nmn\r\ndelete a\r\n\
+    delete a\r\nget a\r\nversion\r\nquit\r\n";
+
+/// Start memcached `bin` on 127.0.0.1 and a free port with two worker threads, run the
+/// session, then 4 clients at once storing and reading back 200 keys each (the load), stop it
+/// by pid with SIGTERM. The transcript ends with what it wrote to stderr.
+fn memcached_run(bin: &Path, cwd: &Path, env: &[(&str, &str)]) -> ServerRun {
+    use std::io::{BufRead, BufReader, Read};
+    use std::net::TcpStream;
+    let port = free_port();
+    // -u: memcached refuses to run as root without it (and ignores it otherwise).
+    let args = ["-u", "root", "-l", "127.0.0.1", "-p", &port, "-U", "0", "-t", "2", "-m", "16", "-c", "64"];
+    let server = spawn_server(bin, cwd, &args, env, false);
+    let pid = server.id();
+    let addr = format!("127.0.0.1:{port}");
+    let connect = || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match TcpStream::connect(&addr) {
+                Ok(c) => {
+                    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    return c;
                 }
-                if mode == Mode::On {
-                    on = (threads, calls);
-                }
+                Err(e) => assert!(std::time::Instant::now() < deadline, "{}: {addr}: {e}", bin.display()),
             }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        cells.push(format!("{}={}", mode.label(), if bad.is_empty() { "pass" } else { "FAIL" }));
-        problems.extend(bad);
+    };
+    let mut c = connect();
+    c.write_all(MEMCACHED_SESSION.as_bytes()).unwrap();
+    let mut transcript = String::new();
+    if let Err(e) = c.read_to_string(&mut transcript) {
+        transcript += &format!("\n(read: {e})");
     }
-    table_row(&format!(
-        "{:<11} {:<4}  {}  (server: client transcript, benchmark, exit)  threads {:>2}  calls {:>11}  exit {}",
-        "redis",
-        if problems.is_empty() { "PASS" } else { "FAIL" },
-        cells.join(" "),
-        on.0,
-        on.1,
-        want.status.unwrap_or(-1)
-    ));
-    assert!(problems.is_empty(), "redis-server:\n{}", problems.join("\n"));
+    let load_ok = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..4)
+            .map(|k| {
+                let mut c = connect();
+                s.spawn(move || {
+                    let mut r = BufReader::new(c.try_clone().unwrap());
+                    let mut line = String::new();
+                    let mut reply = |line: &mut String| {
+                        line.clear();
+                        r.read_line(line).is_ok()
+                    };
+                    (0..200).all(|i| {
+                        let (key, value) = (format!("k{k}-{i}"), format!("{}", i * 7919 + k));
+                        let set = format!("set {key} 0 0 {}\r\n{value}\r\nget {key}\r\n", value.len());
+                        c.write_all(set.as_bytes()).is_ok()
+                            && reply(&mut line)
+                            && line == "STORED\r\n"
+                            && reply(&mut line)
+                            && line == format!("VALUE {key} 0 {}\r\n", value.len())
+                            && reply(&mut line)
+                            && line == format!("{value}\r\n")
+                            && reply(&mut line)
+                            && line == "END\r\n"
+                    })
+                })
+            })
+            .collect();
+        clients.into_iter().all(|c| c.join().unwrap_or(false))
+    });
+    let (status, stderr) = stop_server(server);
+    ServerRun { transcript: transcript + &stderr, load_ok, status, pid }
+}
+
+#[test]
+fn memcached() {
+    // The main thread, two workers, and the log, hash-table, crawler, LRU and slab threads;
+    // the two workers are named.
+    server_corpus("memcached", "/usr/bin/memcached", "memcached", 8, &["STORED\r\n42\r\n"], memcached_run, |r| {
+        let mut bad = threads_have_calls(r);
+        let workers: Vec<u64> = threads(r).iter().filter(|t| t["name"] == "mc-worker").map(total_calls).collect();
+        if workers.len() != 2 {
+            bad.push(format!("calls of the mc-worker threads {workers:?}, want two"));
+        }
+        bad
+    });
 }

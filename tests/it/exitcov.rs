@@ -8,7 +8,8 @@
 //!
 //! `coverage_of_debian_programs` prints, per program, entries patched, exits patched without
 //! traps, trap sites and timed functions, and asserts the totals reached when the tactics were
-//! written (each minus a small margin, see `MIN_*`).
+//! written (each minus a small margin, see `MIN_*`) and the targets per program
+//! (`TARGET_*`; the programs still below one are listed with a floor, `BELOW_TARGET`).
 
 use crate::common::*;
 use crate::debian::debian_binary;
@@ -59,7 +60,36 @@ const TACTICS: &[(&str, &[&str])] = &[
     ("jw_entry", &["window", "window+jumps"]),
     ("st_call", &["jmp8+slot"]),
     ("ev_slot", &["jmp8+slot"]),
+    ("ev_exit", &["jmp8+slot", "window+padding"]),
+    ("cold_cb", &["retarget", "window+padding"]),
+    ("ctc32", &["jcc+exit", "window"]),
+    ("ctc8", &["jcc+exit", "window"]),
+    ("ctc_target", &["entry+exit"]),
+    ("tiny_xor", &["entry+exit"]),
+    ("tiny_mov", &["entry+exit"]),
+    ("tiny_jmp", &["entry+exit"]),
+    ("tiny_ret1", &["entry+exit"]),
+    ("slot_host", &["entry+exit"]),
+    // The first two cases take the slots in reach (the second one moved out of a filler), the
+    // default case's `ja rel8` too; the other four are reached through the table alone.
+    ("tab_case", &["jmp8+slot", "jmp8+slot", "table+jumps", "table+jumps", "table+jumps", "table+jumps"]),
+    ("pop_tail", &["window", "window"]),
 ];
+
+/// Functions too small for an entry window whose entry is `jmp rel8` to a slot, with the
+/// window each gets (the 1-byte ret takes a byte of its padding).
+const REL8_ENTRIES: &[(&str, u64)] = &[("tiny_xor", 3), ("tiny_mov", 3), ("tiny_jmp", 2), ("tiny_ret1", 2)];
+
+fn entry_tactic(inspect: &Value, function: &str) -> String {
+    field(inspect, "points", "inspect")
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["kind"] == "entry" && p["function"] == function)
+        .and_then(|p| p["tactic"].as_str())
+        .unwrap_or_else(|| panic!("{function}: no patched entry"))
+        .to_string()
+}
 
 fn check_tactics(variant: Variant) {
     let bin = build(&program("exitcov"), variant);
@@ -72,6 +102,12 @@ fn check_tactics(variant: Variant) {
             "{variant}: exits of {f}"
         );
     }
+    for (f, window) in REL8_ENTRIES {
+        assert_eq!(entry_tactic(&inspect, f), "jmp8+slot", "{variant}: entry of {f}");
+        assert_eq!(entry_window(&inspect, f), *window, "{variant}: entry window of {f}");
+    }
+    // slot_host: 5 x mov eax, imm32 stretched to add; ret (28 bytes), whose tail holds the slots.
+    assert_eq!(entry_window(&inspect, "slot_host"), 28, "{variant}");
     // short_epi's slot: no dead byte is in rel8 reach, so its own entry window (push rbp; mov
     // rbp, rsp; sub rsp, 16 = 8 bytes) grows over `mov [rbp-4], edi` to 11, 5 bytes of tail.
     assert_eq!(entry_window(&inspect, "short_epi"), 11, "{variant}");
@@ -82,8 +118,11 @@ fn check_tactics(variant: Variant) {
     // jw_entry's entry window holds the je its lone ret is reached by.
     assert_eq!(entry_window(&inspect, "jw_entry"), 5, "{variant}");
     let s = field(&inspect, "summary", "inspect");
-    // ev_slot's exit is the one that needs a run moved out (its entry window holds a call).
-    assert_eq!(s["slot_windows"], 1, "{variant}: slot windows");
+    // ev_slot's exit needs a run moved out (its entry window holds a call), ev_exit's first
+    // exit the run before its second, and a case of tab_case one of its filler.
+    assert_eq!(s["slot_windows"], 3, "{variant}: slot windows");
+    // ev_exit's entry window: test edx, edx; je; cmp edx, 1 (7 bytes, up to the jne).
+    assert_eq!(entry_window(&inspect, "ev_exit"), 7, "{variant}");
     assert_eq!(s["untimed_by_reason"], serde_json::json!({}), "{variant}: every function is timed");
     assert_eq!(s["exits_by_tactic"].get("trap"), None, "{variant}: no trap without --traps");
 }
@@ -150,6 +189,20 @@ fn check_run(variant: Variant) {
         ("st_call", 100),
         ("ev_slot", 100),
         ("spin_d", 750),
+        ("ev_exit", 100),
+        ("cold_cb", 100),
+        ("cb_target", 100),
+        ("ctc32", 100),
+        ("ctc8", 100),
+        ("ctc_target", 50),
+        ("spin_e", 100),
+        ("tiny_xor", 100),
+        ("tiny_mov", 200),
+        ("tiny_jmp", 100),
+        ("tiny_ret1", 100),
+        ("slot_host", 100),
+        ("tab_case", 100),
+        ("pop_tail", 100),
     ];
     for (f, n) in calls {
         assert_eq!(row(&report, f).0, n, "{variant}: calls of {f}");
@@ -182,10 +235,22 @@ fn check_run(variant: Variant) {
     // main's end.
     assert!(jw.iter().all(|r| r.0 >= dc / 25 && r.0 < dc / 2), "{variant}: {callers:?} {jw:?}, spin_d {dc} ns (cpu)");
     assert!(jw.iter().all(|r| r.1 <= main_wall), "{variant}: a jw function longer than main");
+    // Conditional tail calls: ctc32 and ctc8 close their frames at the jne, before spin_e runs
+    // (half their calls), so each takes a small part of spin_e's time; ctc_target (which
+    // tail-jumps to spin_e) closes its own frame there too.
+    let (_, spin_e_cpu, _) = row(&report, "spin_e");
+    for f in ["ctc32", "ctc8", "ctc_target"] {
+        let (_, c, w) = row(&report, f);
+        assert!(c < spin_e_cpu / 4 && w <= main_wall, "{variant}: {f} takes {c} ns cpu, spin_e {spin_e_cpu}");
+    }
     // Frames close at all: a function whose exit were missed would stay open until main
     // ends. stretch_tail's frame ends at its tail jump, before spin_c runs.
     let (_, spin_c_cpu, _) = row(&report, "spin_c");
-    for f in ["tiny_ret", "stretch_ret", "stretch_tail", "after_nops", "prologue_fn"] {
+    for f in
+        ["tiny_ret", "stretch_ret", "stretch_tail", "after_nops", "prologue_fn", "tiny_xor", "tiny_mov", "tiny_jmp"]
+            .into_iter()
+            .chain(["tiny_ret1", "slot_host", "tab_case", "pop_tail"])
+    {
         let (_, c, w) = row(&report, f);
         assert!(c < spin_c_cpu / 4 && w <= main_wall, "{variant}: {f} takes {c} ns cpu, spin_c {spin_c_cpu}");
     }
@@ -216,6 +281,9 @@ const DEBIAN: &[(&str, &str)] = &[
     ("/usr/bin/git", "git"),
     ("/usr/bin/gdb", "gdb"),
     ("/usr/bin/cppcheck", "cppcheck"),
+    ("/usr/bin/memcached", "memcached"),
+    ("/usr/bin/rg", "ripgrep"),
+    ("/usr/bin/sysbench", "sysbench"),
 ];
 
 /// Totals over [`DEBIAN`] with a jcc in jump windows, entry-window jumps redirected in the
@@ -223,12 +291,60 @@ const DEBIAN: &[(&str, &str)] = &[
 /// traps 99.56 %, timed functions 99.73 %; with window+jumps and cold-part rule (e) before
 /// them 97.45 %, 99.38 %; before the first exit tactics 86.38 %, 87.57 %), and entries with
 /// the indirect-jump rules of the entry work (a dominating `lea`, forward propagation in PIC,
-/// pointer-only registers): 99.86 % (before them 99.78 %); minus a margin of about 0.3
-/// points (entries 0.05) for other package versions. (An exit of a function with an exit no
-/// tactic fits is not patched: "exits without traps" counts those as missing.)
-const MIN_ENTRIES_PCT: f64 = 99.8;
-const MIN_EXITS_PCT: f64 = 99.25;
-const MIN_TIMED_PCT: f64 = 99.4;
+/// pointer-only registers): 99.86 % (before them 99.78 %), and with entry windows holding
+/// branch targets (their jumps led past the counting code) and tiny functions' windows over
+/// the nops after them: 99.93 % over the 13 programs pigz … cppcheck; minus a margin of about
+/// 0.3 points (entries 0.05) for other package versions. (An exit of a function with an exit
+/// no tactic fits is not patched: "exits without traps" counts those as missing.)
+///
+/// With memcached, rg and sysbench (the 16 programs), slot windows before a later exit
+/// that keeps room with its padding, and tail-jump windows that leave a jcc into the cold
+/// part to its exit: exits without traps 99.67 %, timed 99.84 % (the 16 before them: 99.52 %,
+/// 99.74 %). The exits threshold is the target, 99.5 %.
+const MIN_ENTRIES_PCT: f64 = 99.88;
+const MIN_EXITS_PCT: f64 = 99.5;
+const MIN_TIMED_PCT: f64 = 99.6;
+
+/// The targets for each program on its own: entries, exits without traps, timed
+/// functions (%). A program with fewer than [`SMALL`] functions may miss each by one function.
+const TARGET_ENTRIES_PCT: f64 = 99.9;
+const TARGET_EXITS_PCT: f64 = 99.5;
+const TARGET_TIMED_PCT: f64 = 99.0;
+const SMALL: u64 = 200;
+
+/// Programs still below a target on their own, with the floor asserted instead, so that
+/// they cannot get worse unnoticed: none since rg's jump-table cases (table+jumps, 99.23 →
+/// 99.56 %) and python3.11's tail calls after the epilogue in cold parts (99.31 → 99.52 %).
+const BELOW_TARGET: &[(&str, &str, f64)] = &[];
+
+/// Whether one program's figure meets its target: `got` of `of` (a percentage of them), or
+/// for a program with fewer than [`SMALL`] functions, all but `missing_functions` ≤ 1.
+/// Returns the failure message.
+fn per_program(name: &str, metric: &str, got: u64, of: u64, missing_functions: u64, small: bool) -> Option<String> {
+    let target = match metric {
+        "entries" => TARGET_ENTRIES_PCT,
+        "exits" => TARGET_EXITS_PCT,
+        _ => TARGET_TIMED_PCT,
+    };
+    let pct = if of == 0 { 100.0 } else { 100.0 * got as f64 / of as f64 };
+    if pct >= target || (small && missing_functions <= 1) {
+        return None;
+    }
+    match BELOW_TARGET.iter().find(|(p, m, _)| *p == name && *m == metric) {
+        Some(&(_, _, floor)) if pct >= floor => None,
+        Some(&(_, _, floor)) => {
+            Some(format!("{name}: {metric} {pct:.2} % fell below its floor {floor} % (target {target} %)"))
+        }
+        None => Some(format!(
+            "{name}: {metric} {pct:.2} % < {target} % ({got} of {of}; {missing_functions} functions miss{})",
+            if small {
+                format!(", and a program with fewer than {SMALL} functions may miss only one")
+            } else {
+                String::new()
+            }
+        )),
+    }
+}
 
 #[test]
 fn coverage_of_debian_programs() {
@@ -236,6 +352,7 @@ fn coverage_of_debian_programs() {
     let (mut entries, mut patched, mut exits, mut exits_ok, mut timers, mut timed) = (0, 0, 0, 0, 0, 0);
     let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
     let mut checked = 0;
+    let mut failures: Vec<String> = Vec::new();
     for (path, package) in DEBIAN {
         let Some(bin) = debian_binary(path, package) else { continue };
         let s = field(&inspect_json(&bin), "summary", path).clone();
@@ -249,6 +366,19 @@ fn coverage_of_debian_programs() {
             pct(n("exits_patched") - traps, n("exits")),
             traps,
             pct(n("timed_functions"), n("timer_functions")),
+        );
+        // Each program on its own. Exits are those of the timed functions' points: a function
+        // whose exits are not all patched is untimed, so missing exits belong to the untimed.
+        let small = n("entries") < SMALL;
+        let untimed = n("timer_functions") - n("timed_functions");
+        failures.extend(
+            [
+                per_program(&name, "entries", n("patched"), n("entries"), n("entries") - n("patched"), small),
+                per_program(&name, "exits", n("exits_patched") - traps, n("exits"), untimed, small),
+                per_program(&name, "timed", n("timed_functions"), n("timer_functions"), untimed, small),
+            ]
+            .into_iter()
+            .flatten(),
         );
         entries += n("entries");
         patched += n("patched");
@@ -268,6 +398,7 @@ fn coverage_of_debian_programs() {
     let (e, x, t) = (pct(patched, entries), pct(exits_ok, exits), pct(timed, timers));
     table += &format!("{:<16} {e:>8.2}  {x:>16.2}  {:>10}  {t:>6.2}\n", "total", "");
     eprintln!("{table}untimed functions by reason: {reasons:?}");
+    assert!(failures.is_empty(), "{}\n{table}", failures.join("\n"));
     if checked == DEBIAN.len() {
         assert!(e >= MIN_ENTRIES_PCT, "entries {e:.2} % < {MIN_ENTRIES_PCT} %\n{table}");
         assert!(x >= MIN_EXITS_PCT, "exits without traps {x:.2} % < {MIN_EXITS_PCT} %\n{table}");

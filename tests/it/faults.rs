@@ -89,7 +89,11 @@ fn sigkill_leaves_a_readable_profile() {
     let profile = dir.join(format!("top_spin.{}.stint", child.id()));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if profile.exists() && calls_of(&report_json(&profile), "work") > 1000 {
+        // The file exists from its `O_EXCL` creation on, before its header is published:
+        // until then the reader refuses it, and the loop waits.
+        let live = stint(&["report", path_str(&profile), "--format", "json"]);
+        let doc = (live.status == 0).then(|| serde_json::from_slice::<serde_json::Value>(&live.stdout).ok()).flatten();
+        if doc.is_some_and(|d| calls_of(&d, "work") > 1000) {
             break;
         }
         assert!(Instant::now() < deadline, "top_spin made no calls of work");

@@ -4,9 +4,11 @@
 //! times and `qsort` with a callback of the program; `usleep(300000)` from main, and `nap`,
 //! which at -O2 is `jmp usleep@plt`) is built in three variants and with `-fno-plt` (calls
 //! through `call [rip+GOT]`), rewritten with the default spec and run next to the original;
-//! `testbins/imports_eh.cpp` throws `std::bad_alloc` out of `operator new` through a patched
-//! call site, keeps a call covered by a `try` unpatched, and cancels a thread inside
-//! `usleep` called from a patched site. pigz from Debian must show `deflate` under its
+//! `testbins/imports_eh.cpp` throws `std::bad_alloc` out of `operator new` / `operator new[]`
+//! through patched call sites (in a function without an exception table, under a destructor's
+//! cleanup, in a `noexcept` function, and under `catch` clauses: one that matches, one of
+//! another type, one that rethrows, `catch (...)`), built with g++ (pie-O2, pie-O0, nopie-O2)
+//! and clang++ (-O2, -O0), and cancels a thread inside `usleep` called from a patched site. pigz from Debian must show `deflate` under its
 //! compression threads.
 //!
 //! | test | what it proves |
@@ -14,7 +16,12 @@
 //! | `calls::*` | each worker lists `strlen` with exactly the calls it made and `qsort` 110 times, the callback under the worker too; nothing of it on main |
 //! | `usleep::*` | main's `usleep` wall time is at least 300 ms per call; `nap`, whose -O2 body is `jmp usleep@plt`, too (its frame kept open until usleep returns); `lookup` (`jmp getenv@plt`) is marked "time ends at tail jump to getenv" in inspect, the profile's meta and `stint report` |
 //! | `inspect_lists_import_sites` | `stint inspect --json` lists patched sites with their caller and skipped ones with the reason |
-//! | `exception_*` | the bad_alloc crosses the patched site (same output; `operator new` counted), the `try`-covered site is skipped because of its landing pad |
+//! | `exception::*` | the bad_alloc crosses the patched sites (same output; `operator new` counted and timed); through `cleaned`'s site the cleanup runs (`~Tally` counted by the program) |
+//! | `catch_matches::*` | `guarded`'s call under `catch (const std::bad_alloc &)` is patched and its handler catches the bad_alloc thrown in the timed call (same output and exit); its import's row counts exactly the calls of its patched sites, timed |
+//! | `catch_mismatch_propagates::*` | under a `catch` of `std::length_error` the bad_alloc passes on to main's catch |
+//! | `catch_rethrows::*` | the handler runs once and its `throw;` reaches main's catch |
+//! | `catch_all::*` | `catch (...)` (a null type-table entry) catches |
+//! | `noexcept_terminates::*` | a bad_alloc thrown out of the timed call in the `noexcept` `must` terminates the program (SIGABRT, libstdc++'s message) as in the original, instead of reaching the caller's `catch(...)`; with clang, whose `noexcept` is a catch-all pad calling `__clang_call_terminate`, too |
 //! | `cancel_*` | the forced unwinding from `usleep` crosses the patched site and runs `~Guard` |
 //! | `pigz_deflate_*` | pigz -p 2 rewritten with the default spec: same output; `deflate` with calls and time on the compression threads |
 //! | `calls_only::*` | imports.c with only `calls` (the trampolines count and tail-jump to the callee): same output, exact `strlen` and `qsort` counts, nothing timed, and no thread opened a perf page (`CFG_NO_TIMERS`: every clock source is `clock_gettime`) |
@@ -41,6 +48,9 @@ enum Build {
     Std(Variant),
     /// imports.c with `-fno-plt` at -O0 / -O2 (PIE): imports called through the GOT.
     NoPlt(&'static str),
+    /// A C++ program built with clang++ at -O0 / -O2 (PIE): clang's exception tables
+    /// (`noexcept` is a catch-all pad calling `__clang_call_terminate`).
+    Clang(&'static str),
 }
 
 /// The outcome of running one program rewritten with the default spec next to the original.
@@ -83,6 +93,24 @@ fn build_prog(name: &str, b: Build) -> PathBuf {
             tool("gcc", &args);
             out
         }
+        Build::Clang(opt) => {
+            let dir = run_root().join("build-imports").join(format!("clang{opt}"));
+            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            let out = dir.join(name);
+            let src = testbins_dir().join(format!("{name}.cpp"));
+            let args = ["-Wall", "-Werror", opt, "-fPIE", "-pie", "-pthread", path_str(&src), "-o", path_str(&out)];
+            tool("clang++", &args);
+            out
+        }
+    }
+}
+
+/// `b` in file names: `pie-O2`, `noplt-O2`, `clang-O2`.
+fn tag(b: Build) -> String {
+    match b {
+        Build::Std(v) => v.name().to_string(),
+        Build::NoPlt(o) => format!("noplt{o}"),
+        Build::Clang(o) => format!("clang{o}"),
     }
 }
 
@@ -91,10 +119,7 @@ fn build_prog(name: &str, b: Build) -> PathBuf {
 fn run_case(name: &str, b: Build, args: &[&str], spec: Option<&str>) -> Case {
     let _share = cpu_share();
     let bin = build_prog(name, b);
-    let label = match b {
-        Build::Std(v) => format!("imports-{name}-{v}"),
-        Build::NoPlt(o) => format!("imports-{name}-noplt{o}"),
-    } + if spec.is_some() { "-spec" } else { "" };
+    let label = format!("imports-{name}-{}", tag(b)) + if spec.is_some() { "-spec" } else { "" };
     let dir = fresh_dir(&label);
     let out = dir.join("out").join(name);
     match spec {
@@ -148,9 +173,9 @@ fn calls_only_case(b: Build) -> Arc<Case> {
     })
 }
 
-fn eh_case(v: Variant) -> Arc<Case> {
-    static CASES: RunCache<Variant, Case> = OnceLock::new();
-    cached_run(&CASES, v, &format!("imports_eh {v}"), || run_case("imports_eh", Build::Std(v), &[], None))
+fn eh_case(b: Build) -> Arc<Case> {
+    static CASES: RunCache<Build, Case> = OnceLock::new();
+    cached_run(&CASES, b, &format!("imports_eh {b:?}"), || run_case("imports_eh", b, &[], None))
 }
 
 use crate::common::function_row as func;
@@ -404,41 +429,159 @@ fn inspect_lists_import_sites() {
     assert_eq!(kinds.len(), names.len(), "meta import points {kinds:?}");
 }
 
-fn check_exception(v: Variant) {
-    let c = eh_case(v);
-    let what = format!("imports_eh {v}");
+/// The import call site in `caller` of imports_eh, from `stint inspect`.
+fn eh_site<'a>(c: &'a Case, what: &str, caller: &str, import: &str) -> &'a Value {
+    let points = c.inspect["points"].as_array().expect("points");
+    points
+        .iter()
+        .find(|p| p["kind"] == "import" && p["function"] == import && p["caller"] == caller)
+        .unwrap_or_else(|| panic!("{what}: no {import} call in {caller}: {points:?}"))
+}
+
+/// The calls main's row of the import called at `site` counts (the row with the import's
+/// address), and whether it is timed; the calls it must count: one per call of each function
+/// whose call into the same import is patched (each calls it once per call).
+fn import_calls(c: &Case, what: &str, site: &Value) -> (u64, u64) {
+    let main = main_thread(&c.report);
+    let rows = main["functions"].as_array().expect("functions");
+    let row = rows
+        .iter()
+        .find(|f| f["address"] == site["address"])
+        .unwrap_or_else(|| panic!("{what}: no row for {site} on main: {main}"));
+    assert!(row.get("wall_ns").is_some_and(Value::is_u64), "{what}: {} is not timed: {row}", site["function"]);
+    let points = c.inspect["points"].as_array().expect("points");
+    let want = points
+        .iter()
+        .filter(|p| p["kind"] == "import" && p["address"] == site["address"] && p["tactic"] != "skipped")
+        .map(|p| {
+            let caller = p["caller"].as_str().expect("caller");
+            func(main, caller).map_or(0, |f| num(f, "calls"))
+        })
+        .sum();
+    (num(row, "calls"), want)
+}
+
+fn check_exception(b: Build) {
+    let c = eh_case(b);
+    let what = format!("imports_eh {}", tag(b));
     assert_same(&c, &what);
     assert!(c.original.stdout_str().contains("grab: caught 1\n"), "{what}: {:?}", c.original.stdout_str());
-    let points = c.inspect["points"].as_array().expect("points");
-    let site = |caller: &str| {
-        points
-            .iter()
-            .find(|p| p["kind"] == "import" && p["function"] == "operator new" && p["caller"] == caller)
-            .unwrap_or_else(|| panic!("{what}: no operator new call in {caller}: {points:?}"))
-    };
-    assert_eq!(site("grab")["tactic"], "window", "{what}: grab's call into operator new is patched");
-    let guarded = site("guarded");
-    assert_eq!(guarded["tactic"], "skipped", "{what}: {guarded}");
-    assert!(guarded["reason"].as_str().is_some_and(|r| r.contains("landing pad")), "{what}: {guarded}");
-    // Three calls through grab's site, one of which threw through the trampoline.
+    assert!(
+        c.original.stdout_str().contains("cleaned: caught 1, tallied 3\n"),
+        "{what}: {:?}",
+        c.original.stdout_str()
+    );
+    for caller in ["grab", "cleaned", "must"] {
+        let site = eh_site(&c, &what, caller, "operator new");
+        assert_eq!(site["tactic"], "window", "{what}: {caller}'s call into operator new is patched");
+    }
+    // Three calls each through grab's and cleaned's sites, one of each threw through the
+    // trampoline while timed.
     let main = main_thread(&c.report);
-    let new = func(main, "operator new").unwrap_or_else(|| panic!("{what}: no operator new on main: {main}"));
-    assert_eq!(num(new, "calls"), 3, "{what}: {new}");
     assert_eq!(num(func(main, "grab").expect("grab"), "calls"), 3, "{what}: {main}");
+    assert_eq!(num(func(main, "cleaned").expect("cleaned"), "calls"), 3, "{what}: {main}");
+    let (got, want) = import_calls(&c, &what, eh_site(&c, &what, "grab", "operator new"));
+    assert_eq!(got, want, "{what}: operator new calls: {main}");
 }
 
-#[test]
-fn exception_pie_o2() {
-    check_exception(Variant::PieO2);
+/// A site of `caller` under a handler that catches (into `import`) is patched, the program
+/// prints `line` as the original does, `caller` was called `calls` times and the import's row
+/// counts every call of its patched sites, timed.
+fn check_catch(b: Build, caller: &str, import: &str, line: &str, calls: u64) {
+    let c = eh_case(b);
+    let what = format!("imports_eh {} {caller}", tag(b));
+    assert_same(&c, &what);
+    let out = c.rewritten.stdout_str();
+    assert!(out.contains(line), "{what}: want {line:?} in {out:?}");
+    let site = eh_site(&c, &what, caller, import);
+    assert_eq!(site["tactic"], "window", "{what}: the call under the catch is patched: {site}");
+    let main = main_thread(&c.report);
+    let f = func(main, caller).unwrap_or_else(|| panic!("{what}: no {caller} on main: {main}"));
+    assert_eq!(num(f, "calls"), calls, "{what}: {f}");
+    let (got, want) = import_calls(&c, &what, site);
+    assert!(want >= calls, "{what}: {want} calls expected of {import}");
+    assert_eq!(got, want, "{what}: {import} calls: {main}");
 }
 
-#[test]
-fn exception_pie_o0() {
-    check_exception(Variant::PieO0);
+/// The handler of guarded's row catches the bad_alloc thrown in the timed operator new.
+fn check_catch_matches(b: Build) {
+    check_catch(b, "guarded", "operator new", "guarded: 0 1\n", 2);
+}
+
+/// A bad_alloc does not match mismatched's catch of std::length_error: it reaches main's.
+fn check_catch_mismatch(b: Build) {
+    check_catch(b, "mismatched", "operator new[]", "mismatched: returned 0, caught 1\n", 3);
+}
+
+/// rethrown's handler runs once and its `throw;` reaches main's catch.
+fn check_catch_rethrow(b: Build) {
+    check_catch(b, "rethrown", "operator new", "rethrown: returned 0, caught 1, rethrown 1\n", 3);
+}
+
+/// catch (...) (a null type-table entry) catches there.
+fn check_catch_all(b: Build) {
+    check_catch(b, "anything", "operator new[]", "anything: 0 4\n", 2);
+}
+
+macro_rules! per_build {
+    ($name:ident, $check:ident) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn pie_o2() {
+                $check(Build::Std(Variant::PieO2));
+            }
+            #[test]
+            fn pie_o0() {
+                $check(Build::Std(Variant::PieO0));
+            }
+            #[test]
+            fn nopie_o2() {
+                $check(Build::Std(Variant::NopieO2));
+            }
+            #[test]
+            fn clang_o2() {
+                $check(Build::Clang("-O2"));
+            }
+            #[test]
+            fn clang_o0() {
+                $check(Build::Clang("-O0"));
+            }
+        }
+    };
+}
+
+per_build!(catch_matches, check_catch_matches);
+per_build!(catch_mismatch_propagates, check_catch_mismatch);
+per_build!(catch_rethrows, check_catch_rethrow);
+per_build!(catch_all, check_catch_all);
+per_build!(exception, check_exception);
+per_build!(noexcept_terminates, check_noexcept);
+
+fn check_noexcept(b: Build) {
+    let c = eh_case(b);
+    let what = format!("imports_eh {} terminate", tag(b));
+    let bin = build_prog("imports_eh", b);
+    let dir = fresh_dir(&format!("imports-eh-terminate-{}", tag(b)));
+    let original = Run::new(&bin, &dir).args(["terminate"]).timeout(RUN_TIMEOUT).run();
+    assert_eq!(original.signal, Some(libc::SIGABRT), "{what}: the original: {original:?}");
+    assert!(original.stderr_str().contains("terminate called after throwing"), "{what}: {original:?}");
+    let site = eh_site(&c, &what, "must", "operator new");
+    assert_eq!(site["tactic"], "window", "{what}: must's call into operator new is patched: {site}");
+    let rewritten = Run::new(&c.out, &dir)
+        .args(["terminate"])
+        .env(stint_layout::ENV_PROFILE, &profile_template(&dir, "imports_eh"))
+        .timeout(RUN_TIMEOUT)
+        .run();
+    assert!(
+        original.same_behaviour(&rewritten),
+        "{what}: the rewritten program behaves differently\n{}",
+        describe_difference("original", &original, "rewritten", &rewritten)
+    );
 }
 
 fn check_cancel(v: Variant) {
-    let c = eh_case(v);
+    let c = eh_case(Build::Std(v));
     let what = format!("imports_eh {v}");
     assert_same(&c, &what);
     let out = c.rewritten.stdout_str();

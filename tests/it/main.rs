@@ -27,17 +27,20 @@
 //! | `proctree` | process trees: every image of a forking, exec'ing program measured, each naming its parent; `report --tree` |
 //! | `names` | names from separate debug info (build-id, debuglink, debuginfod, `--symbols`), lock objects by data symbol, join targets |
 //! | `runbatch` | `stint run` (behaves as the program, report, cache) and `stint batch` (trees, `--in-place`, `--restore`) |
+//! | `rseqclk` | the CPU clock's switch detector (rseq area or perf page): timed functions that block (futex, sleep, pipe), take a signal or run in a fork child get their own CPU time, with glibc, glibc's rseq off and musl; no wrapper calibration without wrappers |
 //! | `report_opts` | `stint report --sort/--top/--thread/--width/--format csv`, `off` cells |
 //! | `security` | the profile file's permissions and the environment of setuid programs |
 //! | `states` | RUN split into on a CPU, off a CPU and waiting for a CPU (schedstat): a sleeping and a spinning thread |
 //! | `suite` | a test suite in CI: `batch`, runs, `merge`, `diff` against a checked-in baseline |
 //! | `statics` | static executables (glibc `-static`, `-static-pie`, musl): exact per-thread counts, lock waits, forks; busybox; Go refused |
+//! | `slowwrap` | compensation for the wrappers' full path (D21): rwlocks, a trylock and a contended relock in a timed function against the uninstrumented program, exact lock figures, `--raw` |
 //! | `snapshots` | insta snapshots of `inspect` and `report` (in `snapshots/`) |
 //! | `timers` | exits, the shadow stack and the CPU/wall timers against the programs' own clocks |
 //! | `tools` | the tools the tests need |
 //! | `top` | `stint top` and `stint ls` |
 //! | `traps` | safe traps (issue 12): a program that blocks every signal and handles SIGTRAP itself, rewritten with `--traps`, behaves as the original; exact counts of its trap sites; signal wrappers only where there are trap sites |
 //! | `unwind` | unwinding through added code: C++ exceptions, `.eh_frame_hdr`, gdb backtraces |
+//! | `wrapcomp` | compensation for the thread-library wrappers (D21): a timed lock loop and its caller against the uninstrumented program, exact lock figures, `--raw` |
 
 mod common;
 
@@ -63,8 +66,11 @@ mod names;
 mod proctree;
 mod prometheus;
 mod report_opts;
+mod rseqclk;
 mod runbatch;
+mod sampling;
 mod security;
+mod slowwrap;
 mod snapshots;
 mod states;
 mod statics;
@@ -74,3 +80,4 @@ mod tools;
 mod top;
 mod traps;
 mod unwind;
+mod wrapcomp;

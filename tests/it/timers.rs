@@ -646,9 +646,9 @@ fn check_common(c: &mut Checker, exempt_from_root: &[&str], allow_skipped_reentr
         let tid = t.get("tid").cloned().unwrap_or(Value::Null);
         c.section("thread_fields");
         match t.get("clock_source").and_then(Value::as_str) {
-            Some("perf-task-clock+tsc" | "clock_gettime") => {}
+            Some("perf-task-clock+tsc" | "rseq+tsc" | "clock_gettime") => {}
             _ => c.fail(format!(
-                "tid {tid}: clock_source is {}, want \"perf-task-clock+tsc\" or \"clock_gettime\" (the thread ran timed functions)",
+                "tid {tid}: clock_source is {}, want \"perf-task-clock+tsc\", \"rseq+tsc\" or \"clock_gettime\" (the thread ran timed functions)",
                 shown(t.get("clock_source"))
             )),
         }

@@ -19,8 +19,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long `top_spin` runs, ms: long enough for the checks made while it runs.
-const SPIN_MS: &str = "5000";
+/// How long `top_spin` runs, ms: long enough for the checks made while it runs (at load 8
+/// they took over 5 s once, and `main` had returned before the last of them).
+const SPIN_MS: &str = "10000";
 
 /// The heading and rows of section `title` of a `--once` frame; `None` if the section
 /// says it is empty (one line in parentheses).

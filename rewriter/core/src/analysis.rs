@@ -118,6 +118,9 @@
 //!   [rax+8]; jmp rax`: a virtual tail call), holds an argument register's value on entry
 //!   (reached straight-line from the function's first instruction: a function-pointer
 //!   argument), or is `rax` straight after a call (a returned function pointer);
+//! - `jmp reg` whose value the slice cannot find (no table load), right after a `pop` of a
+//!   callee-saved register: a tail call after the epilogue, typically in a cold part whose
+//!   parent loaded the pointer (python3.11's `pop rbx; pop rbp; pop r12; jmp rax`);
 //! - `jmp reg` with a known constant, or one of two constants (`cmov`): direct jumps in
 //!   disguise; the constants are added.
 //!
@@ -147,7 +150,7 @@ pub use unwind::LsdaCallSite;
 use crate::error::{Error, Result};
 use crate::input::InputElf;
 use iced_x86::{Decoder, DecoderOptions, Instruction};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 /// Where a function was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -241,6 +244,47 @@ impl IndirectJump {
     }
 }
 
+/// The table of a resolved table jump (see "Indirect jumps and jump tables"): entry `i` is
+/// the `size`-byte word at `base + i * size`, sign- or zero-extended, plus `add`; analysis
+/// read `entries` of them (all reaching the function or the parts it may jump into, maybe
+/// more than the program reads: the program's bound on the index is not known here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JumpTable {
+    pub base: u64,
+    pub size: u32,
+    pub signed: bool,
+    pub add: u64,
+    pub entries: u64,
+}
+
+/// [`Analysis::table_only`]: target → (direct jumps, table entries), sorted by target.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableOnly(Vec<(u64, u32, u32)>);
+
+impl TableOnly {
+    /// The direct jumps and table entries (as [`JumpTable`]s read them) reaching `t`.
+    pub fn get(&self, t: &u64) -> Option<(u32, u32)> {
+        self.0.binary_search_by_key(t, |&(a, _, _)| a).ok().map(|i| (self.0[i].1, self.0[i].2))
+    }
+}
+
+/// [`Analysis::table_only`] from every pushed target (`sorted`, with duplicates), the targets
+/// of direct jumps and those of table entries (one per jump or entry).
+fn table_only_targets(sorted: &[u64], mut jumps: Vec<u64>, mut entries: Vec<u64>) -> TableOnly {
+    jumps.sort_unstable();
+    entries.sort_unstable();
+    let count = |v: &[u64], t: u64| v.partition_point(|&x| x <= t) - v.partition_point(|&x| x < t);
+    let mut out = Vec::new();
+    for t in entries.chunk_by(|a, b| a == b).map(|g| g[0]) {
+        let all = sorted.partition_point(|&x| x <= t) - sorted.partition_point(|&x| x < t);
+        let (j, e) = (count(&jumps, t), count(&entries, t));
+        if j + e == all {
+            out.push((t, j as u32, e as u32));
+        }
+    }
+    TableOnly(out)
+}
+
 /// What analysis found.
 #[derive(Debug, Default)]
 pub struct Analysis {
@@ -248,7 +292,7 @@ pub struct Analysis {
     pub functions: Vec<Function>,
     /// Every address that may be reached by a jump or call (direct targets, resolved jump
     /// tables, address-taken code, function entries).
-    pub branch_targets: BTreeSet<u64>,
+    pub branch_targets: Targets,
     /// PLT stubs (`.plt`, `.plt.sec`, `.plt.got`, `.plt.bnd`) by address.
     pub plt_stubs: Vec<PltStub>,
     /// Every indirect `jmp` in a decoded function, by address, and what it was found to be.
@@ -261,17 +305,101 @@ pub struct Analysis {
     /// function's address. A call in such a function that no row covers terminates the
     /// program when an exception passes it (`noexcept`).
     pub lsda_sites: HashMap<u64, Vec<unwind::LsdaCallSite>>,
+    /// The address of the LSDA of each function in `lsda_sites` (its action and type tables
+    /// are read where an import trampoline restates a row: `crate::unwind`).
+    pub lsdas: HashMap<u64, u64>,
     /// Branch targets that nothing but direct `jmp` / `jcc` instructions reach (no call, return
     /// address, table, reference, symbol or function start), with the number of those jumps
     /// as decoding found them (a jump decoded twice, in nested ranges, counts twice).
-    pub jump_only: HashMap<u64, u32>,
+    pub jump_only: JumpOnly,
+    /// Every resolved table jump's table, by the jump's address (a jump decoded in two
+    /// functions with two different tables has none).
+    pub jump_tables: BTreeMap<u64, JumpTable>,
+    /// Branch targets that nothing but direct `jmp` / `jcc` instructions and entries of
+    /// [`Analysis::jump_tables`] reach, with at least one such entry: the numbers of each.
+    pub table_only: TableOnly,
+}
+
+/// [`Analysis::branch_targets`]: addresses, sorted and distinct, looked up by binary search
+/// (built once from a sorted `Vec`; a set of a node-sized program's millions of targets
+/// cost more to build than to search).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Targets(Vec<u64>);
+
+impl Targets {
+    /// From addresses sorted and distinct.
+    fn from_sorted(sorted: Vec<u64>) -> Targets {
+        debug_assert!(sorted.windows(2).all(|w| w[0] < w[1]));
+        Targets(sorted)
+    }
+
+    pub fn contains(&self, a: &u64) -> bool {
+        self.0.binary_search(a).is_ok()
+    }
+
+    /// The targets in `r`, in order.
+    pub fn range(&self, r: impl std::ops::RangeBounds<u64>) -> std::slice::Iter<'_, u64> {
+        use std::ops::Bound;
+        let lo = match r.start_bound() {
+            Bound::Included(&a) => self.0.partition_point(|&t| t < a),
+            Bound::Excluded(&a) => self.0.partition_point(|&t| t <= a),
+            Bound::Unbounded => 0,
+        };
+        let hi = match r.end_bound() {
+            Bound::Included(&b) => self.0.partition_point(|&t| t <= b),
+            Bound::Excluded(&b) => self.0.partition_point(|&t| t < b),
+            Bound::Unbounded => self.0.len(),
+        };
+        self.0[lo..hi.max(lo)].iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, u64> {
+        self.0.iter()
+    }
+
+    /// Every target of `self` is one of `other`'s.
+    pub fn is_subset(&self, other: &Targets) -> bool {
+        self.0.iter().all(|t| other.contains(t))
+    }
+}
+
+/// [`Analysis::jump_only`]: target → number of jumps, sorted by target, looked up by binary
+/// search (built in order in one pass, where a hash map's inserts were a third of the
+/// branch-target step on node).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JumpOnly(Vec<(u64, u32)>);
+
+impl JumpOnly {
+    pub fn get(&self, t: &u64) -> Option<&u32> {
+        self.0.binary_search_by_key(t, |&(a, _)| a).ok().map(|i| &self.0[i].1)
+    }
+
+    pub fn contains_key(&self, t: &u64) -> bool {
+        self.get(t).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// [`Analysis::jump_only`] from every pushed target (`sorted`, with duplicates) and the
 /// targets of direct jumps (one per jump).
-fn jump_only_targets(sorted: &[u64], mut jumps: Vec<u64>) -> HashMap<u64, u32> {
-    jumps.sort_unstable();
-    let mut out = HashMap::new();
+fn jump_only_targets(sorted: &[u64], mut jumps: Vec<u64>) -> JumpOnly {
+    sort_addresses(&mut jumps);
+    let mut out = Vec::new();
     let mut j = 0;
     for group in sorted.chunk_by(|a, b| a == b) {
         let t = group[0];
@@ -280,10 +408,10 @@ fn jump_only_targets(sorted: &[u64], mut jumps: Vec<u64>) -> HashMap<u64, u32> {
         }
         let n = jumps[j..].iter().take_while(|&&x| x == t).count();
         if n == group.len() {
-            out.insert(t, n as u32);
+            out.push((t, n as u32));
         }
     }
-    out
+    JumpOnly(out)
 }
 
 impl Analysis {
@@ -527,6 +655,7 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
 
     // 4. Landing pads (the unwinder jumps there).
     let mut lsda_sites = HashMap::new();
+    let mut lsdas = HashMap::new();
     for (i, c) in cands.iter().enumerate() {
         let Some(lsda) = c.fde.and_then(|k| fdes.get(k)).and_then(|f| f.lsda) else {
             continue;
@@ -538,6 +667,7 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
                     code.edges.push(code::Edge { src: i, target: p, kind: code::EdgeKind::Pad });
                 }
                 lsda_sites.insert(c.address, sites);
+                lsdas.insert(c.address, lsda);
             }
             None => code.unresolved[i] = true,
         }
@@ -560,9 +690,10 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
 
     // 6. Address-taken code.
     let mut taken: Vec<u64> = code.refs.clone();
+    let tables = Extents::new(tables);
     for &(loc, value) in &dynrefs.refs {
         code.targets.push(value);
-        if !tables.iter().any(|t| loc >= t.0 && loc < t.1) {
+        if !tables.contains(loc) {
             taken.push(value);
         }
     }
@@ -618,12 +749,24 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
         }
     }
     let mut targets = std::mem::take(&mut code.targets);
-    targets.sort_unstable();
+    sort_addresses(&mut targets);
+    let table_only = table_only_targets(&targets, code.jump_targets.clone(), std::mem::take(&mut code.table_targets));
     let jump_only = jump_only_targets(&targets, std::mem::take(&mut code.jump_targets));
+    let mut jump_tables: BTreeMap<u64, JumpTable> = BTreeMap::new();
+    let mut twice: Vec<u64> = Vec::new();
+    for (ip, t) in std::mem::take(&mut code.tables) {
+        if *jump_tables.entry(ip).or_insert(t) != t {
+            twice.push(ip);
+        }
+    }
+    for ip in twice {
+        jump_tables.remove(&ip);
+    }
     targets.extend(cold_starts);
-    targets.sort_unstable();
+    // Two sorted runs: the stable sort merges them in one pass.
+    targets.sort();
     targets.dedup();
-    let branch_targets: BTreeSet<u64> = targets.into_iter().collect();
+    let branch_targets = Targets::from_sorted(targets);
 
     // 9. Functions.
     // Names (demangling) and padding on every core.
@@ -650,7 +793,77 @@ pub fn analyze(elf: &InputElf) -> Result<Analysis> {
         },
     );
     let got_imports = dynrefs.got_names.iter().map(|(&slot, name)| (slot, name.clone())).collect();
-    Ok(Analysis { functions, branch_targets, plt_stubs, indirect_jumps, got_imports, lsda_sites, jump_only })
+    Ok(Analysis {
+        functions,
+        branch_targets,
+        plt_stubs,
+        indirect_jumps,
+        got_imports,
+        lsda_sites,
+        lsdas,
+        jump_only,
+        jump_tables,
+        table_only,
+    })
+}
+
+/// Sort addresses (a large program has 10^6 branch targets, the sort was a tenth of its
+/// analysis): a least-significant-digit radix sort on their offsets from the least, 11 bits a
+/// pass, as many passes as their span needs (three for 8 GiB of code). Sorted `u64`s are
+/// sorted `u64`s: the order is `sort_unstable`'s, which short or widely spread inputs use.
+fn sort_addresses(v: &mut Vec<u64>) {
+    const BITS: u32 = 11;
+    const MASK: u64 = (1 << BITS) - 1;
+    let (Some(&min), Some(&max)) = (v.iter().min(), v.iter().max()) else { return };
+    let passes = (u64::BITS - (max - min).leading_zeros()).div_ceil(BITS);
+    if v.len() < 1 << 12 || passes > 4 {
+        v.sort_unstable();
+        return;
+    }
+    let mut src = std::mem::take(v);
+    let mut dst = vec![0u64; src.len()];
+    for pass in 0..passes {
+        let digit = |x: u64| (((x - min) >> (pass * BITS)) & MASK) as usize;
+        let mut next = [0usize; 1 << BITS];
+        for &x in &src {
+            next[digit(x)] += 1;
+        }
+        let mut sum = 0;
+        for n in next.iter_mut() {
+            (*n, sum) = (sum, sum + *n);
+        }
+        for &x in &src {
+            let d = digit(x);
+            dst[next[d]] = x;
+            next[d] += 1;
+        }
+        std::mem::swap(&mut src, &mut dst);
+    }
+    *v = src;
+}
+
+/// Address ranges `[start, end)` (the jump tables read), merged and sorted for a binary
+/// search: a program has thousands of tables and a relocation for every pointer in data.
+struct Extents(Vec<(u64, u64)>);
+
+impl Extents {
+    fn new(mut ranges: Vec<(u64, u64)>) -> Self {
+        ranges.retain(|r| r.0 < r.1);
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (start, end) in ranges {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        Extents(merged)
+    }
+
+    fn contains(&self, a: u64) -> bool {
+        let i = self.0.partition_point(|r| r.0 <= a);
+        i > 0 && a < self.0[i - 1].1
+    }
 }
 
 /// `.comment` names clang, rustc or another LLVM-based compiler.
@@ -663,7 +876,7 @@ fn built_by_llvm(elf: &InputElf) -> bool {
 const MAX_PADDING: u64 = 64;
 
 /// Padding after function `i`: see the module documentation.
-fn padding_after(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], i: usize, targets: &BTreeSet<u64>) -> u64 {
+fn padding_after(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], i: usize, targets: &Targets) -> u64 {
     let Some(c) = cands.get(i) else { return 0 };
     let end = c.end();
     let Some(sec_end) = codemap.section_end(c.address) else { return 0 };

@@ -6,9 +6,10 @@
 //! address and keeps the bytes); [`collect`] hands those to the unwind pass as [`Piece`]s,
 //! [`generate`] encodes them all again (the same bytes; tests compare the two).
 //!
-//! Everything is encoded by iced-x86's BlockEncoder at its final address, so RIP-relative
-//! operands (gates, config) and branches back into the program are exact, and displaced
-//! instructions are relocated by the same encoder. The timer routines are written with
+//! Everything is encoded at its final address, with the bytes iced-x86's BlockEncoder gives
+//! (by [`encode`]'s table of instruction shapes, which follows BlockEncoder's layout step for
+//! step, or by BlockEncoder itself), so RIP-relative operands (gates, config) and branches
+//! back into the program are exact, and displaced instructions are relocated the same way. The timer routines are written with
 //! iced's `CodeAssembler`. The trampolines, thunks and stubs are lists of `Instruction`s
 //! (the small `Block` builder below): they embed the program's decoded instructions and
 //! address absolute targets RIP-relative, which `CodeAssembler` expresses only through
@@ -44,6 +45,8 @@
 //! Arithmetic flags are clobbered: at a function entry they are dead by the psABI. DF is
 //! never touched.
 
+mod encode;
+
 use crate::error::{Error, Result};
 use crate::plan::{Exit, Plan, Point, Tactic};
 use crate::rtimage;
@@ -59,9 +62,10 @@ use stint_layout::{
     COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET,
     COL_SHADOW_READY_OFFSET, COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET,
     COL_TIMER_SKIPPED_OFFSET, COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_NODE_OFFSET,
-    FRAME_POINT_OFFSET, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_WALL_OFFSET, METRIC_CALLS, METRIC_CPU_TIME,
-    METRIC_LOCK_HOLD, METRIC_LOCK_WAIT, METRIC_WALL_TIME, N_COUNTER_SLOTS, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE,
-    SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS, TIMER_BITS,
+    FRAME_POINT_OFFSET, FRAME_SAMPLED, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_UNTIMED, FRAME_WALL_OFFSET, METRIC_CALLS,
+    METRIC_CPU_TIME, METRIC_LOCK_HOLD, METRIC_LOCK_WAIT, METRIC_WALL_TIME, N_COUNTER_SLOTS, SAMPLE_EVERY, SAMPLE_HASH,
+    SAMPLE_LEARN, SAMPLE_PAUSED, SAMPLE_UNIT, SHADOW_CAP, SHADOW_OFFSET, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS,
+    SLOT_SAMPLED_SQ_CPU, SLOT_SAMPLED_SQ_WALL, SLOT_SAMPLED_TIMED, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 /// Label IPs live here; no user-space instruction can have such an address.
@@ -76,7 +80,7 @@ struct Block {
 
 impl Block {
     fn new() -> Self {
-        Block { ins: Vec::new(), next_label: LABEL_BASE, pending: None }
+        Block { ins: Vec::with_capacity(48), next_label: LABEL_BASE, pending: None }
     }
 
     fn label(&mut self) -> u64 {
@@ -104,7 +108,24 @@ impl Block {
         Ok(())
     }
 
+    /// The block's bytes at `rip`: [`encode::encode`], which gives what iced's `BlockEncoder`
+    /// gives, or `BlockEncoder` itself where that does not follow it. Under `cfg(test)` both
+    /// run, and must agree.
     fn encode(self, rip: u64) -> Result<Vec<u8>> {
+        let fast = encode::encode(&self.ins, rip);
+        #[cfg(test)]
+        if let Some(fast) = &fast {
+            let iced = self.iced(rip).ok();
+            assert_eq!(Some(fast), iced.as_ref(), "codegen::encode and BlockEncoder at 0x{rip:x}: {:?}", self.ins);
+        }
+        match fast {
+            Some(code) => Ok(code),
+            None => self.iced(rip),
+        }
+    }
+
+    /// The block's bytes at `rip` from iced's `BlockEncoder`.
+    fn iced(&self, rip: u64) -> Result<Vec<u8>> {
         let block = InstructionBlock::new(&self.ins, rip);
         let r = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE)
             .map_err(|e| Error::Internal(format!("encoding at 0x{rip:x}: {e}")))?;
@@ -153,13 +174,19 @@ pub enum PieceKind {
     ExitTrampoline(usize),
     /// The trampoline of `plan.import_sites[i]` ([`import_trampoline`]).
     ImportTrampoline(usize),
-    /// The calibration routine ([`calibration`]), for point 0.
+    /// The calibration routine ([`calibration`]), for its own point (`calib_point`).
     Calibration,
     /// The window of `plan.exits[exit].redirects[redirect]` ([`jump_window`]); `copy` is the
     /// exit trampoline's copy of the jump's target.
     JumpWindow { exit: usize, redirect: usize, copy: u64 },
     /// `plan.slot_windows[i]` ([`slot_window`]).
     SlotWindow(usize),
+    /// The entry tail of `plan.points[point]` from its displaced instruction at `to`
+    /// ([`entry_tail`]).
+    EntryTail { point: usize, to: u64 },
+    /// The window of `plan.entry_jumps[point id][redirect]` ([`jump_window`]); `copy` is the
+    /// entry tail of the jump's target.
+    EntryJumpWindow { point: usize, redirect: usize, copy: u64 },
 }
 
 /// A piece of generated code and the place the layout pass gave it.
@@ -198,6 +225,9 @@ pub struct Targets {
     /// ([`crate::plan::Redirect::in_entry`]) → the exit trampoline's copy of its target, where
     /// the entry trampoline's copy of the jump leads (those exit trampolines are placed first).
     pub entry_redirects: BTreeMap<u64, u64>,
+    /// The spec lets the runtime sample short calls: the timer routines carry the sampling
+    /// paths (without them a timed call costs what it did before sampling existed).
+    pub sampling: bool,
 }
 
 impl Targets {
@@ -218,9 +248,13 @@ impl Targets {
             active: counter_offset(self.n_points, SLOT_ACTIVE, 0) as u32,
             cpu: counter_offset(self.n_points, SLOT_CPU_TICKS, 0) as u32,
             wall: counter_offset(self.n_points, SLOT_WALL_TICKS, 0) as u32,
+            sq_cpu: counter_offset(self.n_points, SLOT_SAMPLED_SQ_CPU, 0) as u32,
+            sq_wall: counter_offset(self.n_points, SLOT_SAMPLED_SQ_WALL, 0) as u32,
+            sampled: counter_offset(self.n_points, SLOT_SAMPLED_TIMED, 0) as u32,
             cct_index: cct_index_offset(self.n_points, N_COUNTER_SLOTS) as u32,
             cct_nodes: cct_nodes_offset(self.n_points, N_COUNTER_SLOTS) as u32,
             timer_stub: self.timer_stub,
+            sampling: self.sampling,
         }
     }
 }
@@ -270,19 +304,34 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
             let redirected =
                 redirect_wrapped(&x.displaced, &t.wrap_thunks)?.map(|displaced| Exit { displaced, ..x.clone() });
             let x = redirected.as_ref().unwrap_or(x);
-            match plan.tail_imports.iter().find(|ti| ti.site == x.site && ti.called) {
+            // Only a tail jump can be one (the list is long in large programs: 3,927 in node).
+            let tail = x.kind == crate::plan::ExitKind::TailJump;
+            match plan.tail_imports.iter().find(|ti| tail && ti.site == x.site && ti.called) {
                 Some(_) => tail_call_trampoline(x, t.trampoline_env(x.point), at),
                 None => exit_trampoline(x, t.trampoline_env(x.point), at),
             }
         }
         PieceKind::JumpWindow { exit, redirect, copy } => jump_window(redirect_window(plan, exit, redirect)?, copy, at),
         PieceKind::SlotWindow(i) => slot_window(slot_window_of(plan, i)?, at),
+        PieceKind::EntryTail { point: i, to } => {
+            let p = point(i)?;
+            let wrapped = redirect_wrapped(&p.displaced, &t.wrap_thunks)?;
+            let displaced = wrapped.unwrap_or_else(|| p.displaced.clone());
+            let displaced = redirect_entry_jumps(&displaced, &t.entry_redirects).unwrap_or(displaced);
+            entry_tail(&displaced, p.emulate_call, to, at)
+        }
+        PieceKind::EntryJumpWindow { point, redirect, copy } => {
+            jump_window(entry_jump_window(plan, point, redirect)?, copy, at)
+        }
         PieceKind::ImportTrampoline(i) => {
             let x = plan.import_sites.get(i).ok_or_else(|| Error::Internal(format!("codegen: no import site {i}")))?;
             let p = point(x.point as usize)?;
             import_trampoline(&x.call, p, t.trampoline_env(p.id), at)
         }
-        PieceKind::Calibration => calibration(at, t.trampoline_env(0), TIMER_BITS | CALLS_BIT),
+        PieceKind::Calibration => {
+            let point = stint_layout::calib_point(t.n_points);
+            calibration(at, point, t.trampoline_env(point), TIMER_BITS | CALLS_BIT)
+        }
     }
 }
 
@@ -291,20 +340,21 @@ pub fn piece(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Vec<u
 /// differs from the sizing run's is a bug, reported as such.
 pub fn generate(plan: &Plan, pieces: &[PieceAt], t: &Targets) -> Result<Vec<Piece>> {
     let code = pieces.iter().map(|p| piece(plan, p.kind, p.at, t)).collect::<Result<Vec<_>>>()?;
-    collect(plan, pieces, code)
+    collect(plan, pieces, code, vec![None; pieces.len()])
 }
 
 /// The pieces of the layout pass's sizing run, which encoded each at its final address with
 /// every target it refers to already placed ([`crate::place::Placement::code`]): the bytes
 /// [`generate`] would encode again. Checks the sizes all the same.
-pub fn collect(plan: &Plan, pieces: &[PieceAt], code: Vec<Vec<u8>>) -> Result<Vec<Piece>> {
-    if code.len() != pieces.len() {
+pub fn collect(plan: &Plan, pieces: &[PieceAt], code: Vec<Vec<u8>>, shapes: Vec<Option<u64>>) -> Result<Vec<Piece>> {
+    if code.len() != pieces.len() || shapes.len() != pieces.len() {
         return Err(Error::Internal(format!("codegen: {} pieces laid out, {} encoded", pieces.len(), code.len())));
     }
     pieces
         .iter()
         .zip(code)
-        .map(|(p, code)| {
+        .zip(shapes)
+        .map(|((p, code), shape)| {
             if code.len() != p.len {
                 return Err(Error::Internal(format!(
                     "codegen: {:?} at 0x{:x} is {} bytes, laid out as {}",
@@ -314,7 +364,7 @@ pub fn collect(plan: &Plan, pieces: &[PieceAt], code: Vec<Vec<u8>>) -> Result<Ve
                     p.len
                 )));
             }
-            Ok(Piece { start: p.at, code, initial: initial_state(plan, p.kind)? })
+            Ok(Piece { start: p.at, code, initial: initial_state(plan, p.kind)?, shape })
         })
         .collect()
 }
@@ -326,6 +376,10 @@ fn initial_state(plan: &Plan, kind: PieceKind) -> Result<Initial> {
         PieceKind::Trampoline(i) | PieceKind::WrapReal(i) => Initial::At(plan.points[i].address),
         PieceKind::ExitTrampoline(i) => Initial::At(plan.exits[i].address),
         PieceKind::SlotWindow(i) => Initial::At(slot_window_of(plan, i)?.patch().0),
+        PieceKind::EntryTail { to, .. } => Initial::At(to),
+        PieceKind::EntryJumpWindow { point, redirect, .. } => {
+            Initial::At(entry_jump_window(plan, point, redirect)?.first().map_or(0, |x| x.ip()))
+        }
         PieceKind::JumpWindow { exit, redirect, .. } => {
             Initial::At(redirect_window(plan, exit, redirect)?.first().map_or(0, |x| x.ip()))
         }
@@ -584,6 +638,36 @@ fn redirect_window(plan: &Plan, exit: usize, redirect: usize) -> Result<&[Instru
         .map(|r| r.window.as_slice())
         .filter(|w| !w.is_empty())
         .ok_or_else(|| Error::Internal(format!("codegen: exit {exit} has no jump window {redirect}")))
+}
+
+/// The window of a redirected rel8 jump into an entry window ([`Plan::entry_jumps`]).
+fn entry_jump_window(plan: &Plan, point: usize, redirect: usize) -> Result<&[Instruction]> {
+    plan.points
+        .get(point)
+        .and_then(|p| plan.entry_jumps.get(&p.id))
+        .and_then(|r| r.get(redirect))
+        .map(|r| r.window.as_slice())
+        .filter(|w| !w.is_empty())
+        .ok_or_else(|| Error::Internal(format!("codegen: point {point} has no entry jump window {redirect}")))
+}
+
+/// Encode the entry tail of an entry window whose instructions are `displaced` from the one
+/// at `to` (a branch target inside the window, [`Plan::entry_jumps`]) at `at`:
+/// ```text
+///        <the window's instructions from `to` on, relocated>   ; the last call emulated
+///        jmp   <end of window>                                  ; (none after ret/jmp)
+/// ```
+/// The program's jumps to `to` lead here: a jump back to just after the prologue runs the
+/// rest of the window and goes on in the function, past the entry trampoline's counting and
+/// timing code (it is no call).
+pub fn entry_tail(displaced: &[Instruction], emulate_call: bool, to: u64, at: u64) -> Result<Vec<u8>> {
+    let k = displaced
+        .iter()
+        .position(|d| d.ip() == to)
+        .ok_or_else(|| Error::Internal(format!("entry tail: 0x{to:x} is not displaced")))?;
+    let mut b = Block::new();
+    displaced_code(&mut b, &displaced[k..], emulate_call)?;
+    b.encode(at)
 }
 
 fn slot_window_of(plan: &Plan, i: usize) -> Result<&crate::plan::SlotWindow> {
@@ -922,7 +1006,7 @@ pub fn trap_stub(at: u64, config: u64, rt_trap: u64) -> Result<Vec<u8>> {
 /// .more  test  al, ~(calls|lock_wait|lock_hold)   ; (with a lock entry; else .more = .rt)
 ///        jne   .rt
 ///        mov   r8, [rsp] / lea r9, [rip+site]
-///        jmp   stint_rt_wrap_lock         ; the mutex fast path (`rt-lib/src/wrap.rs`)
+///        jmp   stint_rt_wrap_lock         ; the mutex and signal fast path (`rt-lib/src/wrap.rs`)
 /// ```
 pub fn wrap_thunk(
     at: u64,
@@ -985,6 +1069,7 @@ fn thunk_fast(func: u32, real: Real, t: &Targets, point: u32, lock_entry: u64) -
     let lock_entry = match W::from_u32(func)? {
         W::PthreadCreate | W::PthreadExit | W::PthreadJoin | W::TimedjoinNp | W::SetnameNp => return None,
         W::MutexLock | W::MutexTimedlock | W::MutexUnlock => lock_entry,
+        W::CondSignal | W::CondBroadcast | W::SemPost => lock_entry,
         _ => 0,
     };
     Some(ThunkFast {
@@ -1001,8 +1086,9 @@ pub struct ThunkFast {
     pub tid_offset: u32,
     /// Offset of the point's call counter in a column (`gs:`-relative).
     pub counter: u32,
-    /// `stint_rt_wrap_lock` for a mutex lock or unlock (0: none): the thunk goes there when
-    /// the thread measures nothing but calls and lock metrics at the point.
+    /// `stint_rt_wrap_lock` for a mutex lock or unlock, a condition signal or broadcast, a
+    /// `sem_post` (0: none): the thunk goes there when the thread measures nothing but calls
+    /// and lock metrics at the point.
     pub lock_entry: u64,
 }
 
@@ -1224,6 +1310,14 @@ pub struct TimerEnv {
     pub active: u32,
     pub cpu: u32,
     pub wall: u32,
+    /// Column offsets of counter slot 0 for the squared CPU and wall spans of a sampled
+    /// point's timed calls.
+    pub sq_cpu: u32,
+    pub sq_wall: u32,
+    /// Column offset of counter slot 0 for the timed calls of a sampled point.
+    pub sampled: u32,
+    /// Emit the sampling paths ([`Targets::sampling`]).
+    pub sampling: bool,
     /// Column offsets of the calling-context tree's hash index and nodes (D16).
     pub cct_index: u32,
     pub cct_nodes: u32,
@@ -1273,6 +1367,62 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
     a.mov(gs32(COL_BUSY_OFFSET), 1)?;
     a.mov(ecx, eax)?; // rcx = point
     a.lea(rdi, ptr(rsp + SP_FROM_ROUTINE))?; // rdi = S
+
+    // The point's sampling state (the bits of its active count above the open frames): a
+    // sampled point times one entry in SAMPLE_EVERY, the others push a frame with no clock.
+    let (mut timed, mut untimed, mut slow_tsc) = (a.create_label(), a.create_label(), a.create_label());
+    let learn = (SAMPLE_LEARN * SAMPLE_UNIT) as i32;
+    if op == TimerOp::Enter && env.sampling {
+        let (mut sampled, mut decide) = (a.create_label(), a.create_label());
+        a.mov(rsi, counter(env.active))?;
+        a.test(rsi, rsi)?;
+        a.js(sampled)?;
+        a.cmp(rsi, learn)?; // decided (or sampling off): every entry timed, none counted
+        a.jae(timed)?;
+        a.add(rsi, SAMPLE_UNIT as i32)?;
+        a.mov(counter(env.active), rsi)?;
+        a.cmp(rsi, learn)?;
+        a.jae(decide)?; // the SAMPLE_LEARN-th entry: rt-lib decides
+        a.jmp(timed)?;
+        a.set_label(&mut sampled)?;
+        a.add(rsi, SAMPLE_UNIT as i32)?;
+        a.mov(counter(env.active), rsi)?;
+        a.mov(rdx, rsi)?; // the entry's number, hashed (SAMPLE_HASH)
+        a.shr(rdx, SAMPLE_UNIT.trailing_zeros())?;
+        a.imul_3(edx, edx, SAMPLE_HASH as i32)?;
+        a.cmp(edx, ((1u64 << 32) / SAMPLE_EVERY) as u32)?;
+        a.jae(untimed)?;
+        a.jmp(timed)?;
+        a.set_label(&mut decide)?;
+        a.jmp(slow_tsc)?;
+    } else if op == TimerOp::Exit {
+        // The top frame first: an untimed one is popped with no clock read.
+        let mut framed = a.create_label();
+        a.mov(edx, gs32(COL_DEPTH_OFFSET))?;
+        a.test(edx, edx)?;
+        a.jne(framed)?;
+        // An empty shadow stack: the function was entered while this thread's timers were
+        // off. Count it here rather than in rt-lib (threads outside a focus exit often).
+        a.inc(gs64(COL_UNMATCHED_EXITS_OFFSET))?;
+        a.jmp(out)?;
+        a.set_label(&mut framed)?;
+        a.lea(esi, ptr(rdx - 1))?; // top index
+        a.cmp(esi, SHADOW_CAP)?; // beyond the kept frames
+        a.jae(slow_tsc)?;
+        a.shl(esi, FRAME_SIZE.trailing_zeros())?;
+        a.cmp(frame64(rsi, FRAME_SP_OFFSET), rdi)?; // our frame?
+        a.jne(slow_tsc)?;
+        a.cmp(frame32(rsi, FRAME_POINT_OFFSET), ecx)?;
+        a.jne(slow_tsc)?;
+        if env.sampling {
+            a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET + 3)).gs(), (FRAME_UNTIMED >> 24) as i32)?;
+            a.je(timed)?;
+            a.dec(gs32(COL_DEPTH_OFFSET))?;
+            a.dec(word_ptr(rcx * 8 + env.active).gs())?; // the open frames (low 16 bits)
+            a.jmp(out)?;
+        }
+    }
+    a.set_label(&mut timed)?;
     a.rdtsc()?;
     a.shl(rdx, 32)?;
     a.or(rax, rdx)?; // rax = TSC
@@ -1287,8 +1437,8 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
     a.mov(edx, gs32(COL_OWNER_KEY_OFFSET))?;
     a.cmp(edx, gs32(COL_EXIT_KEY_OFFSET))?; // sent to a safe point?
     a.jne(slow)?;
-    a.mov(edx, gs32(COL_DEPTH_OFFSET))?;
     if op == TimerOp::Enter {
+        a.mov(edx, gs32(COL_DEPTH_OFFSET))?;
         let mut push = a.create_label();
         // Frames with file blocks (≤ SHADOW_CAP; at the limit rt-lib allocates the next page).
         a.cmp(edx, gs32(COL_SHADOW_READY_OFFSET))?;
@@ -1304,44 +1454,26 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.cmp(qword_ptr(rdx + (SHADOW_OFFSET - FRAME_SIZE + FRAME_SP_OFFSET)).gs(), rdi)?;
         a.jbe(slow)?;
         a.set_label(&mut push)?;
+        let mut miss = a.create_label();
         a.mov(frame64(rdx, FRAME_SP_OFFSET), rdi)?;
         a.mov(frame32(rdx, FRAME_POINT_OFFSET), ecx)?;
+        if env.sampling {
+            a.mov(rdi, rsi)?; // the sampling state: a sampled point's timed frame is FRAME_SAMPLED
+            a.sar(rdi, 63)?;
+            a.and(edi, FRAME_SAMPLED as i32)?;
+        }
         a.add_instruction(Instruction::with2(Code::Lea_r64_m, Register::RSI, rip(env.ctl))?)?; // the control region
         a.movzx(esi, byte_ptr(rsi + rcx))?; // the point's gate
         a.and(esi, TIMER_BITS as i32)?;
         a.and(esi, gs32(COL_THREAD_MASK_OFFSET))?; // the thread's focus
+        if env.sampling {
+            a.or(esi, edi)?;
+        }
         a.mov(frame32(rdx, FRAME_BITS_OFFSET), esi)?;
         a.mov(frame64(rdx, FRAME_WALL_OFFSET), rax)?;
         a.sub(rax, gs64(COL_CPU_OFF_OFFSET))?;
         a.mov(frame64(rdx, FRAME_CPU_OFFSET), rax)?;
-        // The calling-context node (D16): one probe of the thread's hash index for (parent
-        // node, point); a hit counts the call, anything else (a free slot, another key, no
-        // parent node) goes to rt-lib, which probes on, makes the node or counts it lost.
-        let (mut root, mut nocct, mut miss) = (a.create_label(), a.create_label(), a.create_label());
-        let node32 = |index: AsmRegister64, field: u32| dword_ptr(index + (env.cct_nodes - CCT_NODE_SIZE + field)).gs();
-        a.mov(esi, gs32(COL_CCT_MASK_OFFSET))?;
-        a.xor(eax, eax)?; // node + 1: 0 when this thread keeps no call paths
-        a.test(esi, esi)?;
-        a.je(nocct)?;
-        a.test(edx, edx)?;
-        a.je(root)?;
-        a.mov(eax, dword_ptr(rdx + (SHADOW_OFFSET - FRAME_SIZE + FRAME_NODE_OFFSET)).gs())?; // parent + 1
-        a.set_label(&mut root)?;
-        a.imul_3(edi, eax, CCT_HASH_MUL as i32)?; // cct_hash
-        a.add(edi, ecx)?;
-        a.and(esi, edi)?;
-        a.mov(esi, dword_ptr(rsi * 4 + env.cct_index).gs())?; // node + 1, 0: free
-        a.test(esi, esi)?;
-        a.je(miss)?;
-        a.mov(edi, esi)?;
-        a.shl(edi, CCT_NODE_SIZE.trailing_zeros())?;
-        a.cmp(node32(rdi, CCT_NODE_PARENT_OFFSET), eax)?;
-        a.jne(miss)?;
-        a.cmp(node32(rdi, CCT_NODE_POINT_OFFSET), ecx)?;
-        a.jne(miss)?;
-        a.inc(qword_ptr(rdi + (env.cct_nodes - CCT_NODE_SIZE + CCT_NODE_CALLS_OFFSET)).gs())?;
-        a.mov(eax, esi)?;
-        a.set_label(&mut nocct)?;
+        cct_probe(&mut a, env, &mut miss)?;
         a.mov(frame32(rdx, FRAME_NODE_OFFSET), eax)?;
         a.inc(counter(env.active))?;
         a.inc(gs32(COL_DEPTH_OFFSET))?; // publish
@@ -1352,22 +1484,7 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.mov(rdi, frame64(rdx, FRAME_SP_OFFSET))?;
         a.jmp(slow)?;
     } else {
-        // An empty shadow stack: the function was entered while this thread's timers were
-        // off. Count it here rather than in rt-lib (threads outside a focus exit often).
-        let mut framed = a.create_label();
-        a.test(edx, edx)?;
-        a.jne(framed)?;
-        a.inc(gs64(COL_UNMATCHED_EXITS_OFFSET))?;
-        a.jmp(out)?;
-        a.set_label(&mut framed)?;
-        a.lea(esi, ptr(rdx - 1))?; // top index
-        a.cmp(esi, SHADOW_CAP)?; // empty (−1) or beyond the kept frames
-        a.jae(slow)?;
-        a.shl(esi, FRAME_SIZE.trailing_zeros())?;
-        a.cmp(frame64(rsi, FRAME_SP_OFFSET), rdi)?; // our frame?
-        a.jne(slow)?;
-        a.cmp(frame32(rsi, FRAME_POINT_OFFSET), ecx)?;
-        a.jne(slow)?;
+        // rsi = the top frame, ours (checked above).
         a.dec(gs32(COL_DEPTH_OFFSET))?;
         // rdx = wall span, rax = CPU span (a re-synchronisation inside the frame can put the
         // CPU clock a little behind its extrapolation: never a negative span), each 0 when
@@ -1389,6 +1506,24 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.jne(cpu_on)?;
         a.xor(eax, eax)?;
         a.set_label(&mut cpu_on)?;
+        // A sampled point's timed call adds its squared spans (the estimate's variance); a
+        // span is capped at 2^32 − 1 ticks before squaring, a sum saturates.
+        if env.sampling {
+            let (mut nosq, mut sq_cpu_ok) = (a.create_label(), a.create_label());
+            a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET + 3)).gs(), (FRAME_SAMPLED >> 24) as i32)?;
+            a.je(nosq)?;
+            a.inc(counter(env.sampled))?;
+            for (span, slot0, ok) in [(rax, env.sq_cpu, &mut sq_cpu_ok), (rdx, env.sq_wall, &mut nosq)] {
+                a.mov(edi, u32::MAX)?;
+                a.cmp(span, rdi)?;
+                a.cmovb(rdi, span)?;
+                a.imul_2(rdi, rdi)?;
+                a.add(counter(slot0), rdi)?;
+                a.jnc(*ok)?;
+                a.mov(counter(slot0), -1)?;
+                a.set_label(ok)?; // the second one is `nosq`
+            }
+        }
         // The frame's node (D16) adds its time at every activation (a recursive call is a
         // node of its own); 0 and CCT_LOST have none.
         a.mov(edi, frame32(rsi, FRAME_NODE_OFFSET))?;
@@ -1399,7 +1534,7 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_WALL_OFFSET)).gs(), rdx)?;
         a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_CPU_OFFSET)).gs(), rax)?;
         a.set_label(&mut flat)?;
-        a.dec(counter(env.active))?;
+        a.dec(word_ptr(rcx * 8 + env.active).gs())?; // the open frames (low 16 bits)
         a.jne(out)?; // not the outermost
         a.add(counter(env.wall), rdx)?;
         a.add(counter(env.cpu), rax)?;
@@ -1421,7 +1556,96 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
     a.mov(eax, op as u32)?;
     a.call(env.timer_stub)?;
     a.jmp(out)?;
+    a.set_label(&mut slow_tsc)?;
+    a.rdtsc()?;
+    a.shl(rdx, 32)?;
+    a.or(rax, rdx)?;
+    a.jmp(slow)?;
+    if op == TimerOp::Enter && env.sampling {
+        // An untimed entry of a sampled point: the frame (marked FRAME_UNTIMED), its
+        // call-path node and the active count, as a timed entry but with no clock; rt-lib
+        // does the same for anything more than a push (`TimerOp::EnterUntimed`).
+        let (mut push, mut miss, mut slow_u) = (a.create_label(), a.create_label(), a.create_label());
+        a.set_label(&mut untimed)?;
+        // Paused by `stint ctl … sampling off` (rsi = the sampling state): every entry timed.
+        a.bt(rsi, SAMPLE_PAUSED.trailing_zeros() as i32)?;
+        a.jb(timed)?;
+        a.mov(edx, gs32(COL_OWNER_KEY_OFFSET))?;
+        a.cmp(edx, gs32(COL_EXIT_KEY_OFFSET))?; // sent to a safe point?
+        a.jne(slow_u)?;
+        a.mov(edx, gs32(COL_DEPTH_OFFSET))?;
+        a.cmp(edx, gs32(COL_SHADOW_READY_OFFSET))?;
+        a.jae(slow_u)?;
+        a.cmp(edx, SHADOW_CAP)?;
+        a.jae(slow_u)?;
+        a.shl(edx, FRAME_SIZE.trailing_zeros())?;
+        a.test(edx, edx)?;
+        a.je(push)?;
+        a.cmp(qword_ptr(rdx + (SHADOW_OFFSET - FRAME_SIZE + FRAME_SP_OFFSET)).gs(), rdi)?;
+        a.jbe(slow_u)?;
+        a.set_label(&mut push)?;
+        a.mov(frame64(rdx, FRAME_SP_OFFSET), rdi)?;
+        a.mov(frame32(rdx, FRAME_POINT_OFFSET), ecx)?;
+        a.mov(frame32(rdx, FRAME_BITS_OFFSET), FRAME_UNTIMED)?;
+        cct_probe(&mut a, env, &mut miss)?;
+        a.mov(frame32(rdx, FRAME_NODE_OFFSET), eax)?;
+        a.inc(counter(env.active))?;
+        a.inc(gs32(COL_DEPTH_OFFSET))?; // publish
+        a.jmp(out)?;
+        a.set_label(&mut miss)?;
+        a.mov(rdi, frame64(rdx, FRAME_SP_OFFSET))?;
+        a.set_label(&mut slow_u)?;
+        a.rdtsc()?;
+        a.shl(rdx, 32)?;
+        a.or(rax, rdx)?;
+        a.mov(rsi, rax)?;
+        a.mov(rdx, rdi)?;
+        a.mov(eax, TimerOp::EnterUntimed as u32)?;
+        a.call(env.timer_stub)?;
+        a.jmp(out)?;
+    }
     a.assemble(at)
+}
+
+/// The calling-context node of an entry (D16), in a timer routine: rcx = point, rdx = the
+/// new frame's byte index on the shadow stack → eax = node + 1 (0: this thread keeps no call
+/// paths), its calls counted; a miss jumps to `miss` (rt-lib probes on). Clobbers rsi, rdi.
+fn cct_probe(
+    a: &mut iced_x86::code_asm::CodeAssembler,
+    env: TimerEnv,
+    miss: &mut iced_x86::code_asm::CodeLabel,
+) -> std::result::Result<(), iced_x86::IcedError> {
+    use iced_x86::code_asm::*;
+    // The calling-context node (D16): one probe of the thread's hash index for (parent
+    // node, point); a hit counts the call, anything else (a free slot, another key, no
+    // parent node) goes to rt-lib, which probes on, makes the node or counts it lost.
+    let (mut root, mut nocct) = (a.create_label(), a.create_label());
+    let gs32 = |disp: u32| dword_ptr(u64::from(disp)).gs();
+    let node32 = |index: AsmRegister64, field: u32| dword_ptr(index + (env.cct_nodes - CCT_NODE_SIZE + field)).gs();
+    a.mov(esi, gs32(COL_CCT_MASK_OFFSET))?;
+    a.xor(eax, eax)?; // node + 1: 0 when this thread keeps no call paths
+    a.test(esi, esi)?;
+    a.je(nocct)?;
+    a.test(edx, edx)?;
+    a.je(root)?;
+    a.mov(eax, dword_ptr(rdx + (SHADOW_OFFSET - FRAME_SIZE + FRAME_NODE_OFFSET)).gs())?; // parent + 1
+    a.set_label(&mut root)?;
+    a.imul_3(edi, eax, CCT_HASH_MUL as i32)?; // cct_hash
+    a.add(edi, ecx)?;
+    a.and(esi, edi)?;
+    a.mov(esi, dword_ptr(rsi * 4 + env.cct_index).gs())?; // node + 1, 0: free
+    a.test(esi, esi)?;
+    a.je(*miss)?;
+    a.mov(edi, esi)?;
+    a.shl(edi, CCT_NODE_SIZE.trailing_zeros())?;
+    a.cmp(node32(rdi, CCT_NODE_PARENT_OFFSET), eax)?;
+    a.jne(*miss)?;
+    a.cmp(node32(rdi, CCT_NODE_POINT_OFFSET), ecx)?;
+    a.jne(*miss)?;
+    a.inc(qword_ptr(rdi + (env.cct_nodes - CCT_NODE_SIZE + CCT_NODE_CALLS_OFFSET)).gs())?;
+    a.mov(eax, esi)?;
+    a.set_label(&mut nocct)?;
+    Ok(())
 }
 
 /// Fixed places inside the calibration piece after its four loops (`CALIB_*_OFFSET`):
@@ -1442,8 +1666,10 @@ fn decoded(bytes: &[u8], ip: u64) -> Result<Instruction> {
 
 /// Encode the calibration routine (D21) at `at`: a program in miniature whose points are made
 /// by the very functions that make the program's ([`trampoline`], [`exit_trampoline`],
-/// [`import_trampoline`]), for point 0 with `env` (its gate, counter and the shared timer
-/// routines), so that what the runtime measures at start is what a timed call costs here.
+/// [`import_trampoline`]), for point `id` with `env` (its gate, counter and the shared timer
+/// routines), so that what the runtime measures is what a timed call costs here. The
+/// program's routine is for `stint_layout::calib_point`: a gate byte of its own, past the
+/// program's, so the runtime can calibrate again while the program runs.
 /// ```text
 /// +0   split:  call f / dec rdi / jne split / ret          ; CALIB_SPLIT_OFFSET
 /// +32  plain:  call p / dec rdi / jne plain / ret          ; the baseline
@@ -1455,11 +1681,11 @@ fn decoded(bytes: &[u8], ip: u64) -> Result<Instruction> {
 /// +192 T_entry, T_exit, T_ee, T_import, each 16-aligned, as the layout pass packs pieces
 /// ```
 /// `bits` are the point's metric bits (what the runtime may set in the gate).
-pub fn calibration(at: u64, env: TrampolineEnv, bits: u8) -> Result<Vec<u8>> {
+pub fn calibration(at: u64, id: u32, env: TrampolineEnv, bits: u8) -> Result<Vec<u8>> {
     let nop5 = [0x0f, 0x1f, 0x44, 0x00, 0x00];
     let (f, g, p) = (at + CALIB_SPLIT_FN, at + CALIB_EE_FN, at + CALIB_PLAIN_FN);
     let point = |address: u64, displaced: Vec<Instruction>, tactic: Tactic| Point {
-        id: 0,
+        id,
         function: usize::MAX,
         address,
         window_len: 5,
@@ -1475,7 +1701,7 @@ pub fn calibration(at: u64, env: TrampolineEnv, bits: u8) -> Result<Vec<u8>> {
     let import_at = at + stint_layout::CALIB_IMPORT_OFFSET;
     let call = decoded(&call_rel32(import_at, p), import_at)?;
     let exit = Exit {
-        point: 0,
+        point: id,
         function: usize::MAX,
         site: f + 5,
         kind: crate::plan::ExitKind::Ret,
@@ -1594,6 +1820,9 @@ pub struct Movable {
     pub code: Vec<u8>,
     /// The displacements that reach outside the piece; `None`: the piece must not move.
     fields: Option<Vec<Field>>,
+    /// The id of its CFI shape, found in the same decoding (the same at any address; `None`
+    /// where it would not be, or the piece must not move): [`crate::unwind::ShapeIds`].
+    pub shape: Option<u64>,
 }
 
 /// A rel32 / disp32 field of a [`Movable`] piece.
@@ -1608,11 +1837,25 @@ struct Field {
 }
 
 impl Movable {
-    /// Encode `kind` at `at` and find its displacements.
-    pub fn new(plan: &Plan, kind: PieceKind, at: u64, t: &Targets) -> Result<Movable> {
+    /// Encode `kind` at `at` and find its displacements and its shape's id in `ids`
+    /// (`scratch`: a buffer for the shape, reused).
+    pub fn new(
+        plan: &Plan,
+        kind: PieceKind,
+        at: u64,
+        t: &Targets,
+        ids: &crate::unwind::ShapeIds,
+        scratch: &mut Vec<u8>,
+    ) -> Result<Movable> {
         let code = piece(plan, kind, at, t)?;
-        let fields = movable_fields(&code, at);
-        Ok(Movable { kind, at, code, fields })
+        scratch.clear();
+        scratch.extend_from_slice(&code);
+        let (fields, same_anywhere) = match movable_fields(&code, at, scratch) {
+            Some((fields, same)) => (Some(fields), same),
+            None => (None, false),
+        };
+        let shape = if same_anywhere { ids.id(scratch) } else { None };
+        Ok(Movable { kind, at, code, fields, shape })
     }
 
     /// The piece's bytes at `to`, or `None` if it must be encoded there (see [`Movable`]).
@@ -1637,12 +1880,16 @@ impl Movable {
 }
 
 /// The displacements of `code` (encoded at `at`) that reach outside it; `None` if it has
-/// one that could change size or form when the code moves (see [`Movable`]).
-fn movable_fields(code: &[u8], at: u64) -> Option<Vec<Field>> {
+/// one that could change size or form when the code moves (see [`Movable`]). In the same
+/// decoding, its CFI shape into `shape` (which holds `code`: [`crate::unwind::shape_step`]),
+/// and whether that is the same at any address.
+fn movable_fields(code: &[u8], at: u64, shape: &mut Vec<u8>) -> Option<(Vec<Field>, bool)> {
+    let code_end = at.wrapping_add(code.len() as u64);
     let inside = |a: u64| a >= at && a < at + code.len() as u64;
     let mut d = iced_x86::Decoder::with_ip(64, code, at, iced_x86::DecoderOptions::NONE);
     let mut ins = Instruction::default();
     let mut fields = Vec::new();
+    let mut same_anywhere = true;
     while d.can_decode() {
         d.decode_out(&mut ins);
         if ins.code() == Code::INVALID {
@@ -1651,6 +1898,7 @@ fn movable_fields(code: &[u8], at: u64) -> Option<Vec<Field>> {
         let start = (ins.ip() - at) as u32;
         let end = start + ins.len() as u32;
         let offsets = d.get_constant_offsets(&ins);
+        same_anywhere &= crate::unwind::shape_step(shape, &ins, &offsets, at, code_end);
         let branch = ins.op_count() > 0
             && matches!(ins.op0_kind(), iced_x86::OpKind::NearBranch64 | iced_x86::OpKind::NearBranch32);
         if branch {
@@ -1670,7 +1918,7 @@ fn movable_fields(code: &[u8], at: u64) -> Option<Vec<Field>> {
             fields.push(Field { at: start + offsets.displacement_offset() as u32, end, target, may_shorten: false });
         }
     }
-    Some(fields)
+    Some((fields, same_anywhere))
 }
 
 #[cfg(test)]
@@ -1827,7 +2075,7 @@ mod tests {
     fn calibration_routine_runs_real_trampolines() {
         let env = test_env();
         let at = 0x700000u64;
-        let code = calibration(at, env, TIMER_BITS | CALLS_BIT).unwrap();
+        let code = calibration(at, 0, env, TIMER_BITS | CALLS_BIT).unwrap();
         let first = |off: u64| {
             let d = &code[off as usize..];
             Decoder::with_ip(64, d, at + off, DecoderOptions::NONE).decode()
@@ -1901,6 +2149,28 @@ mod tests {
         let text = disasm(&plain, 0x700000).join("\n");
         assert!(!text.contains("gs:"), "{text}");
         assert!(text.contains("jmp 0000000000401000h"), "{text}");
+    }
+
+    /// Which thunks take the lock entry: mutex lock, timedlock and unlock, and the calls
+    /// that neither wait nor hold (signal, broadcast, post); a waiting call (condition wait,
+    /// trylock) keeps the full wrapper, the thread functions have no fast path at all, and a
+    /// static program's thunks none either.
+    #[test]
+    fn thunk_fast_sends_mutex_and_signalling_calls_to_the_lock_entry() {
+        use stint_layout::WrappedFn as W;
+        let t = Targets { n_points: 4, tid_offset: 0x2d0, ..Targets::default() };
+        let entry = |f: W, real: Real| thunk_fast(f as u32, real, &t, 1, 0x820000).map(|f| f.lock_entry);
+        let got = Real::Got(0x404018);
+        for f in [W::MutexLock, W::MutexTimedlock, W::MutexUnlock, W::CondSignal, W::CondBroadcast, W::SemPost] {
+            assert_eq!(entry(f, got), Some(0x820000), "{f:?}");
+        }
+        for f in [W::CondWait, W::MutexTrylock, W::SemWait, W::RwlockRdlock, W::BarrierWait] {
+            assert_eq!(entry(f, got), Some(0), "{f:?}: counted in the thunk, else the full wrapper");
+        }
+        for f in [W::PthreadCreate, W::PthreadJoin, W::SetnameNp] {
+            assert_eq!(entry(f, got), None, "{f:?}");
+        }
+        assert_eq!(entry(W::MutexLock, Real::Code(0x401000)), None, "static");
     }
 
     #[test]
@@ -2007,7 +2277,9 @@ mod tests {
     #[test]
     fn a_moved_piece_is_the_piece_encoded_at_its_new_address() {
         let (plan, t) = (movable_plan(), movable_targets());
-        let m = || Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t).unwrap();
+        let m = || {
+            Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t, &Default::default(), &mut Vec::new()).unwrap()
+        };
         for to in [0x80_0000, 0x80_0010, 0x80_1230, 0x9f_fff0] {
             let moved = m().moved(to).expect("movable");
             assert_eq!(moved, piece(&plan, PieceKind::Trampoline(0), to, &t).unwrap(), "at 0x{to:x}");
@@ -2016,13 +2288,202 @@ mod tests {
         assert!(m().fields.unwrap().len() >= 6);
     }
 
+    /// The CFI shape found while finding the fields is the one unwind finds in the moved
+    /// bytes, wherever they move; one shape, one id (the piece at two provisional addresses).
+    #[test]
+    fn a_moved_piece_keeps_the_shape_found_ahead() {
+        let (plan, t) = (movable_plan(), movable_targets());
+        let ids = crate::unwind::ShapeIds::default();
+        let mut scratch = Vec::new();
+        let a = Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t, &ids, &mut scratch).unwrap();
+        let ahead = scratch.clone();
+        let b = Movable::new(&plan, PieceKind::Trampoline(0), 0x90_0010, &t, &ids, &mut scratch).unwrap();
+        assert!(a.shape.is_some());
+        assert_eq!(a.shape, b.shape);
+        assert_eq!(scratch, ahead);
+        let mut other = ahead.clone();
+        other[0] ^= 1;
+        assert_ne!(ids.id(&other), a.shape);
+        for to in [0x80_0000, 0x80_1230, 0x9f_fff0] {
+            let m = Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t, &ids, &mut scratch).unwrap();
+            let moved = m.moved(to).expect("movable");
+            let (mut ins, mut shape) = (Vec::new(), Vec::new());
+            crate::unwind::decode_shape(to, &moved, &mut ins, &mut shape);
+            assert_eq!(shape, ahead, "at 0x{to:x}");
+        }
+    }
+
     #[test]
     fn a_piece_whose_jump_would_become_short_is_not_moved() {
         let (plan, t) = (movable_plan(), movable_targets());
-        let m = || Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t).unwrap();
+        let m = || {
+            Movable::new(&plan, PieceKind::Trampoline(0), 0x80_0000, &t, &Default::default(), &mut Vec::new()).unwrap()
+        };
         // Right after the program's callee: the emulated call's `jmp 0x402000` would be rel8.
         assert_eq!(m().moved(0x40_2010), None);
         // Too far for a rel32 to the program.
         assert_eq!(m().moved(0x1_0000_0000), None);
+    }
+
+    /// `BlockEncoder`'s bytes for `ins` at `at`: what [`encode::encode`] must give.
+    fn iced(ins: &[Instruction], at: u64) -> Vec<u8> {
+        BlockEncoder::encode(64, InstructionBlock::new(ins, at), BlockEncoderOptions::NONE).unwrap().code_buffer
+    }
+
+    /// Program instructions decoded at `ip`.
+    fn program(code: &[u8], ip: u64) -> Vec<Instruction> {
+        Decoder::with_ip(64, code, ip, DecoderOptions::NONE).into_iter().collect()
+    }
+
+    /// The addresses every kind is encoded at: all 16 offsets modulo the measuring path's
+    /// alignment, and places right before and after the targets the pieces branch to (the
+    /// program at 0x401000.., the stubs at 0x600000..), where a branch out of the piece
+    /// takes its short form and the layout of the piece changes with it.
+    fn addresses() -> Vec<u64> {
+        let mut v: Vec<u64> = (0x70_0000..0x70_0010).collect();
+        for t in [0x40_1000u64, 0x40_1008, 0x40_2000, 0x60_0000, 0x61_0000, 0x62_0000] {
+            for d in [0x90u64, 0x70, 0x40, 0x20, 0x8, 0x1] {
+                v.push(t + d);
+                v.push(t.saturating_sub(d));
+            }
+        }
+        v
+    }
+
+    /// The fast encoder against BlockEncoder on blocks of its own: short and near forms of
+    /// branches inside the block (a jump over 127 and over 128 bytes), branches out of it that
+    /// are short at one address and near at the next, RIP-relative operands, calls.
+    #[test]
+    fn the_block_encoder_gives_blockencoders_bytes() {
+        for n in [120usize, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130] {
+            for at in [0x70_0000u64, 0x40_1000 - 200, 0x40_1000 - 130, 0x40_1000 - 2, 0x40_1000 + 60] {
+                let mut b = Block::new();
+                let (over, back) = (b.label(), b.label());
+                b.bind(back);
+                b.op(Instruction::with2(Code::Test_rm8_imm8, rip(0x40_2000), 1)).unwrap();
+                b.add(Instruction::with_branch(Code::Jne_rel32_64, over).unwrap());
+                b.add(Instruction::with_branch(Code::Je_rel32_64, 0x40_1000).unwrap());
+                for _ in 0..n {
+                    b.op(Ok(Instruction::with(Code::Int3))).unwrap();
+                }
+                b.add(Instruction::with_branch(Code::Jmp_rel32_64, 0x40_1000).unwrap());
+                b.bind(over);
+                b.add(Instruction::with_branch(Code::Call_rel32_64, 0x40_1000).unwrap());
+                b.add(Instruction::with_branch(Code::Jmp_rel32_64, back).unwrap());
+                let ins = b.ins.clone();
+                assert_eq!(encode::encode(&ins, at), Some(iced(&ins, at)), "{n} int3 at 0x{at:x}");
+            }
+        }
+        // What the fast encoder leaves to BlockEncoder: `loop`, and a branch out of reach.
+        let lp = program(&[0xe2, 0xfe], 0x40_1000);
+        let mut b = Block::new();
+        b.add(lp[0]);
+        assert_eq!(encode::encode(&b.ins, 0x70_0000), None);
+        let mut b = Block::new();
+        b.add(Instruction::with_branch(Code::Jmp_rel32_64, 0x40_1000).unwrap());
+        assert_eq!(encode::encode(&b.ins, 0x1_0000_0000), None);
+    }
+
+    /// Every kind of per-point piece, with displaced instructions of every form a window
+    /// holds (a rel8 `jcc` that becomes rel32, a RIP-relative load, a call emulated, an exit
+    /// in the window), encoded at every address of [`addresses`]: [`Block::encode`] runs both
+    /// encoders under `cfg(test)` and panics if they differ, and the bytes are checked here
+    /// once more against `BlockEncoder` on the piece's instruction list.
+    #[test]
+    fn every_piece_kind_encodes_as_blockencoder_does_at_every_address() {
+        let env = test_env();
+        // endbr64; push rbp; mov rbp,rsp; je +0x10 (rel8, to the program); mov rax,[rip+0x1000]
+        let window =
+            [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x74, 0x10, 0x48, 0x8b, 0x05, 0x00, 0x10, 0x00, 0x00];
+        let displaced = program(&window, 0x40_1000);
+        let point = |displaced: Vec<Instruction>, emulate_call: bool, bits: u8| Point {
+            id: 7,
+            function: 0,
+            address: 0x40_1000,
+            window_len: 17,
+            displaced,
+            emulate_call,
+            tactic: Tactic::Window,
+            bits,
+            wrap: None,
+            import: None,
+        };
+        // push rbx; call 0x402000 (emulated)
+        let calls = program(&[0x53, 0xe8, 0xfa, 0x0f, 0x00, 0x00], 0x40_1000);
+        // lea rax,[rdi+1]; ret (an exit in the entry window)
+        let ee = program(&[0x48, 0x8d, 0x47, 0x01, 0xc3], 0x40_1000);
+        let exit = |displaced: Vec<Instruction>, kind| Exit {
+            point: 7,
+            function: 0,
+            site: displaced.last().unwrap().ip(),
+            kind,
+            address: displaced[0].ip(),
+            window_len: 5,
+            displaced,
+            tactic: Tactic::Window,
+            slot: None,
+            retargets: Vec::new(),
+            redirects: Vec::new(),
+        };
+        // pop rbx; pop rbp; ret / add rsp,8; jmp 0x402000 (a tail jump)
+        let ret = exit(program(&[0x5b, 0x5d, 0xc3], 0x40_1008), crate::plan::ExitKind::Ret);
+        let tail = exit(
+            program(&[0x48, 0x83, 0xc4, 0x08, 0xe9, 0xf3, 0x0f, 0x00, 0x00], 0x40_1008),
+            crate::plan::ExitKind::TailJump,
+        );
+        let (got_call, got_point) = got_call_site(CALLS_BIT | TIMER_BITS);
+        let plt_call = decoded(&call_rel32(0x40_1000, 0x40_2000), 0x40_1000).unwrap();
+        let slot = crate::plan::SlotWindow { displaced: displaced.clone() };
+        let mut n = 0;
+        let left = encode::LEFT_TO_ICED.with(|c| c.get());
+        for at in addresses() {
+            for bits in [CALLS_BIT, CALLS_BIT | TIMER_BITS] {
+                let mut pieces = vec![
+                    trampoline(&point(displaced.clone(), false, bits), env, at, None).unwrap(),
+                    trampoline(&point(calls.clone(), true, bits), env, at, None).unwrap(),
+                    trampoline(&point(ee.clone(), false, bits), env, at, Some(0x40_1004)).unwrap(),
+                    import_trampoline(&plt_call, &point(Vec::new(), false, bits), env, at).unwrap(),
+                ];
+                pieces.push(wrap_real(&point(displaced.clone(), false, bits), at).unwrap());
+                pieces.push(exit_trampoline(&ret, env, at).unwrap());
+                pieces.push(tail_call_trampoline(&tail, env, at).unwrap());
+                pieces.push(import_trampoline(&got_call, &got_point, env, at).unwrap());
+                pieces.push(slot_window(&slot, at).unwrap());
+                pieces.push(jump_window(&displaced[..4], 0x70_1000, at).unwrap());
+                let fast = ThunkFast { tid_offset: 0x2d0, counter: 0x98, lock_entry: 0x62_0000 };
+                pieces.push(
+                    wrap_thunk(at, 0x50_0000, bits, 0x60_0000, 0x61_0000, Real::Got(0x40_4018), Some(fast)).unwrap(),
+                );
+                pieces.push(syscall_thunk(at, 0x60_0000, 0x61_0000, Real::Code(0x40_1000)).unwrap());
+                pieces.push(start_main_thunk(at, 0x60_0000, 0x61_0000).unwrap());
+                pieces.push(slow_stub(at, 0x60_0000, 0x61_0000).unwrap());
+                pieces.push(entry_stub(at, 0x60_0000, 0x61_0000, 0x40_1000).unwrap());
+                n += pieces.len();
+            }
+        }
+        assert_eq!(n, addresses().len() * 2 * 15);
+        assert_eq!(encode::LEFT_TO_ICED.with(|c| c.get()), left, "every block took the fast path");
+        // And the same pieces rebuilt as instruction lists, compared directly.
+        for at in addresses() {
+            let mut b = Block::new();
+            displaced_code(&mut b, &displaced, false).unwrap();
+            let ins = b.ins.clone();
+            assert_eq!(encode::encode(&ins, at), Some(iced(&ins, at)), "at 0x{at:x}");
+        }
+    }
+
+    /// The rel8 `jcc` of a window becomes a rel32 one in the piece, and short again where the
+    /// piece lies within reach of its target (the fast encoder follows BlockEncoder both ways).
+    #[test]
+    fn a_displaced_short_branch_changes_form_with_the_distance() {
+        let displaced = program(&[0x74, 0x10], 0x40_1000); // je 0x401012
+        let mut b = Block::new();
+        displaced_code(&mut b, &displaced, false).unwrap();
+        let far = b.ins.clone();
+        let code = encode::encode(&far, 0x70_0000).unwrap();
+        assert_eq!(&code[..2], &[0x0f, 0x84], "rel32 far away: {code:02x?}");
+        let near = encode::encode(&far, 0x40_1020).unwrap();
+        assert_eq!(near[0], 0x74, "rel8 within reach: {near:02x?}");
+        assert_eq!(near, iced(&far, 0x40_1020));
     }
 }

@@ -73,7 +73,8 @@ pub struct Layout {
     pub trampolines: u64,
 }
 
-/// The writing pass.
+/// The writing pass. The output is allocated once at its final size, and the new segment
+/// written in place (no copy of it, nor of the input, is made along the way).
 pub fn emit(
     elf: &InputElf,
     data: &SegmentData,
@@ -81,15 +82,27 @@ pub fn emit(
     code: &[Piece],
     eh: Option<&EhOut>,
 ) -> Result<(Vec<u8>, Layout)> {
-    let seg = segment_bytes(data, placed, code, eh)?;
-    let mut out = elf.data.to_vec();
+    let seg_len = (placed.eh_frame - placed.seg_vaddr) + eh.map_or(0, |eh| eh.end() - eh.lsda_at);
+    let seg_offset = placed.seg_offset as usize;
+    let seg_end = seg_offset + seg_len as usize;
+    // The section headers are the input's (read from it: nothing patched below touches them).
+    let shdrs = section_headers(elf.data, placed, seg_len, eh, seg_end as u64)?;
+    let names_end = seg_end + shdrs.as_ref().map_or(0, |(names, _)| names.len());
+    let shoff = names_end.next_multiple_of(8);
+    let total = match &shdrs {
+        Some((_, table)) => shoff + std::mem::size_of_val(table.as_slice()),
+        None => seg_end,
+    };
+    // Zeros (pages the kernel maps as they are written), the input copied in on every core.
+    let mut out = vec![0u8; total];
+    let input: Vec<(usize, &[u8])> = elf.data.chunks(1 << 20).enumerate().map(|(k, c)| (k << 20, c)).collect();
+    crate::par::copy_parts(&mut out[..elf.data.len()], &input);
     for site in &placed.sites {
-        patch(elf, &mut out, site)?;
+        patch(elf, &mut out[..elf.data.len()], site)?;
     }
     for w in &placed.wrap_calls {
-        patch_wrap_call(elf, &mut out, w)?;
+        patch_wrap_call(elf, &mut out[..elf.data.len()], w)?;
     }
-    let seg_len = seg.len() as u64;
     let layout = Layout {
         state: placed.state,
         control: placed.control,
@@ -106,12 +119,10 @@ pub fn emit(
         None => elf.phoff,
         Some(at) => at - placed.seg_vaddr + placed.seg_offset,
     };
-    out.resize(placed.seg_offset as usize, 0);
-    out.extend_from_slice(&seg);
+    write_segment(&mut out[seg_offset..seg_end], data, placed, code, eh)?;
     out.get_mut(phoff as usize..phoff as usize + phdr_bytes.len())
         .ok_or_else(|| Error::Internal(format!("output: program headers at 0x{phoff:x} leave the file")))?
         .copy_from_slice(phdr_bytes);
-    let shdrs = section_headers(&out, placed, seg_len, eh)?;
     {
         let h = file_header(&mut out)?;
         h.e_entry.set(LE, placed.entry_stub);
@@ -119,55 +130,73 @@ pub fn emit(
         h.e_phnum.set(LE, phdrs.len() as u16);
     }
     if let Some((names, table)) = shdrs {
-        out.extend_from_slice(&names);
-        pad_to(&mut out, 8);
-        let shoff = out.len() as u64;
-        out.extend_from_slice(pod::bytes_of_slice(&table));
+        out[seg_end..names_end].copy_from_slice(&names);
+        out[shoff..total].copy_from_slice(pod::bytes_of_slice(&table));
         let h = file_header(&mut out)?;
-        h.e_shoff.set(LE, shoff);
+        h.e_shoff.set(LE, shoff as u64);
         h.e_shnum.set(LE, table.len() as u16);
     }
+    debug_assert_eq!(out.len(), total);
     Ok((out, layout))
 }
 
-/// The new code segment, laid out as [`Placement`] says, `.eh_frame` and `.eh_frame_hdr` last.
-fn segment_bytes(data: &SegmentData, placed: &Placement, code: &[Piece], eh: Option<&EhOut>) -> Result<Vec<u8>> {
+/// Write the new code segment into `seg` (zeros, as long as the segment), laid out as
+/// [`Placement`] says, `.eh_frame` and `.eh_frame_hdr` last.
+fn write_segment(
+    seg: &mut [u8],
+    data: &SegmentData,
+    placed: &Placement,
+    code: &[Piece],
+    eh: Option<&EhOut>,
+) -> Result<()> {
     let base = placed.seg_vaddr;
-    let mut seg = vec![0u8; (placed.eh_frame - base) as usize];
-    let mut put = |at: u64, bytes: &[u8]| -> Result<()> {
+    let put = |seg: &mut [u8], at: u64, bytes: &[u8]| -> Result<()> {
         let o = at.wrapping_sub(base) as usize;
-        seg.get_mut(o..o + bytes.len())
+        seg.get_mut(o..o.wrapping_add(bytes.len()))
             .ok_or_else(|| Error::Internal(format!("output: block at 0x{at:x} is outside the new segment")))?
             .copy_from_slice(bytes);
         Ok(())
     };
-    put(base, &SEGMENT_MAGIC)?;
-    put(placed.config, &placed.config(data).to_bytes())?;
-    put(placed.meta, data.meta_json.as_bytes())?;
-    put(placed.gates, &data.gates)?;
-    put(placed.info, &data.info)?;
-    put(placed.names, &data.names)?;
-    put(placed.name, data.program.as_bytes())?;
-    put(placed.image, rtimage::IMAGE)?;
+    put(seg, base, &SEGMENT_MAGIC)?;
+    put(seg, placed.config, &placed.config(data).to_bytes())?;
+    put(seg, placed.meta, data.meta_json.as_bytes())?;
+    put(seg, placed.gates, &data.gates)?;
+    put(seg, placed.info, &data.info)?;
+    put(seg, placed.names, &data.names)?;
+    put(seg, placed.name, data.program.as_bytes())?;
+    put(seg, placed.image, rtimage::IMAGE)?;
+    // The pieces (most of the segment) checked in order, then copied on every core.
+    let mut pieces = Vec::with_capacity(code.len());
     for p in code {
-        put(p.start, &p.code)?;
+        if p.start.wrapping_add(p.code.len() as u64) > placed.eh_frame {
+            return Err(Error::Internal(format!("output: piece at 0x{:x} runs into .eh_frame", p.start)));
+        }
+        let o = p.start.wrapping_sub(base) as usize;
+        if o.checked_add(p.code.len()).is_none_or(|end| end > seg.len()) {
+            return Err(Error::Internal(format!("output: block at 0x{:x} is outside the new segment", p.start)));
+        }
+        pieces.push((o, p.code.as_slice()));
     }
+    crate::par::copy_parts(seg, &pieces);
     for (at, site) in &placed.wrap_sites {
-        put(*at, &site.to_bytes())?;
+        put(seg, *at, &site.to_bytes())?;
     }
     let rel = |a: u64| a as i64 - placed.config as i64;
     for (k, (site, resume)) in placed.traps().into_iter().enumerate() {
         let at = placed.trap_table + k as u64 * 16;
-        put(at, &rel(site).to_le_bytes())?;
-        put(at + 8, &rel(resume).to_le_bytes())?;
+        put(seg, at, &rel(site).to_le_bytes())?;
+        put(seg, at + 8, &rel(resume).to_le_bytes())?;
     }
     if let Some(eh) = eh {
-        if eh.eh_frame_at != placed.eh_frame {
-            return Err(Error::Internal(format!("output: .eh_frame built for 0x{:x}", eh.eh_frame_at)));
+        if eh.lsda_at != placed.eh_frame {
+            return Err(Error::Internal(format!("output: .eh_frame built for 0x{:x}", eh.lsda_at)));
         }
-        seg.extend(eh.bytes());
+        // The padding between the parts is the zeros already there.
+        put(seg, eh.lsda_at, &eh.lsda)?;
+        put(seg, eh.eh_frame_at, &eh.eh_frame)?;
+        put(seg, eh.hdr_at, &eh.eh_frame_hdr)?;
     }
-    Ok(seg)
+    Ok(())
 }
 
 /// `jmp rel32` (`E9 cd`): the first bytes of every patched window, the bytes being fixed.
@@ -193,6 +222,12 @@ fn patch(elf: &InputElf, out: &mut [u8], site: &Site) -> Result<()> {
     let end = off + len as usize;
     if end > out.len() || elf.vaddr_to_offset(address + len - 1).is_none() {
         return Err(Error::Internal(format!("window 0x{address:x}+{len} leaves the file")));
+    }
+    if tactic == Tactic::TableJumps {
+        let word = i32::try_from(target as i64)
+            .map_err(|_| Error::Internal(format!("jump table entry 0x{address:x}: 0x{target:x} is no i32")))?;
+        out[off..end].copy_from_slice(&word.to_le_bytes());
+        return Ok(());
     }
     if tactic == Tactic::Retarget && len == JMP8_LEN {
         let rel = target as i64 - (address + len) as i64;
@@ -303,14 +338,16 @@ fn program_headers(elf: &InputElf, placed: &Placement, seg_len: u64, eh: Option<
         .collect()
 }
 
-/// The section-name table and the section-header table to append to `out` (see the module
-/// documentation); `None` for a file without section headers.
+/// The section-name table (to be written at `names_at`, the end of the output's segment) and
+/// the section-header table after it, from the input's `out` (see the module documentation);
+/// `None` for a file without section headers.
 #[allow(clippy::type_complexity)]
 fn section_headers(
     out: &[u8],
     placed: &Placement,
     seg_len: u64,
     eh: Option<&EhOut>,
+    names_at: u64,
 ) -> Result<Option<(Vec<u8>, Vec<SectionHeader64<LE>>)>> {
     let (h, _) =
         pod::from_bytes::<FileHeader64<LE>>(out).map_err(|_| Error::Internal("output: no ELF header".into()))?;
@@ -350,7 +387,7 @@ fn section_headers(
     let code_name = names.len() as u32;
     names.extend_from_slice(b".stint\0");
     // The names go at the end of the file, the table after them.
-    table[shstrndx].sh_offset.set(LE, out.len() as u64);
+    table[shstrndx].sh_offset.set(LE, names_at);
     table[shstrndx].sh_size.set(LE, names.len() as u64);
     let shdr = |name: u32, ty: u32, flags: u32, addr: u64, offset: u64, size: u64, align: u64| SectionHeader64 {
         sh_name: name.into_le(),
@@ -402,11 +439,6 @@ impl IntoLe<object::U64<LE>> for u64 {
     }
 }
 
-fn pad_to(v: &mut Vec<u8>, align: usize) {
-    let n = v.len().div_ceil(align) * align;
-    v.resize(n, 0);
-}
-
 /// Re-read an output and check what the emitter promises (STYLE 12): no segment both
 /// writable and executable, PT_LOADs sorted and disjoint in memory, `e_entry` inside the new
 /// code segment, and every window starting with a `jmp rel32` into it.
@@ -449,7 +481,21 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         true => (r.jump, r.len, Tactic::Retarget),
         false => (r.patch().0, r.patch().1, Tactic::Window),
     };
-    let redirects = plan.exits.iter().flat_map(|x| x.redirects.iter().filter(|r| !r.in_entry).map(redirect));
+    let entry_jumps = plan.entry_jumps.values().flatten();
+    let redirects = plan.exits.iter().flat_map(|x| x.redirects.iter().filter(|r| !r.in_entry && r.table.is_none()));
+    let redirects = redirects.chain(entry_jumps.clone()).map(redirect);
+    // Jump-table entries lead into the new code segment.
+    for r in plan.exits.iter().flat_map(|x| &x.redirects) {
+        let Some(add) = r.table else { continue };
+        let Some(&(v, _, _, off, _)) = loads.iter().find(|l| r.jump >= l.0 && r.jump + 4 <= l.0 + l.4) else {
+            return bad(format!("jump table entry 0x{:x} is not in a file-backed segment", r.jump));
+        };
+        let o = (r.jump - v + off) as usize;
+        let word = i32::from_le_bytes(out[o..o + 4].try_into().unwrap_or_default());
+        if !(seg.0..seg.1).contains(&(word as i64 as u64).wrapping_add(add)) {
+            return bad(format!("jump table entry 0x{:x} does not lead into the new code segment", r.jump));
+        }
+    }
     let sites = sites.chain(retargets).chain(redirects);
     let mut patched: Vec<(u64, u64)> = Vec::new();
     // Slots lie in dead bytes, possibly the tail of another window after its `jmp rel32`.
@@ -460,9 +506,11 @@ pub fn validate_output(out: &[u8], plan: &Plan, layout: &Layout) -> Result<()> {
         .exits
         .iter()
         .flat_map(|x| &x.redirects)
+        .chain(entry_jumps)
         .filter(|r| r.len == JMP8_LEN && r.window.is_empty() && !r.in_entry);
     let jump_slots = jump_slots.map(|r| r.slot.ok_or(r.jump));
-    for slot in exit_slots.chain(jump_slots) {
+    let entry_slots = plan.entry_slots.values().map(|&s| Ok(s));
+    for slot in exit_slots.chain(jump_slots).chain(entry_slots) {
         let slot = match slot {
             Ok(s) => s,
             Err(site) => return bad(format!("exit or jump 0x{site:x} has no slot")),

@@ -44,7 +44,7 @@ use crate::plan::{Plan, Tactic, JMP_LEN};
 use crate::spec::Spec;
 use crate::{rewrite_report, rtimage, Planned};
 use object::elf;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use stint_layout::{
     align_up, ctl_len, RtConfig, WrapSite, CONFIG_MAGIC, CONFIG_VERSION, N_COUNTER_SLOTS, N_METRICS, PAGE,
     RT_STATE_SIZE, SEGMENT_MAGIC,
@@ -93,6 +93,7 @@ impl<'a> SegmentData<'a> {
             names,
             tid_offset: p.elf.libc.tid_offset(),
             flags: if spec.call_paths { 0 } else { stint_layout::CFG_NO_CALL_PATHS }
+                | if spec.sampling { 0 } else { stint_layout::CFG_NO_SAMPLING }
                 | if points.iter().any(|pt| pt.bits & stint_layout::TIMER_BITS != 0) {
                     0
                 } else {
@@ -111,7 +112,8 @@ pub struct Site {
     /// [`Tactic::Rel8Slot`] exit gets `jmp rel8` to its slot (`target`), a site of its own; a
     /// [`Tactic::Retarget`] site is a jump whose last 4 bytes (its rel32) get `target`, or
     /// with length 2 (a rel8 jump of [`Tactic::WindowJumps`]) whose last byte gets the rel8
-    /// to `target`, its slot.
+    /// to `target`, its slot; a [`Tactic::TableJumps`] site is a 4-byte jump-table entry that
+    /// gets `target` (an `i32`, sign-extended).
     pub tactic: Tactic,
     /// The trampoline or thunk.
     pub target: u64,
@@ -169,6 +171,9 @@ pub struct Placement {
     /// The bytes of each piece of `pieces` from the sizing run (taken by the code generation
     /// pass: [`codegen::collect`]).
     pub code: Vec<Vec<u8>>,
+    /// The CFI shape id of each piece of `pieces` encoded ahead and moved
+    /// ([`codegen::Movable::shape`]; taken by [`codegen::collect`]).
+    pub shapes: Vec<Option<u64>>,
     /// The `WrapSite` descriptors of wrapped imports, each at its address.
     pub wrap_sites: Vec<(u64, WrapSite)>,
     /// GOT call sites of wrapped imports, patched to call their thunk (`Plan::wrap_sites`),
@@ -236,8 +241,34 @@ struct Cursor {
     /// Pieces of code so far, and their bytes.
     pieces: Vec<PieceAt>,
     code: Vec<Vec<u8>>,
+    shapes: Vec<Option<u64>>,
     /// Pieces encoded ahead at a provisional address ([`Cursor::encode_ahead`]).
-    ahead: HashMap<PieceKind, codegen::Movable>,
+    ahead: Ahead,
+}
+
+/// The per-point pieces encoded ahead ([`per_point_pieces`]), by their index in the plan's
+/// points, exits and import sites (no hashing of a kind per piece).
+#[derive(Default)]
+struct Ahead {
+    entries: Vec<Option<codegen::Movable>>,
+    exits: Vec<Option<codegen::Movable>>,
+    imports: Vec<Option<codegen::Movable>>,
+}
+
+impl Ahead {
+    /// Where a piece of `kind` is kept; `None` for a kind never encoded ahead.
+    fn slot(&mut self, kind: PieceKind) -> Option<&mut Option<codegen::Movable>> {
+        match kind {
+            PieceKind::Trampoline(i) => self.entries.get_mut(i),
+            PieceKind::ExitTrampoline(i) => self.exits.get_mut(i),
+            PieceKind::ImportTrampoline(i) => self.imports.get_mut(i),
+            _ => None,
+        }
+    }
+
+    fn take(&mut self, kind: PieceKind) -> Option<codegen::Movable> {
+        self.slot(kind)?.take()
+    }
 }
 
 impl Cursor {
@@ -255,14 +286,18 @@ impl Cursor {
     /// Reserve a piece of code (sized by encoding it here, the bytes kept), then pad to 16.
     fn code(&mut self, plan: &Plan, kind: PieceKind, t: &Targets) -> Result<u64> {
         let at = self.base + self.len;
-        let moved = self.ahead.remove(&kind).and_then(|m| m.moved(at));
-        let code = match moved {
-            Some(code) => code,
-            None => codegen::piece(plan, kind, at, t)?,
+        let ahead = self.ahead.take(kind).and_then(|m| {
+            let shape = m.shape;
+            Some((m.moved(at)?, shape))
+        });
+        let (code, shape) = match ahead {
+            Some(moved) => moved,
+            None => (codegen::piece(plan, kind, at, t)?, None),
         };
         let len = code.len();
         self.pieces.push(PieceAt { kind, at, len });
         self.code.push(code);
+        self.shapes.push(shape);
         self.len += len as u64;
         self.align(16);
         Ok(at)
@@ -273,9 +308,21 @@ impl Cursor {
     /// Only pieces whose every target is placed already may be encoded ahead.
     fn encode_ahead(&mut self, plan: &Plan, kinds: &[PieceKind], t: &Targets) {
         let at = self.base + self.len;
-        let ready = crate::par::map(kinds, || (), |_, &kind| codegen::Movable::new(plan, kind, at, t).ok());
+        let ids = crate::unwind::ShapeIds::default();
+        let ready = crate::par::map(kinds, Vec::new, |scratch, &kind| {
+            codegen::Movable::new(plan, kind, at, t, &ids, scratch).ok()
+        });
         // A piece that fails here is encoded again in its turn, which reports the error.
-        self.ahead = ready.into_iter().flatten().map(|m| (m.kind, m)).collect();
+        self.ahead = Ahead {
+            entries: std::iter::repeat_with(|| None).take(plan.points.len()).collect(),
+            exits: std::iter::repeat_with(|| None).take(plan.exits.len()).collect(),
+            imports: std::iter::repeat_with(|| None).take(plan.import_sites.len()).collect(),
+        };
+        for m in ready.into_iter().flatten() {
+            if let Some(slot) = self.ahead.slot(m.kind) {
+                *slot = Some(m);
+            }
+        }
     }
 }
 
@@ -322,7 +369,14 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         seg_vaddr = seg_offset.wrapping_add(delta);
     }
 
-    let mut c = Cursor { base: seg_vaddr, len: 0, pieces: Vec::new(), code: Vec::new(), ahead: HashMap::new() };
+    let mut c = Cursor {
+        base: seg_vaddr,
+        len: 0,
+        pieces: Vec::new(),
+        code: Vec::new(),
+        shapes: Vec::new(),
+        ahead: Ahead::default(),
+    };
     c.take(SEGMENT_MAGIC.len() as u64);
     c.align(64);
     let n_phdrs = elf.segments.len() + phdr_slot.is_none() as usize;
@@ -343,6 +397,7 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
 
     // Code, each piece sized at its final address.
     let mut t = Targets {
+        sampling: data.flags & stint_layout::CFG_NO_SAMPLING == 0,
         program_entry: elf.entry,
         config,
         image,
@@ -416,12 +471,22 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         }
     }
     c.encode_ahead(plan, &per_point_pieces(plan), &t);
+    let mut jump_sites = Vec::new();
     for (i, p) in plan.points.iter().enumerate() {
         if p.import.is_some() || p.wrap.is_some() {
             continue; // an import patches nothing itself: its call sites below
         }
         let target = c.code(plan, PieceKind::Trampoline(i), &t)?;
-        sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target });
+        match plan.entry_slots.get(&p.address) {
+            // A `jmp rel8` entry: its slot (written after the windows whose tail it may lie in)
+            // leads to the trampoline.
+            Some(&slot) => {
+                sites.push(Site { address: p.address, len: p.window_len, tactic: Tactic::Rel8Slot, target: slot });
+                jump_sites.push(Site { address: slot, len: JMP_LEN, tactic: Tactic::Window, target });
+            }
+            None => sites.push(Site { address: p.address, len: p.window_len, tactic: p.tactic, target }),
+        }
+        entry_jump_sites(plan, i, &mut c, &t, &mut jump_sites)?;
     }
     // Runs moved out to make slots: before the exits, whose slots may lie in their tails.
     for (i, w) in plan.slot_windows.iter().enumerate() {
@@ -429,6 +494,8 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         let (address, len) = w.patch();
         sites.push(Site { address, len, tactic: Tactic::Window, target });
     }
+    // After every entry window and slot window: a slot may lie in the tail of either.
+    sites.append(&mut jump_sites);
     for (i, x) in plan.exits.iter().enumerate() {
         if x.tactic == Tactic::EntryExit {
             continue; // the entry trampoline runs it
@@ -449,6 +516,14 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
             let copy = codegen::exit_copy_at(plan, i, r.to, target, &t)?;
             match r.slot {
                 _ if r.in_entry => {} // the entry trampoline's copy of the jump leads there
+                // A jump table's entry gets the copy's offset from what the table adds.
+                _ if r.table.is_some() => {
+                    let add = r.table.unwrap_or_default();
+                    let word = i32::try_from(copy as i64 - add as i64).map_err(|_| {
+                        Error::NoRoom(format!("jump table entry 0x{:x}: trampoline out of reach", r.jump))
+                    })?;
+                    sites.push(Site { address: r.jump, len: r.len, tactic: Tactic::TableJumps, target: word as u64 });
+                }
                 _ if !r.window.is_empty() => {
                     let kind = PieceKind::JumpWindow { exit: i, redirect: ri, copy };
                     let piece = c.code(plan, kind, &t)?;
@@ -513,12 +588,46 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         trampolines,
         pieces: c.pieces,
         code: c.code,
+        shapes: c.shapes,
         wrap_sites,
         sites,
         wrap_calls,
         trap_table,
         eh_frame,
     })
+}
+
+/// The entry tails of point `i` whose window holds branch targets (`Plan::entry_jumps`), one
+/// per target, and the sites of the jumps that lead there: a rel32 jump's displacement, a
+/// rel8 one's slot (shared by jumps to one target in its reach) or its own window.
+fn entry_jump_sites(plan: &Plan, i: usize, c: &mut Cursor, t: &Targets, sites: &mut Vec<Site>) -> Result<()> {
+    let Some(redirects) = plan.entry_jumps.get(&plan.points[i].id) else { return Ok(()) };
+    let mut tails: BTreeMap<u64, u64> = BTreeMap::new();
+    for (ri, r) in redirects.iter().enumerate() {
+        let copy = match tails.get(&r.to) {
+            Some(&copy) => copy,
+            None => {
+                let copy = c.code(plan, PieceKind::EntryTail { point: i, to: r.to }, t)?;
+                tails.insert(r.to, copy);
+                copy
+            }
+        };
+        match r.slot {
+            _ if !r.window.is_empty() => {
+                let piece = c.code(plan, PieceKind::EntryJumpWindow { point: i, redirect: ri, copy }, t)?;
+                let (address, len) = r.patch();
+                sites.push(Site { address, len, tactic: Tactic::Window, target: piece });
+            }
+            Some(slot) => {
+                if !redirects[..ri].iter().any(|o| o.slot == Some(slot)) {
+                    sites.push(Site { address: slot, len: JMP_LEN, tactic: Tactic::Window, target: copy });
+                }
+                sites.push(Site { address: r.jump, len: r.len, tactic: Tactic::Retarget, target: slot });
+            }
+            None => sites.push(Site { address: r.jump, len: r.len, tactic: Tactic::Retarget, target: copy }),
+        }
+    }
+    Ok(())
 }
 
 /// The index of a program header we may turn into the new PT_LOAD: a PT_NOTE duplicating

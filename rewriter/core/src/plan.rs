@@ -81,6 +81,19 @@ pub enum Tactic {
     /// or nothing when only jumps enter it.
     #[serde(rename = "window+jumps")]
     WindowJumps,
+    /// Exit: a conditional tail call (`jcc` to another function, clang's and GCC's `-Os`):
+    /// the jump is led to an exit trampoline that runs the exit instrumentation and then
+    /// jumps to the callee; the path that stays in the function is not touched (see
+    /// [`jcc_tail`]). Nothing is patched at the exit itself.
+    #[serde(rename = "jcc+exit")]
+    JccTail,
+    /// Exit: as [`Tactic::WindowJumps`] with nothing patched at the run (only jumps enter
+    /// it), where the run is also a case of jump tables (`mov al, 3; ret` after a `ret`):
+    /// every table entry that leads to the run is rewritten to lead to the trampoline's copy
+    /// of its target ([`Redirect::table`]; see [`table_jumps`]). As a site of a placed
+    /// program: one table entry, whose word gets the site's target.
+    #[serde(rename = "table+jumps")]
+    TableJumps,
     /// One `int3` on the site's first byte; the runtime's SIGTRAP handler resumes the thread
     /// in the trampoline, which runs the displaced instruction. Exact but slow; opt-in.
     #[serde(rename = "trap")]
@@ -96,6 +109,8 @@ impl Tactic {
             Tactic::Rel8Slot => "jmp8+slot",
             Tactic::Retarget => "retarget",
             Tactic::WindowJumps => "window+jumps",
+            Tactic::JccTail => "jcc+exit",
+            Tactic::TableJumps => "table+jumps",
             Tactic::Trap => "trap",
         }
     }
@@ -146,13 +161,11 @@ pub enum SkipReason {
     /// Exit: this exit fits, but another exit of the function does not, so the function
     /// is not timed and none of its exits is patched.
     NotTimed,
-    /// Import call site: an exception passing this call stops at a landing pad of the
-    /// caller (C++ `try` or a cleanup), which the trampoline's frame would hide.
-    LandingPad(u64),
-    /// Import call site: the caller has an LSDA whose call-site table does not cover the
-    /// call, so an exception passing it terminates the program (`noexcept`); the
-    /// trampoline's frame would let it through.
-    NotInCallSiteTable,
+    /// Import call site: an exception passing this call stops at the handler at this address
+    /// (a `catch`, or an exception specification), and the caller's row cannot be restated
+    /// in the trampoline's exception table for the reason given (an encoding of the type
+    /// table it does not convert, a malformed table: [`crate::unwind::CatchRow`]).
+    CatchHandler(u64, String),
     /// Import call site: the import is a thread-library function with a wrapper point (D4).
     Wrapped,
     /// Import call site: the import never returns (`exit`, `abort`, `__cxa_throw`, …).
@@ -184,8 +197,9 @@ impl std::fmt::Display for SkipReason {
             SkipReason::IntoOtherColdPart(a) => write!(f, "jump into 0x{a:x}, a cold part of another function"),
             SkipReason::IntoFunctionInterior(a) => write!(f, "jump into the middle of the function at 0x{a:x}"),
             SkipReason::NotTimed => f.write_str("another exit of the function cannot be patched"),
-            SkipReason::LandingPad(a) => write!(f, "call covered by the landing pad at 0x{a:x} (try/cleanup)"),
-            SkipReason::NotInCallSiteTable => f.write_str("call outside the LSDA's call-site table (noexcept)"),
+            SkipReason::CatchHandler(a, why) => {
+                write!(f, "call covered by the handler at 0x{a:x} (catch), not restated: {why}")
+            }
             SkipReason::Wrapped => f.write_str("thread-library function with a wrapper"),
             SkipReason::NoReturn => f.write_str("import never returns"),
             SkipReason::ReturnAddressSensitive => f.write_str("import reads its return address"),
@@ -250,6 +264,31 @@ pub struct ImportSite {
     pub function: usize,
     /// The `call rel32` (to a PLT stub) or `call [rip+slot]`, decoded at its address.
     pub call: Instruction,
+    /// What the caller's LSDA does with an exception passing the call.
+    pub eh: SiteEh,
+}
+
+/// What the caller's exception table (LSDA) does with an exception that passes an import call
+/// site. While a timed call runs, the callee returns into the trampoline, so the unwinder
+/// looks up the trampoline's FDE instead of the caller's: the unwind pass gives that FDE the
+/// caller's personality routine and an exception table with the same answer
+/// ([`crate::unwind`]). At the trampoline's call the registers and the stack pointer are the
+/// caller's at its own call, so a landing pad entered from there runs as it would have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SiteEh {
+    /// The caller has no LSDA, or its row for the call has no landing pad: the exception
+    /// passes on to the caller's caller, with or without the trampoline's frame.
+    Pass,
+    /// No row covers the call (a `noexcept` function, or a call the compiler knew could not
+    /// throw): an exception reaching it terminates the program.
+    Terminate,
+    /// The row's landing pad at this address is a cleanup only (destructors; action 0).
+    Cleanup(u64),
+    /// The row's landing pad `pad` has handlers that catch (or an exception specification):
+    /// the action chain starting at `action` (1 + its offset in the action table) of the
+    /// caller's LSDA at `lsda` is restated with the type-table entries it uses
+    /// ([`crate::unwind::CatchRow`]).
+    Catch { pad: u64, lsda: u64, action: u64 },
 }
 
 impl ImportSite {
@@ -474,6 +513,9 @@ pub struct Redirect {
     /// .Lret`): nothing is patched in the program, the entry trampoline's copy of the jump
     /// leads to the copy (`codegen::Targets::entry_redirects`).
     pub in_entry: bool,
+    /// Not a jump: a 4-byte sign-extended entry of a jump table at `jump` ([`Tactic::TableJumps`],
+    /// `len` 4) whose targets are the entries plus this; it gets the copy's address minus it.
+    pub table: Option<u64>,
 }
 
 impl Redirect {
@@ -548,6 +590,15 @@ pub struct Plan {
     pub entry_exits: BTreeMap<u32, u64>,
     /// Runs moved out of the program to make slots ([`SlotWindow`]).
     pub slot_windows: Vec<SlotWindow>,
+    /// Points whose entry window holds branch targets ([`Tactic::WindowJumps`] entries,
+    /// `xor eax, eax; T: cmp …` or a loop back to just after the prologue): point id → every
+    /// jump of the program to one of them, each led to the entry tail of its target
+    /// (`codegen::entry_tail`: the window's instructions from the target on, relocated, and a
+    /// jump back after the window), past the counting and timing code, so that it is no call.
+    pub entry_jumps: BTreeMap<u32, Vec<Redirect>>,
+    /// [`Tactic::Rel8Slot`] entries ([`plan_entry_slots`]): entry address → the 5-byte slot
+    /// within `jmp rel8` reach of it that gets `jmp rel32` to the entry trampoline.
+    pub entry_slots: BTreeMap<u64, u64>,
 }
 
 /// A run of at least 10 bytes of straight-line instructions that exit planning moves out of
@@ -591,6 +642,8 @@ pub fn plan(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions)
 /// entries ([`needs_static_signal_pass`]).
 fn plan_pass(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions, static_signals: bool) -> Plan {
     let mut plan = Plan::default();
+    // Functions too small for an entry window (index, metric bits): [`plan_entry_slots`].
+    let mut tiny: Vec<(usize, u8)> = Vec::new();
     // Compilers emit an FDE for every function on x86-64; in a program that has them, code
     // without one is hand-written or generated.
     let has_unwind = analysis.functions.iter().any(|f| f.has_unwind);
@@ -608,10 +661,11 @@ fn plan_pass(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions
                 return None;
             }
             let start = start_of(f);
-            let planned = entry_window(elf, analysis, f, start, opts).or_else(|reason| {
+            let planned = entry_window(elf, analysis, f, start, opts, true).or_else(|reason| {
                 // A trap needs only the first instruction and changes only its first byte, so it
-                // also serves functions whose other instructions may be branch targets.
-                if opts.traps {
+                // also serves functions whose other instructions may be branch targets. (A
+                // function too small for a window first tries a slot: [`plan_entry_slots`].)
+                if opts.traps && reason != SkipReason::TooSmall {
                     entry_trap(elf, f, start).map_err(|_| reason)
                 } else {
                     Err(reason)
@@ -651,16 +705,21 @@ fn plan_pass(elf: &InputElf, analysis: &Analysis, spec: &Spec, opts: PlanOptions
                     import: None,
                 });
             }
-            Err(reason) => plan.skipped.push(Skipped { function: i, address: start, reason }),
+            Err(reason) => {
+                if reason == SkipReason::TooSmall {
+                    tiny.push((i, bits));
+                }
+                plan.skipped.push(Skipped { function: i, address: start, reason })
+            }
         }
     }
-    plan_exits(elf, analysis, &mut plan, opts);
+    plan_exits(elf, analysis, &mut plan, opts, &tiny);
     let signals = static_signals || trap_sites(&plan) > 0;
     plan_wraps(elf, analysis, spec, &mut plan, signals);
     // Each function decoded once, on every core, for both passes below.
     let refs = import_refs(elf, analysis);
     plan_got_wraps(analysis, spec, &mut plan, signals, &refs);
-    plan_imports(analysis, spec, &mut plan, opts, &refs);
+    plan_imports(elf, analysis, spec, &mut plan, opts, &refs);
     plan
 }
 
@@ -808,15 +867,13 @@ fn plan_got_wraps(an: &Analysis, spec: &Spec, plan: &mut Plan, signals: bool, re
         return;
     }
     // What each patch displaces (a trap patches one byte but moves its whole instruction).
-    let mut patches = Patches::default();
     let moved =
         |at: u64, len: u64, displaced: &[Instruction]| len.max(displaced.last().map_or(0, |d| d.next_ip() - at));
-    for p in plan.points.iter().filter(|p| p.window_len > 0) {
-        patches.insert(p.address, moved(p.address, p.window_len, &p.displaced));
-    }
-    for x in &plan.exits {
-        patches.insert(x.address, moved(x.address, x.window_len, &x.displaced));
-    }
+    let mut patches = Patches::inserted(
+        (plan.points.iter().filter(|p| p.window_len > 0))
+            .map(|p| (p.address, moved(p.address, p.window_len, &p.displaced)))
+            .chain(plan.exits.iter().map(|x| (x.address, moved(x.address, x.window_len, &x.displaced)))),
+    );
     let mut used = std::collections::BTreeSet::new();
     // The wrapper point of an import: its PLT stub's, or a new one on its first use.
     let point_of = |plan: &mut Plan, slot: u64, (func, name, bits): (u32, &str, u8)| -> u32 {
@@ -889,6 +946,15 @@ fn plan_got_wraps(an: &Analysis, spec: &Spec, plan: &mut Plan, signals: bool, re
     plan.uncovered_wraps.sort_by_key(|u| u.site);
 }
 
+/// The entry points whose plain window may be stretched to make a slot (see
+/// `Room::stretch`), by address: their index in `plan.points` as it stands.
+fn stretchable_windows(plan: &Plan) -> BTreeMap<u64, usize> {
+    (plan.points.iter().enumerate())
+        .filter(|(_, p)| p.import.is_none() && p.wrap.is_none() && p.tactic == Tactic::Window)
+        .map(|(i, p)| (p.address, i))
+        .collect()
+}
+
 /// Find the exit sites of every point whose function a timer metric selects and choose a
 /// tactic for each; a point keeps its timer bits only if all its exits are patched.
 ///
@@ -906,32 +972,25 @@ fn plan_got_wraps(an: &Analysis, spec: &Spec, plan: &mut Plan, signals: bool, re
 /// ([`exit_patch`]): a window ending with the exit; the exit as the last instruction plus the
 /// padding after it; a trap (with `opts.traps`). No two patches overlap: the entry windows are
 /// placed first, each exit is checked against all patches placed so far.
-fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions) {
+fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions, tiny: &[(usize, u8)]) {
     let mut parts: HashMap<u64, Vec<usize>> = HashMap::new();
     for (i, f) in an.functions.iter().enumerate() {
         if let FunctionKind::ColdPart { parent: Some(p) } = f.kind {
             parts.entry(p).or_default().push(i);
         }
     }
-    let mut patches = Patches::default();
-    let mut slots = Slots::default();
-    for p in &plan.points {
-        patches.insert(p.address, p.window_len);
-        if p.import.is_none() && p.wrap.is_none() && p.tactic == Tactic::Window {
-            slots.add_tail(p.address, p.window_len);
-        }
-    }
-    for f in &an.functions {
-        slots.add(f.end(), f.end() + f.padding, false);
-    }
+    let mut patches = Patches::inserted(plan.points.iter().map(|p| (p.address, p.window_len)));
+    // As `Slots::add_tail` of every plain entry window, then `Slots::add` of every function's
+    // padding, in turn.
+    let tails = (plan.points.iter())
+        .filter(|p| p.import.is_none() && p.wrap.is_none() && p.tactic == Tactic::Window)
+        .map(|p| (p.address + JMP_LEN, (p.address + p.window_len, true)));
+    let padding = an.functions.iter().map(|f| (f.end(), (f.end() + f.padding, false)));
+    let mut slots = Slots(bulk_map(tails.chain(padding).filter(|&(at, (end, _))| end >= at + JMP_LEN).collect()));
+    plan_entry_slots(elf, an, plan, tiny, (&mut patches, &mut slots), opts);
+    plan_entry_jumps(elf, an, plan, &parts, (&mut patches, &mut slots), opts);
     // Entry points whose window may be stretched to make a slot (see `Room::stretch`).
-    let by_address: BTreeMap<u64, usize> = plan
-        .points
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.import.is_none() && p.wrap.is_none() && p.tactic == Tactic::Window)
-        .map(|(i, p)| (p.address, i))
-        .collect();
+    let by_address = stretchable_windows(plan);
     // The points with exits to find (only a point's own timer bits change below).
     let timed: Vec<usize> = (0..plan.points.len())
         .filter(|&pi| {
@@ -940,31 +999,379 @@ fn plan_exits(elf: &InputElf, an: &Analysis, plan: &mut Plan, opts: PlanOptions)
         })
         .collect();
     // A point's function and its cold parts.
-    let family_of = |p: &Point| -> Vec<usize> {
-        let mut family = vec![p.function];
-        family.extend(parts.get(&an.functions[p.function].address).into_iter().flatten().copied());
+    let family_of = |function: usize| -> Vec<usize> {
+        let mut family = vec![function];
+        family.extend(parts.get(&an.functions[function].address).into_iter().flatten().copied());
         family
     };
-    // Decoding is independent of the patches: it runs on every core a chunk of points ahead.
-    for chunk in timed.chunks(EXIT_DECODE_CHUNK) {
-        let decoded = crate::par::map(
-            chunk,
-            || (),
-            |_, &pi| {
-                let family = family_of(&plan.points[pi]);
-                family.iter().map(|&part| decode_at(elf, an.functions[part].address, an.functions[part].size)).collect()
-            },
-        );
-        for (&pi, family_ins) in chunk.iter().zip(decoded) {
-            plan_point_exits(elf, an, plan, opts, pi, &family_of, family_ins, (&by_address, &mut patches, &mut slots));
+    // Decoding and the scans that depend on the function alone (its exit sites, its dead
+    // bytes) are independent of the patches: the other cores do them up to
+    // `EXIT_DECODE_CHUNK` points ahead while this one runs the tactics in point order.
+    let timed: Vec<(usize, usize, u64)> =
+        timed.into_iter().map(|pi| (pi, plan.points[pi].function, plan.points[pi].address)).collect();
+    crate::par::pipeline(
+        &timed,
+        EXIT_DECODE_CHUNK,
+        |&(_, function, address)| FamilyScan::new(elf, an, function, address, &family_of),
+        |&(pi, _, _), scan| {
+            plan_point_exits(elf, an, plan, opts, pi, &family_of, scan, (&by_address, &mut patches, &mut slots))
+        },
+    );
+}
+
+/// What [`plan_point_exits`] needs of a point's function and cold parts that does not depend
+/// on the patches and slots planned so far: found on every core, ahead of the exit tactics,
+/// which run in point order.
+struct FamilyScan {
+    /// Each part decoded, in [`ExitCtx::family`] order.
+    ins: Vec<Vec<Instruction>>,
+    /// Alignment `nop`s after unconditional transfers inside the parts: slots, in order.
+    dead: Vec<(u64, u64)>,
+    /// The exit sites of each part ([`ExitCtx::classify`]), in order; `Err` for a part that
+    /// does not decode to its end, with the address where decoding stopped.
+    sites: Vec<Result<Vec<ExitSite>, u64>>,
+}
+
+/// An exit site of a decoded part: its index, kind, and whether it can be patched at all.
+type ExitSite = (usize, ExitKind, Result<(), SkipReason>);
+
+impl FamilyScan {
+    /// The scan of the point at `address` (after `endbr64`) of function `function`. Its entry
+    /// window may still be stretched by the exits planned before it, so the scan does not
+    /// read it: [`ExitCtx::classify`] depends on the function and its entry alone (tests
+    /// check that it gives the same with the window: `plan_point_exits`).
+    fn new(
+        elf: &InputElf,
+        an: &Analysis,
+        function: usize,
+        address: u64,
+        family_of: &(dyn Fn(usize) -> Vec<usize> + Sync),
+    ) -> FamilyScan {
+        let family = family_of(function);
+        let f = &an.functions[function];
+        let ctx = ExitCtx { an, family: &family, entry: f.address, start: address, window: 0, entry_displaced: &[] };
+        let mut scan = FamilyScan { ins: Vec::with_capacity(family.len()), dead: Vec::new(), sites: Vec::new() };
+        for &part in &family {
+            let fp = &an.functions[part];
+            let ins = decode_at(elf, fp.address, fp.size);
+            for (k, x) in ins.iter().enumerate() {
+                if ends_flow(x) && k + 1 < ins.len() {
+                    let n = dead_after(an, &ins, k, fp);
+                    scan.dead.push((x.next_ip(), (x.next_ip() + n).min(fp.end())));
+                }
+            }
+            let decoded = ins.last().map_or(fp.address, |x| x.next_ip());
+            scan.sites.push(if decoded != fp.end() {
+                Err(decoded)
+            } else {
+                Ok(ins
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, x)| ctx.classify(x).map(|(kind, ok)| (k, kind, ok)))
+                    .collect())
+            });
+            scan.ins.push(ins);
         }
+        scan
     }
 }
 
-/// How many points' functions [`plan_exits`] decodes ahead at once.
+/// Entries of the functions with fewer than 5 bytes up to their first transfer (`tiny`, from
+/// [`plan_pass`]: a `jmp rel8` to another function, `xor edx, edx; jmp f`, `mov eax, edi;
+/// ret`, a lone `ret` with a dead byte after it): their whole instructions up to the transfer
+/// ([`short_entry`], 2–4 bytes) become `jmp rel8` to a 5-byte slot within reach
+/// ([`Room::slot`]: a free one, an entry window grown, a run moved out) that gets `jmp rel32`
+/// to the entry trampoline ([`Plan::entry_slots`]); the trampoline runs them, the transfer
+/// last, so a `ret` among them is an [`Tactic::EntryExit`] exit. With traps, a function with
+/// no slot gets a trap as before. The points are added in function order and every point is
+/// numbered again (nothing refers to ids yet). Shared state: the patches and slots ([`Room`]),
+/// and the other points' entry windows a slot may grow ([`Room::stretch`]).
+fn plan_entry_slots(
+    elf: &InputElf,
+    an: &Analysis,
+    plan: &mut Plan,
+    tiny: &[(usize, u8)],
+    (patches, slots): (&mut Patches, &mut Slots),
+    opts: PlanOptions,
+) {
+    if tiny.is_empty() {
+        return;
+    }
+    let by_address = stretchable_windows(plan);
+    let mut added: Vec<Point> = Vec::new();
+    for &(fi, bits) in tiny {
+        let f = &an.functions[fi];
+        let start = if f.has_endbr { f.address + 4 } else { f.address };
+        let mut planned = None;
+        if let Some((len, displaced)) =
+            short_entry(elf, an, f, start).filter(|(l, _)| patches.overlap(start, *l).is_none())
+        {
+            let n = plan.slot_windows.len();
+            patches.insert(start, len);
+            let mut room = Room {
+                elf,
+                points: &mut plan.points,
+                by_address: &by_address,
+                patches: &mut *patches,
+                slots: &mut *slots,
+                shadow_stack: opts.shadow_stack,
+                windows: &mut plan.slot_windows,
+            };
+            match room.slot(an, &[], start + JMP8_LEN) {
+                Some(slot) => planned = Some((len, displaced, Tactic::Rel8Slot, Some(slot))),
+                None => {
+                    room.undo_windows(n);
+                    patches.remove(start);
+                }
+            }
+        }
+        if planned.is_none() && opts.traps {
+            if let Ok((len, displaced, _, tactic)) = entry_trap(elf, f, start) {
+                patches.insert(start, len);
+                planned = Some((len, displaced, tactic, None));
+            }
+        }
+        let Some((window_len, displaced, tactic, slot)) = planned else { continue };
+        if let Some(s) = slot {
+            plan.entry_slots.insert(start, s);
+        }
+        let point = Point {
+            id: 0,
+            function: fi,
+            address: start,
+            window_len,
+            displaced,
+            emulate_call: false,
+            tactic,
+            bits,
+            wrap: None,
+            import: None,
+        };
+        added.push(point);
+    }
+    if added.is_empty() {
+        return;
+    }
+    let done: HashSet<usize> = added.iter().map(|p| p.function).collect();
+    plan.skipped.retain(|s| !done.contains(&s.function));
+    plan.points.append(&mut added);
+    plan.points.sort_by_key(|p| p.function);
+    for (i, p) in plan.points.iter_mut().enumerate() {
+        p.id = i as u32;
+    }
+}
+
+/// The window of a [`Tactic::Rel8Slot`] entry at `start` of `f` ([`plan_entry_slots`]): whole
+/// instructions up to and including the first transfer (`ret`, `jmp`), fewer than 5 bytes, no
+/// call, none but the first a branch target, all relocatable, no branch into the window past
+/// its start; at least 2 bytes, or a 1-byte `ret` that ends the function followed by a dead
+/// byte (padding, an alignment `nop` or `int3`, or a zero between sections).
+fn short_entry(elf: &InputElf, an: &Analysis, f: &Function, start: u64) -> Option<(u64, Vec<Instruction>)> {
+    let end = f.end();
+    let mut out: Vec<Instruction> = Vec::new();
+    for x in decode_at(elf, start, end.checked_sub(start)?.min(JMP_LEN - 1)) {
+        if (x.ip() != start && an.branch_targets.contains(&x.ip())) || is_call(&x) || check_relocatable(&x).is_err() {
+            return None;
+        }
+        out.push(x);
+        if ends_flow(&x) {
+            break;
+        }
+    }
+    let last = *out.last().filter(|x| ends_flow(x))?;
+    let into = |x: &Instruction| {
+        matches!(x.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+            && (start + 1..last.next_ip()).contains(&x.near_branch_target())
+    };
+    if out.iter().any(into) {
+        return None;
+    }
+    let len = last.next_ip() - start;
+    if len >= JMP8_LEN {
+        return Some((len, out));
+    }
+    // A zero byte between sections: no section, no function, no target holds it.
+    let gap = || {
+        elf.exec_section_at(end).is_none()
+            && elf.bytes_at(f.address, end + 1 - f.address).is_some_and(|b| b.last() == Some(&0))
+            && an.function_at(end).is_none()
+            && !an.branch_targets.contains(&end)
+    };
+    let dead = last.next_ip() == end && (f.padding >= 1 || dead_nops(elf, an, end, 1) || gap());
+    dead.then_some((JMP8_LEN, out))
+}
+
+/// Lead every jump to a branch target inside a [`Tactic::WindowJumps`] entry window to the
+/// entry tail of its target ([`Plan::entry_jumps`]). As for an exit's run
+/// ([`Tactic::WindowJumps`] exits): every target must be reached only by direct jumps of the
+/// function or its cold parts, all of them found (as many as analysis counted), none patched;
+/// a `jmp rel32` / `jcc rel32` gets a new displacement, a rel8 one a slot within its reach
+/// ([`Room::slot`]) or its own window ([`jump_window`]). An entry that cannot have all of its
+/// jumps is given up (or, with traps, becomes a trap on its first instruction); the points
+/// after it are numbered again (nothing refers to their ids yet).
+fn plan_entry_jumps(
+    elf: &InputElf,
+    an: &Analysis,
+    plan: &mut Plan,
+    parts: &HashMap<u64, Vec<usize>>,
+    (patches, slots): (&mut Patches, &mut Slots),
+    opts: PlanOptions,
+) {
+    let todo: Vec<usize> = (0..plan.points.len())
+        .filter(|&pi| {
+            let p = &plan.points[pi];
+            p.tactic == Tactic::WindowJumps && p.wrap.is_none() && p.import.is_none()
+        })
+        .collect();
+    if todo.is_empty() {
+        return;
+    }
+    let by_address = stretchable_windows(plan);
+    let mut found: BTreeMap<u64, Vec<Redirect>> = BTreeMap::new();
+    let mut failed: BTreeMap<usize, SkipReason> = BTreeMap::new();
+    for pi in todo {
+        let p = plan.points[pi].clone();
+        let f = &an.functions[p.function];
+        let mut family = vec![p.function];
+        family.extend(parts.get(&f.address).into_iter().flatten().copied());
+        let decoded: Vec<(&Function, Vec<Instruction>)> = family
+            .iter()
+            .map(|&i| (&an.functions[i], decode_at(elf, an.functions[i].address, an.functions[i].size)))
+            .collect();
+        let targets: Vec<u64> = p
+            .displaced
+            .iter()
+            .map(Instruction::ip)
+            .filter(|&t| t != p.address && an.branch_targets.contains(&t))
+            .collect();
+        let mut room = Room {
+            elf,
+            points: &mut plan.points,
+            by_address: &by_address,
+            patches: &mut *patches,
+            slots: &mut *slots,
+            shadow_stack: opts.shadow_stack,
+            windows: &mut plan.slot_windows,
+        };
+        let whole = decoded.iter().all(|(fp, ins)| ins.last().map_or(fp.address, Instruction::next_ip) == fp.end());
+        match whole.then(|| entry_redirects(an, &p, &decoded, &targets, &mut room)).flatten() {
+            Some(r) => {
+                found.insert(p.address, r);
+            }
+            None => {
+                failed.insert(pi, SkipReason::BranchTarget(targets.first().copied().unwrap_or(p.address)));
+            }
+        }
+    }
+    // The entries given up: their windows are not patched.
+    let mut points = Vec::with_capacity(plan.points.len());
+    for (pi, mut p) in std::mem::take(&mut plan.points).into_iter().enumerate() {
+        match failed.remove(&pi) {
+            None => points.push(p),
+            Some(reason) => {
+                patches.remove(p.address);
+                let trap = if opts.traps { entry_trap(elf, &an.functions[p.function], p.address).ok() } else { None };
+                match trap {
+                    Some((window_len, displaced, emulate_call, tactic)) => {
+                        patches.insert(p.address, window_len);
+                        p = Point { window_len, displaced, emulate_call, tactic, ..p };
+                        points.push(p);
+                    }
+                    None => plan.skipped.push(Skipped { function: p.function, address: p.address, reason }),
+                }
+            }
+        }
+    }
+    for (i, p) in points.iter_mut().enumerate() {
+        p.id = i as u32;
+        if let Some(r) = found.remove(&p.address) {
+            plan.entry_jumps.insert(p.id, r);
+        }
+    }
+    plan.points = points;
+}
+
+/// The redirects of point `p`'s jumps to `targets` (see [`plan_entry_jumps`]); `None`, with
+/// nothing of them patched, when one cannot be.
+fn entry_redirects(
+    an: &Analysis,
+    p: &Point,
+    family: &[(&Function, Vec<Instruction>)],
+    targets: &[u64],
+    room: &mut Room,
+) -> Option<Vec<Redirect>> {
+    let end = p.address + p.window_len;
+    let mut jumps: Vec<(Instruction, u64)> = Vec::new();
+    for &t in targets {
+        let n = *an.jump_only.get(&t)? as usize;
+        let before = jumps.len();
+        for (_, part) in family {
+            for j in part.iter().filter(|j| is_jump_to(j, t)) {
+                let short = j.len() as u64 == JMP8_LEN;
+                if !(short || is_rel32_branch(j))
+                    || (p.address..end).contains(&j.ip())
+                    || room.patches.overlap(j.ip(), j.len() as u64).is_some()
+                {
+                    return None;
+                }
+                jumps.push((*j, t));
+            }
+        }
+        if jumps.len() - before != n {
+            return None;
+        }
+    }
+    let n_windows = room.windows.len();
+    let redirected: Vec<u64> = jumps.iter().map(|(j, _)| j.ip()).collect();
+    let mut redirects: Vec<Redirect> = Vec::with_capacity(jumps.len());
+    let mut ok = true;
+    // Every jump's bytes first: a slot or window of another must not take them.
+    for (j, _) in &jumps {
+        room.patches.insert(j.ip(), j.len() as u64);
+    }
+    for &(j, to) in &jumps {
+        let len = j.len() as u64;
+        let mut r = Redirect { jump: j.ip(), len, to, slot: None, window: Vec::new(), in_entry: false, table: None };
+        if len == JMP8_LEN {
+            let reach = |s: u64| (-128..=127).contains(&(s as i64 - j.next_ip() as i64));
+            r.slot = redirects.iter().filter(|o| o.to == to).filter_map(|o| o.slot).find(|&s| reach(s));
+            if r.slot.is_none() {
+                r.slot = room.slot(an, family, j.next_ip());
+            }
+            if r.slot.is_none() {
+                let Some((fp_j, part)) = family.iter().find(|(f, _)| f.contains(j.ip())) else {
+                    ok = false;
+                    break;
+                };
+                room.patches.remove(j.ip());
+                r.window = jump_window(an, part, fp_j, j.ip(), room.patches, &redirected).unwrap_or_default();
+                let (a, l) = r.patch();
+                room.patches.insert(a, l);
+            }
+            ok = r.slot.is_some() || !r.window.is_empty();
+        }
+        redirects.push(r);
+        if !ok {
+            break;
+        }
+    }
+    if !ok {
+        for r in &redirects {
+            room.patches.remove(r.patch().0);
+        }
+        for (j, _) in &jumps[redirects.len()..] {
+            room.patches.remove(j.ip());
+        }
+        room.undo_windows(n_windows);
+        return None;
+    }
+    Some(redirects)
+}
+
+/// How many points' functions [`plan_exits`] decodes ahead of its tactics at most.
 const EXIT_DECODE_CHUNK: usize = 4096;
 
-/// [`plan_exits`] for point `pi`, its family decoded (`family_ins`).
+/// [`plan_exits`] for point `pi`, its family decoded and scanned (`scan`).
 #[allow(clippy::too_many_arguments)]
 fn plan_point_exits(
     elf: &InputElf,
@@ -972,15 +1379,15 @@ fn plan_point_exits(
     plan: &mut Plan,
     opts: PlanOptions,
     pi: usize,
-    family_of: &dyn Fn(&Point) -> Vec<usize>,
-    family_ins: Vec<Vec<Instruction>>,
+    family_of: &(dyn Fn(usize) -> Vec<usize> + Sync),
+    scan: FamilyScan,
     (by_address, patches, slots): (&BTreeMap<u64, usize>, &mut Patches, &mut Slots),
 ) {
     {
         // A copy: finding a slot may stretch another point's entry window.
         let p = plan.points[pi].clone();
         let f = &an.functions[p.function];
-        let family = family_of(&p);
+        let family = family_of(p.function);
         let ctx = ExitCtx {
             an,
             family: &family,
@@ -993,30 +1400,32 @@ fn plan_point_exits(
         let n_windows = plan.slot_windows.len();
         let mut skipped: Vec<SkippedExit> = Vec::new();
         let mut untimed: Option<(u64, SkipReason)> = None;
-        let mut decoded_parts = Vec::with_capacity(family.len());
-        for (&part, ins) in family.iter().zip(family_ins) {
-            let fp = &an.functions[part];
-            // Alignment nops after unconditional transfers inside the part: slots.
-            for (k, x) in ins.iter().enumerate() {
-                if ends_flow(x) && k + 1 < ins.len() {
-                    let n = dead_after(an, &ins, k, fp);
-                    slots.add(x.next_ip(), (x.next_ip() + n).min(fp.end()), false);
-                }
-            }
-            decoded_parts.push((fp, ins));
+        let FamilyScan { ins: family_ins, dead, sites } = scan;
+        // Alignment nops after unconditional transfers inside the parts: slots.
+        for (at, end) in dead {
+            slots.add(at, end, false);
         }
-        for (fp, ins) in &decoded_parts {
+        let decoded_parts: Vec<(&Function, Vec<Instruction>)> =
+            family.iter().map(|&part| &an.functions[part]).zip(family_ins).collect();
+        for ((fp, ins), sites) in decoded_parts.iter().zip(sites) {
             let fp = *fp;
-            let decoded = ins.last().map_or(fp.address, |x| x.next_ip());
-            if decoded != fp.end() {
-                untimed.get_or_insert((decoded, SkipReason::Undecodable(decoded)));
-                continue;
-            }
-            for (k, x) in ins.iter().enumerate() {
-                let (kind, found) = match ctx.classify(x) {
-                    None => continue,
-                    Some(c) => c,
-                };
+            let sites = match sites {
+                Ok(sites) => {
+                    // Found before this point's entry window was final: the same with it.
+                    if cfg!(test) {
+                        let again =
+                            ins.iter().enumerate().filter_map(|(k, x)| ctx.classify(x).map(|(d, ok)| (k, d, ok)));
+                        assert_eq!(again.collect::<Vec<_>>(), sites, "exit sites of {}", fp.name);
+                    }
+                    sites
+                }
+                Err(decoded) => {
+                    untimed.get_or_insert((decoded, SkipReason::Undecodable(decoded)));
+                    continue;
+                }
+            };
+            for (k, kind, found) in sites {
+                let x = &ins[k];
                 let res = found.and_then(|()| {
                     let mut room = Room {
                         elf,
@@ -1148,31 +1557,24 @@ const RETURN_ADDRESS_IMPORTS: [&str; 14] = [
 /// - the import has a thread-library wrapper point (D4: the wrapper already measures it;
 ///   without one, as in `-fno-plt` programs, its calls are an import like any other),
 ///   never returns, reads its return address or returns twice;
-/// - the caller's LSDA sends exceptions passing the call to a landing pad, or has no
-///   call-site row for it (`noexcept`: terminate): while the import runs, the return
-///   address lies in the trampoline, whose FDE has no LSDA, so the personality routine would
-///   not see the caller's handlers. Calls covered by a row without a landing pad are fine;
-///   so are callers without an LSDA (C, or C++ with nothing to clean up);
+/// - the caller's LSDA sends exceptions passing the call to a handler that catches (a row
+///   with an action) whose action chain and type table the trampoline's exception table
+///   cannot restate ([`crate::unwind::CatchRow`]: while a timed import runs, the return
+///   address lies in the trampoline, whose table answers for the caller, [`SiteEh`]).
+///   Callers without an LSDA (C, or C++ with nothing to clean up), rows without a landing
+///   pad, cleanup-only rows, rows that catch and calls no row covers are patched;
 /// - the caller has no FDE in a program that has them (the trampoline's CFI is the
 ///   caller's at the call), the program is marked for CET shadow stacks, or the call
 ///   overlaps another patch.
-fn plan_imports(an: &Analysis, spec: &Spec, plan: &mut Plan, opts: PlanOptions, refs: &ImportRefs) {
-    let mut by_stub: HashMap<u64, (u64, &str)> = HashMap::new();
-    for s in &an.plt_stubs {
-        by_stub.insert(s.address, (s.address, s.name.as_str()));
-    }
-    let mut patches = Patches::default();
-    for p in &plan.points {
-        patches.insert(p.address, p.window_len);
-    }
-    for x in &plan.exits {
-        patches.insert(x.address, x.window_len);
-    }
+fn plan_imports(elf: &InputElf, an: &Analysis, spec: &Spec, plan: &mut Plan, opts: PlanOptions, refs: &ImportRefs) {
+    let by_stub = Stubs::new(an);
     // A GOT call of a signal function's wrapper (kept an import point for its calls
     // elsewhere) already calls the thunk: both patches are `call rel32`s at the same bytes.
-    for x in &plan.wrap_sites {
-        patches.insert(x.address(), x.window_len());
-    }
+    let mut patches = Patches::inserted(
+        (plan.points.iter().map(|p| (p.address, p.window_len)))
+            .chain(plan.exits.iter().map(|x| (x.address, x.window_len)))
+            .chain(plan.wrap_sites.iter().map(|x| (x.address(), x.window_len()))),
+    );
     let has_unwind = an.functions.iter().any(|f| f.has_unwind);
     // The imports with a wrapper point, looked up per call site (a scan of every point per
     // site made this pass quadratic: 30 % of rewriting gdb, issue 14).
@@ -1223,12 +1625,13 @@ fn plan_imports(an: &Analysis, spec: &Spec, plan: &mut Plan, opts: PlanOptions, 
             if bits == 0 {
                 continue; // not selected: not listed, like functions the spec leaves out
             }
+            let eh = site_eh(elf, an, f.address, x);
             let reason = if opts.shadow_stack {
                 Some(SkipReason::ShadowStack)
             } else if has_unwind && !f.has_unwind {
                 Some(SkipReason::NoUnwindInfo)
-            } else if let Some(r) = lsda_reason(an, f.address, x) {
-                Some(r)
+            } else if let Err(r) = &eh {
+                Some(r.clone())
             } else if let Some(t) = an.branch_targets.range(x.ip() + 1..x.next_ip()).next() {
                 Some(SkipReason::BranchTarget(*t))
             } else {
@@ -1255,7 +1658,8 @@ fn plan_imports(an: &Analysis, spec: &Spec, plan: &mut Plan, opts: PlanOptions, 
                 id
             });
             patches.insert(x.ip(), x.len() as u64);
-            plan.import_sites.push(ImportSite { point: id, function: fi, call: *x });
+            let eh = eh.unwrap_or(SiteEh::Pass);
+            plan.import_sites.push(ImportSite { point: id, function: fi, call: *x, eh });
         }
     }
     plan.import_sites.sort_by_key(ImportSite::address);
@@ -1276,35 +1680,70 @@ fn plan_imports(an: &Analysis, spec: &Spec, plan: &mut Plan, opts: PlanOptions, 
     }
 }
 
+/// The PLT stubs by address (symbol) and by GOT slot (the first stub's address), looked up
+/// per call site instead of scanning the stubs.
+struct Stubs<'a> {
+    by_address: HashMap<u64, &'a str>,
+    by_slot: HashMap<u64, u64>,
+}
+
+impl<'a> Stubs<'a> {
+    fn new(an: &'a Analysis) -> Self {
+        let mut by_slot = HashMap::new();
+        for s in &an.plt_stubs {
+            by_slot.entry(s.got_slot).or_insert(s.address);
+        }
+        Stubs { by_address: an.plt_stubs.iter().map(|s| (s.address, s.name.as_str())).collect(), by_slot }
+    }
+}
+
 /// The import a `call` or `jmp` instruction transfers to: (its address for reports, symbol).
-fn import_callee<'a>(
-    an: &'a Analysis,
-    by_stub: &HashMap<u64, (u64, &'a str)>,
-    x: &Instruction,
-) -> Option<(u64, &'a str)> {
+fn import_callee<'a>(an: &'a Analysis, by_stub: &Stubs<'a>, x: &Instruction) -> Option<(u64, &'a str)> {
     match x.code() {
-        Code::Call_rel32_64 | Code::Jmp_rel32_64 | Code::Jmp_rel8_64 => by_stub.get(&x.near_branch_target()).copied(),
+        Code::Call_rel32_64 | Code::Jmp_rel32_64 | Code::Jmp_rel8_64 => {
+            let t = x.near_branch_target();
+            by_stub.by_address.get(&t).map(|&name| (t, name))
+        }
         Code::Call_rm64 | Code::Jmp_rm64 if x.is_ip_rel_memory_operand() => {
             let slot = x.ip_rel_memory_address();
             let name = an.got_imports.get(&slot)?;
             // Prefer the PLT stub's address when the import also has one.
-            let addr = an.plt_stubs.iter().find(|s| s.got_slot == slot).map_or(slot, |s| s.address);
+            let addr = by_stub.by_slot.get(&slot).copied().unwrap_or(slot);
             Some((addr, name.as_str()))
         }
         _ => None,
     }
 }
 
-/// Why the caller's LSDA forbids moving the call `x` of the function at `func` (see
-/// [`plan_imports`]); None if it allows it or the function has none. The personality routine
-/// looks up the return address minus one.
-fn lsda_reason(an: &Analysis, func: u64, x: &Instruction) -> Option<SkipReason> {
-    let sites = an.lsda_sites.get(&func)?;
-    let pc = x.next_ip() - 1;
-    match sites.iter().find(|s| s.start <= pc && pc < s.end) {
-        None => Some(SkipReason::NotInCallSiteTable),
-        Some(s) => s.pad.map(SkipReason::LandingPad),
+/// What the caller's LSDA does with an exception passing the call `x` of the function at
+/// `func` ([`SiteEh`]), or why the call cannot be patched (a handler whose row cannot be
+/// restated: see [`plan_imports`]). The personality routine looks up the return address
+/// minus one.
+fn site_eh(elf: &InputElf, an: &Analysis, func: u64, x: &Instruction) -> std::result::Result<SiteEh, SkipReason> {
+    let Some(sites) = an.lsda_sites.get(&func) else { return Ok(SiteEh::Pass) };
+    match crate::analysis::LsdaCallSite::covering(sites, x.next_ip() - 1) {
+        None => Ok(SiteEh::Terminate),
+        Some(&crate::analysis::LsdaCallSite { pad: None, .. }) => Ok(SiteEh::Pass),
+        Some(&crate::analysis::LsdaCallSite { pad: Some(pad), action: 0, .. }) => Ok(SiteEh::Cleanup(pad)),
+        Some(&crate::analysis::LsdaCallSite { pad: Some(pad), action, .. }) => {
+            let Some((&lsda, data)) = an.lsdas.get(&func).and_then(|l| Some((l, crate::unwind::lsda_bytes(elf, *l)?)))
+            else {
+                return Err(SkipReason::CatchHandler(pad, "the LSDA is not in the file".into()));
+            };
+            let pie = elf.kind.is_position_independent();
+            match crate::unwind::CatchRow::read(data, lsda, action, pie) {
+                Ok(_) => Ok(SiteEh::Catch { pad, lsda, action }),
+                Err(why) => Err(SkipReason::CatchHandler(pad, why)),
+            }
+        }
     }
+}
+
+/// `j` is a direct `jmp` or `jcc` to `t`.
+fn is_jump_to(j: &Instruction, t: u64) -> bool {
+    matches!(j.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+        && j.near_branch_target() == t
+        && matches!(j.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch)
 }
 
 /// Byte ranges patched so far, by start.
@@ -1312,6 +1751,12 @@ fn lsda_reason(an: &Analysis, func: u64, x: &Instruction) -> Option<SkipReason> 
 struct Patches(BTreeMap<u64, u64>);
 
 impl Patches {
+    /// The patches `(at, len)` inserted in turn ([`Patches::insert`]: a later one at the same
+    /// address replaces the earlier), built at once.
+    fn inserted(patches: impl IntoIterator<Item = (u64, u64)>) -> Patches {
+        Patches(bulk_map(patches.into_iter().map(|(at, len)| (at, at + len)).collect()))
+    }
+
     fn insert(&mut self, at: u64, len: u64) {
         self.0.insert(at, at + len);
     }
@@ -1323,6 +1768,20 @@ impl Patches {
         let end = at + len;
         self.0.range(..end).next_back().filter(|(_, &e)| e > at).map(|(&s, _)| s)
     }
+}
+
+/// The map that inserting `entries` in turn makes (a later value for a key replaces the
+/// earlier), built from one sorted run instead of an insertion each.
+fn bulk_map<V>(mut entries: Vec<(u64, V)>) -> BTreeMap<u64, V> {
+    entries.sort_by_key(|&(k, _)| k); // stable: the last of equal keys is the one inserted last
+    let mut out: Vec<(u64, V)> = Vec::with_capacity(entries.len());
+    for (k, v) in entries {
+        match out.last_mut() {
+            Some(last) if last.0 == k => last.1 = v,
+            _ => out.push((k, v)),
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// What `plan_exits` knows about the function whose exits it looks for.
@@ -1381,10 +1840,10 @@ impl ExitCtx<'_> {
                 let t = target?;
                 self.leaves(t).then(|| (ExitKind::TailJump, self.callee(t)))
             }
+            // A conditional tail call: [`jcc_tail`] (in [`exit_patch`]) or nothing.
             FlowControl::ConditionalBranch => {
                 let t = target?;
-                let why = self.callee(t).err().unwrap_or(SkipReason::ConditionalTailCall);
-                self.leaves(t).then_some((ExitKind::TailJump, Err(why)))
+                self.leaves(t).then(|| (ExitKind::TailJump, self.callee(t)))
             }
             FlowControl::IndirectBranch => match self.an.indirect_jumps.get(&x.ip()) {
                 Some(IndirectJump::Table) => None,
@@ -1417,6 +1876,11 @@ fn exit_patch(
     opts: PlanOptions,
 ) -> Result<ExitPatch, SkipReason> {
     let x = ins[k];
+    if x.flow_control() == FlowControl::ConditionalBranch {
+        // Only its taken path leaves: no window, no trap (both would run the exit
+        // instrumentation on the path that stays).
+        return jcc_tail(ctx, family, &x, room).ok_or(SkipReason::ConditionalTailCall);
+    }
     let patches = &*room.patches;
     if x.ip() >= ctx.start && x.ip() - ctx.start < ctx.window {
         // Displaced by the entry window: its trampoline runs the exit instrumentation. (A
@@ -1435,6 +1899,13 @@ fn exit_patch(
         // A window that takes in a loop's back edge (`dec ecx; jne .Lloop; ret`) runs every
         // iteration through the trampoline: correct, but slow. Padding avoids that.
         Ok((i, _)) if loops_back(&ins[i..k], fp) && padded.as_ref().is_some_and(|p| !loops_back(&p.3, fp)) => {
+            return Ok(padded.expect("checked"));
+        }
+        // A window that takes in a jcc into another part of the function would hide it from
+        // the exits planned there after this one: `test rdi, rdi; je .Lcold; jmp rax`, where
+        // .Lcold is `xor eax, eax; ret` in the cold part, which only that je reaches (its
+        // rel32 is to be retargeted, [`Tactic::Retarget`]). Padding keeps the jcc in place.
+        Ok((i, _)) if padded.is_some() && ins[i..k].iter().any(|x| jcc_into_other_part(ctx, fp, x)) => {
             return Ok(padded.expect("checked"));
         }
         Ok((i, len)) => {
@@ -1484,6 +1955,9 @@ fn exit_patch(
     if let Some(p) = window_jumps(ctx, family, ins, k, fp, padding, room) {
         return Ok(p);
     }
+    if let Some(p) = table_jumps(ctx, family, ins, k, fp, room) {
+        return Ok(p);
+    }
     let patches = &*room.patches;
     if opts.traps {
         check_relocatable(&x)?;
@@ -1496,6 +1970,64 @@ fn exit_patch(
 
 /// `jmp rel8`.
 pub const JMP8_LEN: u64 = 2;
+
+/// [`Tactic::JccTail`] for the conditional tail call `x` (a `jcc` of the function to another
+/// function's start): its taken path alone leaves, so the jump itself is led to an exit
+/// trampoline whose exit instruction is an unconditional `jmp` to the jump's target (the
+/// trampoline runs the exit instrumentation, then the tail call; flags are dead at a tail
+/// call, psABI). The path that stays is not touched. As a [`Redirect`] of the exit's one
+/// displaced instruction (that `jmp`, at the jump's address): a `jcc rel32` gets a new
+/// displacement, a `jcc rel8` a slot within its reach ([`Room::slot`]) or its own window
+/// ([`jump_window`]), a `jcc` of the entry window is redirected in the entry trampoline's
+/// copy. Shared state: the patches and slots every exit tactic takes from ([`Room`]).
+fn jcc_tail(
+    ctx: &ExitCtx,
+    family: &[(&Function, Vec<Instruction>)],
+    x: &Instruction,
+    room: &mut Room,
+) -> Option<ExitPatch> {
+    // `jcc` only: `loop` and `jrcxz` have no rel32 form for a jump window.
+    if !x.is_jcc_short_or_near() {
+        return None;
+    }
+    let t = x.near_branch_target();
+    // A function of the program (not a PLT stub: an import's tail jump is D17's business).
+    ctx.an.function_at(t).filter(|g| !g.is_cold_part())?;
+    let len = x.len() as u64;
+    let in_entry = x.ip() >= ctx.start && x.ip() - ctx.start < ctx.window;
+    if in_entry && !ctx.entry_displaced.iter().any(|d| d.ip() == x.ip()) {
+        return None;
+    }
+    if !in_entry && (!(len == JMP8_LEN || is_rel32_branch(x)) || room.patches.overlap(x.ip(), len).is_some()) {
+        return None;
+    }
+    let mut jmp = Instruction::with_branch(Code::Jmp_rel32_64, t).ok()?;
+    jmp.set_ip(x.ip());
+    jmp.set_len(x.len());
+    jmp.set_next_ip(x.next_ip());
+    let mut r = Redirect { jump: x.ip(), len, to: x.ip(), slot: None, window: Vec::new(), in_entry, table: None };
+    if len == JMP8_LEN && !in_entry {
+        let n = room.windows.len();
+        room.patches.insert(x.ip(), len);
+        r.slot = room.slot(ctx.an, family, x.next_ip());
+        room.patches.remove(x.ip());
+        if r.slot.is_none() {
+            room.undo_windows(n);
+            let (fp, part) = family.iter().find(|(f, _)| f.contains(x.ip()))?;
+            r.window = jump_window(ctx.an, part, fp, x.ip(), room.patches, &[])?;
+        }
+    }
+    Some((Tactic::JccTail, x.ip(), 0, vec![jmp], None, Vec::new(), vec![r]))
+}
+
+/// `x` is a `jcc` of part `fp` to a target in another part of the function (its cold part,
+/// or the parent) that only direct jumps reach.
+fn jcc_into_other_part(ctx: &ExitCtx, fp: &Function, x: &Instruction) -> bool {
+    x.is_jcc_short_or_near() && {
+        let t = x.near_branch_target();
+        !fp.contains(t) && ctx.in_family(t) && ctx.an.jump_only.contains_key(&t)
+    }
+}
 
 /// The run and the jumps to retarget for the exit `ins[k]` of part `fp` ([`Tactic::Retarget`]):
 /// the run `ins[i..=k]` of straight-line instructions ending at the exit starts at a branch
@@ -1591,10 +2123,171 @@ fn window_jumps(
         shortest(JMP8_LEN).filter(|&i| len(i) + padding < JMP_LEN).map(|i| (i, len(i).max(JMP8_LEN))),
         jumps_only.then_some((longest, 0)),
     ];
-    candidates.into_iter().flatten().find_map(|(i, window_len)| run_jumps(ctx, family, ins, i, k, fp, window_len, room))
+    candidates
+        .into_iter()
+        .flatten()
+        .find_map(|(i, window_len)| run_jumps(ctx, family, ins, i, k, fp, (window_len, false), room))
 }
 
-/// One candidate of [`window_jumps`]: the run `ins[i..=k]` patched with `window_len` bytes.
+/// [`Tactic::TableJumps`] for the exit `ins[k]` of part `fp`: the longest straight-line
+/// relocatable run ending at it, when only jumps enter it (it follows a transfer, or starts
+/// a cold part), with nothing patched at it, where [`run_jumps`] also counts the entries of
+/// the function's jump tables as ways in: each target inside the run must be reached by
+/// nothing but direct jumps (redirected as for [`Tactic::WindowJumps`]) and entries of
+/// tables that only jumps of the function or its cold parts read, all of them found
+/// ([`table_entries`]); the entries the program can read are rewritten to lead to the
+/// trampoline's copy of their target. Shared state: the patches and slots ([`Room`]) as
+/// [`window_jumps`]; the table entries are data no other patch touches.
+fn table_jumps(
+    ctx: &ExitCtx,
+    family: &[(&Function, Vec<Instruction>)],
+    ins: &[Instruction],
+    k: usize,
+    fp: &Function,
+    room: &mut Room,
+) -> Option<ExitPatch> {
+    check_relocatable(&ins[k]).ok()?;
+    let mut i = k;
+    while let Some(prev) = i.checked_sub(1).map(|j| &ins[j]) {
+        if prev.next_ip() != ins[i].ip() || ends_flow(prev) || is_call(prev) || check_relocatable(prev).is_err() {
+            break;
+        }
+        i -= 1;
+    }
+    let jumps_only = match i.checked_sub(1).map(|j| &ins[j]) {
+        None => fp.is_cold_part(),
+        Some(prev) => prev.next_ip() == ins[i].ip() && ends_flow(prev),
+    };
+    if !jumps_only {
+        return None;
+    }
+    run_jumps(ctx, family, ins, i, k, fp, (0, true), room)
+}
+
+/// The entries of the jump tables of `family` (the jumps [`Analysis::jump_tables`] knows)
+/// that lead to `t`: how many analysis read, and (address, the table's `add`) of those the
+/// program can read, by the bound the jump's guard puts on the index ([`table_bound`]).
+/// `None` if a table with an entry to `t` is not a 4-byte sign-extended one, its bound is
+/// not known, or an entry's word cannot be read.
+fn table_entries(
+    elf: &InputElf,
+    an: &Analysis,
+    family: &[(&Function, Vec<Instruction>)],
+    t: u64,
+) -> Option<(u32, Vec<(u64, u64)>)> {
+    let mut read = 0u32;
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (_, part) in family {
+        for (k, x) in part.iter().enumerate() {
+            if x.flow_control() != FlowControl::IndirectBranch {
+                continue;
+            }
+            let Some(tab) = an.jump_tables.get(&x.ip()) else { continue };
+            let mut bound = None;
+            for e in 0..tab.entries {
+                let at = tab.base + e * u64::from(tab.size);
+                let word = elf.bytes_at(at, u64::from(tab.size))?;
+                let raw = match (tab.size, tab.signed) {
+                    (4, true) => i32::from_le_bytes(word.try_into().ok()?) as i64 as u64,
+                    (4, false) => u64::from(u32::from_le_bytes(word.try_into().ok()?)),
+                    _ => u64::from_le_bytes(word.try_into().ok()?),
+                };
+                if raw.wrapping_add(tab.add) != t {
+                    continue;
+                }
+                read += 1;
+                if !(tab.size == 4 && tab.signed) {
+                    return None;
+                }
+                let b = *bound.get_or_insert_with(|| table_bound(an, part, k, tab.entries));
+                if e < b? {
+                    out.push((at, tab.add));
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Some((read, out))
+}
+
+/// How many entries of its table the jump `part[k]` can read: the index of the table load
+/// before it (`movsxd r, dword [b + i*4]`, or `mov r32, [b + i*4]`) is checked by `cmp i,
+/// imm` and `ja` (`imm + 1`) or `jae` (`imm`) just before, the run from the check to the jump
+/// is straight-line with no branch target after the check, and nothing between the check
+/// and the load writes the index. `None` otherwise, or above `read` (what analysis read).
+fn table_bound(an: &Analysis, part: &[Instruction], k: usize, read: u64) -> Option<u64> {
+    use iced_x86::{InstructionInfoFactory, OpAccess};
+    const LOOK_BACK: usize = 12;
+    let mut info = InstructionInfoFactory::new();
+    let mut j = k;
+    let mut index = None;
+    for _ in 0..LOOK_BACK {
+        let prev = part.get(j.checked_sub(1)?)?;
+        if prev.next_ip() != part[j].ip() || an.branch_targets.contains(&part[j].ip()) {
+            return None;
+        }
+        j -= 1;
+        let x = &part[j];
+        match index {
+            None => {
+                if x.flow_control() != FlowControl::Next {
+                    return None;
+                }
+                let load = (0..x.op_count()).any(|o| x.op_kind(o) == OpKind::Memory)
+                    && x.memory_index() != Register::None
+                    && x.memory_index_scale() == 4
+                    && x.memory_size().size() == 4
+                    && matches!(x.mnemonic(), Mnemonic::Movsxd | Mnemonic::Mov);
+                if load {
+                    index = Some(x.memory_index().full_register());
+                }
+            }
+            Some(r) if x.is_jcc_short_or_near() => {
+                let cmp = part.get(j.checked_sub(1)?)?;
+                let bound = match x.condition_code() {
+                    iced_x86::ConditionCode::a => 1,
+                    iced_x86::ConditionCode::ae => 0,
+                    _ => return None,
+                };
+                let ok = cmp.mnemonic() == Mnemonic::Cmp
+                    && cmp.next_ip() == x.ip()
+                    && cmp.op0_kind() == OpKind::Register
+                    && cmp.op0_register().full_register() == r
+                    && matches!(
+                        cmp.op1_kind(),
+                        OpKind::Immediate8to32
+                            | OpKind::Immediate8to64
+                            | OpKind::Immediate32
+                            | OpKind::Immediate32to64
+                            | OpKind::Immediate8
+                    );
+                if !ok {
+                    return None;
+                }
+                let imm = cmp.immediate(1) & (u64::MAX >> (64 - 8 * cmp.op0_register().size() as u32));
+                let n = imm.checked_add(bound)?;
+                return (n <= read).then_some(n);
+            }
+            Some(r) => {
+                let writes = info.info(x).used_registers().iter().any(|u| {
+                    u.register().full_register() == r
+                        && matches!(
+                            u.access(),
+                            OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+                        )
+                });
+                if writes || x.flow_control() != FlowControl::Next {
+                    return None;
+                }
+            }
+        }
+    }
+    None
+}
+
+/// One candidate of [`window_jumps`]: the run `ins[i..=k]` patched with `window_len` bytes;
+/// with `tables`, entries of jump tables may lead into the run too ([`table_jumps`]).
 #[allow(clippy::too_many_arguments)]
 fn run_jumps(
     ctx: &ExitCtx,
@@ -1603,7 +2296,7 @@ fn run_jumps(
     i: usize,
     k: usize,
     fp: &Function,
-    window_len: u64,
+    (window_len, tables): (u64, bool),
     room: &mut Room,
 ) -> Option<ExitPatch> {
     let at = ins[i].ip();
@@ -1627,15 +2320,33 @@ fn run_jumps(
     }
     // Every jump to each target, counted against what analysis found.
     let mut jumps: Vec<(Instruction, u64, bool)> = Vec::new();
+    let mut entries: Vec<Redirect> = Vec::new();
     for &t in &targets {
-        let n = *ctx.an.jump_only.get(&t)? as usize;
+        let n = match ctx.an.jump_only.get(&t) {
+            Some(&n) => n as usize,
+            None if tables => {
+                let (n, in_tables) = ctx.an.table_only.get(&t)?;
+                let (read, words) = table_entries(room.elf, ctx.an, family, t)?;
+                if read != in_tables {
+                    return None;
+                }
+                let entry = |(at, add)| Redirect {
+                    jump: at,
+                    len: 4,
+                    to: t,
+                    slot: None,
+                    window: Vec::new(),
+                    in_entry: false,
+                    table: Some(add),
+                };
+                entries.extend(words.into_iter().map(entry));
+                n as usize
+            }
+            None => return None,
+        };
         let before = jumps.len();
         for (_, part) in family {
-            for j in part.iter().filter(|j| {
-                matches!(j.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
-                    && j.near_branch_target() == t
-                    && matches!(j.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch)
-            }) {
+            for j in part.iter().filter(|j| is_jump_to(j, t)) {
                 let short = j.len() as u64 == JMP8_LEN;
                 // A jump the entry trampoline runs: its copy there is redirected instead.
                 let in_entry = room.patches.overlap(j.ip(), j.len() as u64) == Some(ctx.start)
@@ -1670,7 +2381,7 @@ fn run_jumps(
             break;
         }
         let len = j.len() as u64;
-        let mut r = Redirect { jump: j.ip(), len, to, slot: None, window: Vec::new(), in_entry };
+        let mut r = Redirect { jump: j.ip(), len, to, slot: None, window: Vec::new(), in_entry, table: None };
         if len == JMP8_LEN && !in_entry {
             // A slot this exit took for an earlier jump to the same target, within reach.
             let reach = |s: u64| (-128..=127).contains(&(s as i64 - j.next_ip() as i64));
@@ -1701,7 +2412,9 @@ fn run_jumps(
     if !ok {
         room.undo_windows(n_windows);
     }
-    ok.then(|| (Tactic::WindowJumps, at, window_len, ins[i..=k].to_vec(), slot, Vec::new(), redirects))
+    let tactic = if entries.is_empty() { Tactic::WindowJumps } else { Tactic::TableJumps };
+    redirects.append(&mut entries);
+    ok.then(|| (tactic, at, window_len, ins[i..=k].to_vec(), slot, Vec::new(), redirects))
 }
 
 /// The window of a rel8 jump at `jump` in `part` ([`Redirect::window`]): the shortest run of
@@ -1872,11 +2585,15 @@ impl Room<'_, '_> {
     /// parts): straight-line instructions (no branch, call or `ret`), relocatable, no byte
     /// patched, none but the first a branch target, 10 bytes or more, whose bytes 5–9 are in
     /// reach. The run must not be where a later exit's window may grow: a call or a branch
-    /// target lies between it and the next transfer, or 16 bytes do.
+    /// target lies between it and the next transfer, or 16 bytes do, or the bytes from the
+    /// run's end to the end of that transfer, with the dead bytes after it, make 5 (a window
+    /// of the exit there, with the padding if need be, fits without the run: the
+    /// `lea rax, [rip+x]; mov [rdi], rax; xor eax, eax; ret; nop3` of a `std::function`
+    /// manager).
     fn evict(&mut self, an: &Analysis, family: &[(&Function, Vec<Instruction>)], from: u64) -> Option<u64> {
         let (lo, hi) = (from.saturating_sub(128), from + 127);
         let straight = |x: &Instruction| x.flow_control() == FlowControl::Next && check_relocatable(x).is_ok();
-        for (_, part) in family {
+        for (fp, part) in family {
             let first = part.partition_point(|x| x.ip() + JMP_LEN < lo);
             for i in first..part.len() {
                 let at = part[i].ip();
@@ -1895,14 +2612,15 @@ impl Room<'_, '_> {
                 if end - at < 2 * JMP_LEN || self.patches.overlap(at, end - at).is_some() {
                     continue;
                 }
-                // After the run, before the next transfer: a call or a branch target, or 16 bytes.
+                // After the run, before the next transfer: a call or a branch target, or 16
+                // bytes, or room for the transfer's own window.
                 let mut gap = 0;
-                let safe = part[k..].iter().find_map(|x| {
+                let safe = part[k..].iter().enumerate().find_map(|(n, x)| {
                     if is_call(x) || an.branch_targets.contains(&x.ip()) || gap >= 16 {
                         return Some(true);
                     }
                     if ends_flow(x) {
-                        return Some(false);
+                        return Some(gap + x.len() as u64 + dead_after(an, part, k + n, fp) >= JMP_LEN);
                     }
                     gap += x.len() as u64;
                     None
@@ -2106,12 +2824,18 @@ fn entry_trap(elf: &InputElf, f: &Function, start: u64) -> Result<Window, SkipRe
 
 type Window = (u64, Vec<Instruction>, bool, Tactic);
 
+/// The entry window of `f` at `start`: the shortest run of whole instructions covering 5
+/// bytes (see [`Tactic`]). With `inner` (not for a static program's wrapped function, whose
+/// window is also its real function), the run may hold branch targets that nothing but direct
+/// jumps reach ([`Analysis::jump_only`]): the window is then a [`Tactic::WindowJumps`] entry,
+/// and [`plan_entry_jumps`] leads those jumps past the counting code or gives the entry up.
 fn entry_window(
     elf: &InputElf,
     an: &Analysis,
     f: &Function,
     start: u64,
     opts: PlanOptions,
+    inner: bool,
 ) -> Result<Window, SkipReason> {
     if f.unresolved_indirect_jump {
         return Err(SkipReason::UnresolvedIndirectJump);
@@ -2126,6 +2850,8 @@ fn entry_window(
     let mut dec = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
     let mut displaced = Vec::new();
     let mut len = 0u64;
+    // The first branch target inside the window.
+    let mut target: Option<u64> = None;
     while len < JMP_LEN {
         if !dec.can_decode() {
             return Err(SkipReason::TooSmall);
@@ -2135,7 +2861,10 @@ fn entry_window(
             return Err(SkipReason::Undecodable(ins.ip()));
         }
         if ins.ip() != start && an.branch_targets.contains(&ins.ip()) {
-            return Err(SkipReason::BranchTarget(ins.ip()));
+            if !(inner && an.jump_only.contains_key(&ins.ip())) {
+                return Err(SkipReason::BranchTarget(ins.ip()));
+            }
+            target.get_or_insert(ins.ip());
         }
         check_relocatable(&ins)?;
         let is_call = ins.flow_control() == FlowControl::Call || ins.flow_control() == FlowControl::IndirectCall;
@@ -2152,16 +2881,19 @@ fn entry_window(
             if ins.flow_control() == FlowControl::IndirectCall && uses_rsp(&ins) {
                 return Err(SkipReason::Unrelocatable(ins.ip(), "stack-relative indirect call".into()));
             }
-            return Ok((len, displaced, true, Tactic::Window));
+            return inner_targets(f, start, len, displaced, true, target);
         }
-        if flow_ends && len < JMP_LEN && start + len >= end {
+        if flow_ends && len < JMP_LEN && start + len >= end && target.is_none() {
             // The function ends here, short of 5 bytes: the window may run on over the
             // padding after it, which nothing executes or jumps to.
-            if f.padding >= JMP_LEN - len {
+            if f.padding >= JMP_LEN - len || dead_nops(elf, an, end, JMP_LEN - len) {
                 return Ok((JMP_LEN, displaced, false, Tactic::WindowPadding));
             }
             return Err(SkipReason::TooSmall);
         }
+    }
+    if target.is_some() {
+        return inner_targets(f, start, len, displaced, false, target);
     }
     if !displaced.last().is_some_and(ends_flow) {
         if let Some(more) = stretch_to_exit(elf, an, f, start + len) {
@@ -2170,6 +2902,70 @@ fn entry_window(
         }
     }
     Ok((len, displaced, false, Tactic::Window))
+}
+
+/// An entry window of `len` bytes at `start` whose first branch target after `start` is
+/// `target` (none: a plain [`Tactic::Window`]). With one, the window is a
+/// [`Tactic::WindowJumps`] entry when the instructions from the target on can form its entry
+/// tail (`codegen::entry_tail`): no exit among them (the tail runs no exit instrumentation),
+/// only jumps that stay in the function, and no branch of the window leads into the window
+/// past its start (its copy would land in the patched bytes).
+fn inner_targets(
+    f: &Function,
+    start: u64,
+    len: u64,
+    displaced: Vec<Instruction>,
+    emulate_call: bool,
+    target: Option<u64>,
+) -> Result<Window, SkipReason> {
+    let Some(t) = target else { return Ok((len, displaced, emulate_call, Tactic::Window)) };
+    let inside = |a: u64| a > start && a < start + len;
+    for x in &displaced {
+        let branch = matches!(x.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64);
+        if branch && inside(x.near_branch_target()) {
+            return Err(SkipReason::BranchTarget(t));
+        }
+        if x.ip() < t {
+            continue;
+        }
+        let ok = match x.flow_control() {
+            FlowControl::Next => true,
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => {
+                branch && f.contains(x.near_branch_target()) && x.near_branch_target() != f.address
+            }
+            FlowControl::Call | FlowControl::IndirectCall => {
+                emulate_call && x.ip() == displaced[displaced.len() - 1].ip()
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(SkipReason::BranchTarget(t));
+        }
+    }
+    Ok((len, displaced, emulate_call, Tactic::WindowJumps))
+}
+
+/// Whether the `need` bytes at `at` (right after a function that ends in a `ret` or `jmp`)
+/// are alignment `nop`s or `int3`s that nothing reaches: whole such instructions cover them and
+/// no branch target (direct target, reference, symbol, function start) lies among them. A
+/// function's [`Function::padding`] counts only a gap that is padding up to the next function;
+/// this takes the padding before code that has no FDE (`_dl_relocate_static_pie`'s `ret`
+/// before `deregister_tm_clones`), or before a stray target further on.
+fn dead_nops(elf: &InputElf, an: &Analysis, at: u64, need: u64) -> bool {
+    if an.branch_targets.range(at..at + need).next().is_some() {
+        return false;
+    }
+    let mut covered = 0;
+    for x in decode_at(elf, at, 15) {
+        if covered >= need {
+            break;
+        }
+        if x.is_invalid() || !matches!(x.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+            return false;
+        }
+        covered += x.len() as u64;
+    }
+    covered >= need
 }
 
 /// Longest entry window a tiny function's body is stretched to (see [`stretch_to_exit`]).
@@ -2390,7 +3186,7 @@ fn plan_static_wrap(
     if bits == 0 {
         return false;
     }
-    let Ok((window_len, displaced, emulate_call, tactic)) = entry_window(elf, an, f, start, opts) else {
+    let Ok((window_len, displaced, emulate_call, tactic)) = entry_window(elf, an, f, start, opts, false) else {
         return false;
     };
     let id = plan.points.len() as u32;

@@ -12,7 +12,7 @@ use crate::input::InputElf;
 use crate::plan::{ExitKind, Tactic};
 use crate::Planned;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use stint_layout::meta::{DebugLink, Meta, PointMeta, POINT_ENTRY, POINT_IMPORT, POINT_WRAP};
 
 #[derive(Serialize)]
@@ -199,9 +199,12 @@ pub fn hex(a: u64) -> String {
 impl RewriteReport {
     pub fn new(p: &Planned, program: &str, layout: Option<Layout>) -> Self {
         let fs = &p.analysis.functions;
-        let functions = fs
-            .iter()
-            .map(|f| FunctionRow {
+        // The rows (a few strings each, 10^5 of them in a large program) are made on every
+        // core, in item order; the counts stay on this thread.
+        let functions = crate::par::map(
+            fs,
+            || (),
+            |_, f| FunctionRow {
                 name: f.name.clone(),
                 address: hex(f.address),
                 size: f.size,
@@ -212,20 +215,15 @@ impl RewriteReport {
                     _ => None,
                 },
                 endbr: f.has_endbr,
-            })
-            .collect();
+            },
+        );
         let mut s = Summary { functions: fs.len(), ..Default::default() };
         for f in fs {
             *s.by_source.entry(format!("{:?}", f.source).to_lowercase()).or_default() += 1;
             s.cold_parts += f.is_cold_part() as usize;
         }
         // (site, row): sorted by the numeric site address at the end.
-        let mut points: Vec<(u64, PointRow)> = Vec::new();
-        for pt in &p.plan.points {
-            if pt.import.is_some() {
-                s.imports += 1;
-                continue; // its call sites are listed below
-            }
+        for pt in p.plan.points.iter().filter(|pt| pt.import.is_none()) {
             if let Some(w) = &pt.wrap {
                 s.wrapped += 1;
                 if crate::plan::is_signal_wrap(w) {
@@ -234,30 +232,54 @@ impl RewriteReport {
             } else {
                 *s.by_tactic.entry(pt.tactic.name().into()).or_default() += 1;
             }
-            points.push((
-                pt.address,
-                PointRow {
-                    kind: if pt.wrap.is_some() { "wrap" } else { "entry" },
-                    function: pt.name(&p.analysis).to_string(),
-                    address: hex(pt.function_address(&p.analysis)),
-                    site: hex(pt.address),
-                    // A wrapper of an import with no PLT stub patches only its GOT call sites; a
-                    // static program's wrapper patches its entry window.
-                    tactic: match &pt.wrap {
-                        Some(_) if pt.window_len == 0 => "got",
-                        Some(w) if w.got_slot != 0 => "plt",
-                        _ => pt.tactic.name(),
-                    },
-                    window: Some(pt.window_len).filter(|&w| w > 0 || pt.wrap.is_none()),
-                    patch: None,
-                    reason: None,
-                    exit: None,
-                    fits: None,
-                    caller: None,
-                    note: None,
-                },
-            ));
         }
+        s.imports = p.plan.points.iter().filter(|pt| pt.import.is_some()).count();
+        let pl = &p.plan;
+        let rows = pl.points.len()
+            + pl.skipped.len()
+            + pl.exits.len()
+            + pl.skipped_exits.len()
+            + pl.import_sites.len()
+            + pl.skipped_import_sites.len()
+            + pl.wrap_sites.len()
+            + pl.uncovered_wraps.len();
+        let mut points: Vec<(u64, PointRow)> = Vec::with_capacity(rows);
+        // Imports: their call sites are listed below.
+        points.extend(
+            crate::par::map(
+                &p.plan.points,
+                || (),
+                |_, pt| {
+                    pt.import.is_none().then(|| {
+                        (
+                            pt.address,
+                            PointRow {
+                                kind: if pt.wrap.is_some() { "wrap" } else { "entry" },
+                                function: pt.name(&p.analysis).to_string(),
+                                address: hex(pt.function_address(&p.analysis)),
+                                site: hex(pt.address),
+                                // A wrapper of an import with no PLT stub patches only its GOT call
+                                // sites; a static program's wrapper patches its entry window.
+                                tactic: match &pt.wrap {
+                                    Some(_) if pt.window_len == 0 => "got",
+                                    Some(w) if w.got_slot != 0 => "plt",
+                                    _ => pt.tactic.name(),
+                                },
+                                window: Some(pt.window_len).filter(|&w| w > 0 || pt.wrap.is_none()),
+                                patch: None,
+                                reason: None,
+                                exit: None,
+                                fits: None,
+                                caller: None,
+                                note: None,
+                            },
+                        )
+                    })
+                },
+            )
+            .into_iter()
+            .flatten(),
+        );
         let mut entry_skipped = 0;
         for sk in &p.plan.skipped {
             let f = &fs[sk.function];
@@ -281,29 +303,41 @@ impl RewriteReport {
             ));
         }
         let mut exits_no_trap = 0;
+        // The first tail import at each site (a lookup per exit: node has 112,502 exits and
+        // 3,927 tail imports).
+        let mut tail_at: HashMap<u64, &crate::plan::TailImport> = HashMap::new();
+        for t in &p.plan.tail_imports {
+            tail_at.entry(t.site).or_insert(t);
+        }
         for x in &p.plan.exits {
-            let f = &fs[x.function];
             *s.exits_by_tactic.entry(x.tactic.name().into()).or_default() += 1;
             exits_no_trap += (x.tactic != Tactic::Trap) as usize;
-            points.push((
-                x.site,
-                PointRow {
-                    kind: "exit",
-                    function: f.name.clone(),
-                    address: hex(f.address),
-                    site: hex(x.site),
-                    tactic: x.tactic.name(),
-                    window: Some(x.window_len),
-                    patch: Some(hex(x.address)),
-                    exit: Some(x.kind),
-                    note: p.plan.tail_imports.iter().find(|t| t.site == x.site).map(|t| match t.called {
-                        true => format!("frame kept open across tail jump to {}", t.name),
-                        false => format!("time ends at tail jump to {}", t.name),
-                    }),
-                    ..Default::default()
-                },
-            ));
         }
+        points.extend(crate::par::map(
+            &p.plan.exits,
+            || (),
+            |_, x| {
+                let f = &fs[x.function];
+                (
+                    x.site,
+                    PointRow {
+                        kind: "exit",
+                        function: f.name.clone(),
+                        address: hex(f.address),
+                        site: hex(x.site),
+                        tactic: x.tactic.name(),
+                        window: Some(x.window_len),
+                        patch: Some(hex(x.address)),
+                        exit: Some(x.kind),
+                        note: tail_at.get(&x.site).map(|t| match t.called {
+                            true => format!("frame kept open across tail jump to {}", t.name),
+                            false => format!("time ends at tail jump to {}", t.name),
+                        }),
+                        ..Default::default()
+                    },
+                )
+            },
+        ));
         for x in &p.plan.skipped_exits {
             let f = &fs[x.function];
             *s.exits_skipped_by_reason.entry(reason_class(&x.reason, x.site)).or_default() += 1;
@@ -323,22 +357,26 @@ impl RewriteReport {
                 },
             ));
         }
-        for x in &p.plan.import_sites {
-            let pt = &p.plan.points[x.point as usize];
-            points.push((
-                x.address(),
-                PointRow {
-                    kind: "import",
-                    function: pt.name(&p.analysis).to_string(),
-                    address: hex(pt.function_address(&p.analysis)),
-                    site: hex(x.address()),
-                    tactic: Tactic::Window.name(),
-                    window: Some(x.window_len()),
-                    caller: Some(fs[x.function].name.clone()),
-                    ..Default::default()
-                },
-            ));
-        }
+        points.extend(crate::par::map(
+            &p.plan.import_sites,
+            || (),
+            |_, x| {
+                let pt = &p.plan.points[x.point as usize];
+                (
+                    x.address(),
+                    PointRow {
+                        kind: "import",
+                        function: pt.name(&p.analysis).to_string(),
+                        address: hex(pt.function_address(&p.analysis)),
+                        site: hex(x.address()),
+                        tactic: Tactic::Window.name(),
+                        window: Some(x.window_len()),
+                        caller: Some(fs[x.function].name.clone()),
+                        ..Default::default()
+                    },
+                )
+            },
+        ));
         for x in &p.plan.skipped_import_sites {
             *s.import_sites_skipped_by_reason.entry(reason_class(&x.reason, x.site)).or_default() += 1;
             points.push((
@@ -549,8 +587,7 @@ fn reason_class(r: &crate::plan::SkipReason, site: u64) -> String {
         IntoOtherColdPart(_) => "jump into another function's cold part",
         IntoFunctionInterior(_) => "jump into the middle of a function",
         NotTimed => "another exit is skipped",
-        LandingPad(_) => "covered by a landing pad",
-        NotInCallSiteTable => "outside the LSDA call-site table",
+        CatchHandler(..) => "covered by a catch handler",
         Wrapped => "wrapped",
         NoReturn => "never returns",
         ReturnAddressSensitive => "reads its return address",
@@ -563,36 +600,95 @@ fn reason_class(r: &crate::plan::SkipReason, site: u64) -> String {
 /// `stint_layout::meta::Meta` (the type the profile reader deserialises), every metric of
 /// `stint_layout::METRICS`.
 pub fn meta_json(p: &Planned, program: &str, input: Option<&str>) -> String {
-    let points = p
-        .plan
-        .points
-        .iter()
-        .map(|pt| {
-            let (kind, size) = match (&pt.wrap, &pt.import) {
-                (Some(_), _) => (POINT_WRAP, 0),
-                (None, Some(_)) => (POINT_IMPORT, 0),
-                (None, None) => (POINT_ENTRY, p.analysis.functions[pt.function].size),
-            };
-            let mut tails: Vec<String> =
-                p.plan.tail_imports.iter().filter(|t| t.point == pt.id && !t.called).map(|t| t.name.clone()).collect();
-            tails.sort();
-            tails.dedup();
-            PointMeta {
-                id: pt.id,
-                kind: kind.into(),
-                function: pt.name(&p.analysis).into(),
-                address: hex(pt.function_address(&p.analysis)),
-                bits: pt.bits,
-                size,
-                tail_jumps_to: tails,
-                entry_exit: p.plan.entry_exits.contains_key(&pt.id),
+    let (mut meta, tails_of) = (meta_without_points(p, program, input), tails_of(p));
+    let point_meta = |pt: &crate::plan::Point| point_meta(p, &tails_of, pt);
+    // The points, nearly all of the text, are written on every core, a chunk of points at a
+    // time, into the place of the empty list in the rest (compact JSON: a list is its
+    // elements joined by commas, wherever it stands).
+    let head = serde_json::to_string(&meta).expect("the meta is plain data and always serialises");
+    let (Some(at), 1) = (head.find(EMPTY_POINTS), head.matches(EMPTY_POINTS).count()) else {
+        meta.points = p.plan.points.iter().map(point_meta).collect();
+        return serde_json::to_string(&meta).expect("the meta is plain data and always serialises");
+    };
+    let chunks: Vec<&[crate::plan::Point]> = p.plan.points.chunks(META_CHUNK).collect();
+    let parts = crate::par::map(
+        &chunks,
+        || (),
+        |_, chunk| {
+            let mut out = Vec::with_capacity(chunk.len() * 128);
+            for (k, pt) in chunk.iter().enumerate() {
+                if k > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut out, &point_meta(pt)).expect("a point's meta always serialises");
             }
-        })
-        .collect();
-    let mut meta = Meta::new(program, points);
+            out
+        },
+    );
+    let len = head.len() + parts.iter().map(|x| x.len() + 1).sum::<usize>();
+    let mut json = String::with_capacity(len);
+    json.push_str(&head[..at + EMPTY_POINTS.len() - 1]);
+    for (k, part) in parts.iter().enumerate() {
+        if k > 0 {
+            json.push(',');
+        }
+        json.push_str(std::str::from_utf8(part).expect("serde_json writes UTF-8"));
+    }
+    json.push_str(&head[at + EMPTY_POINTS.len() - 1..]);
+    json
+}
+
+/// The meta of a rewrite with its list of points left empty.
+fn meta_without_points(p: &Planned, program: &str, input: Option<&str>) -> Meta {
+    let mut meta = Meta::new(program, Vec::new());
     meta.input = input.map(String::from);
     meta.unwrapped = unwrapped_notes(p);
     (meta.build_id, meta.debuglink) = debug_ids(p.elf.data);
+    meta
+}
+
+/// The tail imports that end each point's time, by point (one pass over the list).
+fn tails_of(p: &Planned) -> HashMap<u32, Vec<String>> {
+    let mut tails_of: HashMap<u32, Vec<String>> = HashMap::new();
+    for t in p.plan.tail_imports.iter().filter(|t| !t.called) {
+        tails_of.entry(t.point).or_default().push(t.name.clone());
+    }
+    tails_of
+}
+
+/// What the meta says of point `pt`.
+fn point_meta(p: &Planned, tails_of: &HashMap<u32, Vec<String>>, pt: &crate::plan::Point) -> PointMeta {
+    let (kind, size) = match (&pt.wrap, &pt.import) {
+        (Some(_), _) => (POINT_WRAP, 0),
+        (None, Some(_)) => (POINT_IMPORT, 0),
+        (None, None) => (POINT_ENTRY, p.analysis.functions[pt.function].size),
+    };
+    let mut tails: Vec<String> = tails_of.get(&pt.id).cloned().unwrap_or_default();
+    tails.sort();
+    tails.dedup();
+    PointMeta {
+        id: pt.id,
+        kind: kind.into(),
+        function: pt.name(&p.analysis).into(),
+        address: hex(pt.function_address(&p.analysis)),
+        bits: pt.bits,
+        size,
+        tail_jumps_to: tails,
+        entry_exit: p.plan.entry_exits.contains_key(&pt.id),
+    }
+}
+
+/// The meta's point list while it is empty, as serde_json writes it.
+const EMPTY_POINTS: &str = "\"points\":[]";
+
+/// Points per chunk of the meta written on one core.
+pub(crate) const META_CHUNK: usize = 16;
+
+/// [`meta_json`] serialised in one piece (what the chunks must add up to).
+#[cfg(test)]
+pub(crate) fn meta_whole(p: &Planned, program: &str, input: Option<&str>) -> String {
+    let (mut meta, tails_of) = (meta_without_points(p, program, input), tails_of(p));
+    meta.points = p.plan.points.iter().map(|pt| point_meta(p, &tails_of, pt)).collect();
     serde_json::to_string(&meta).expect("the meta is plain data and always serialises")
 }
 

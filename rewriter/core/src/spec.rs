@@ -23,6 +23,10 @@ struct RawSpec {
     /// Whether each thread keeps a calling-context tree of the timed functions (D16).
     #[serde(default = "yes")]
     call_paths: bool,
+    /// Whether the runtime may time one call in N of a point whose calls are short and
+    /// frequent (counts stay exact). Off by default: see README "Sampling short calls".
+    #[serde(default)]
+    sampling: bool,
 }
 
 fn yes() -> bool {
@@ -73,6 +77,9 @@ pub struct Spec {
     /// Each thread keeps a calling-context tree of its timed functions (D16); the runtime's
     /// `STINT_CALLTREE_NODES=0` turns it off for one run.
     pub call_paths: bool,
+    /// The runtime times one call in `SAMPLE_EVERY` of a point whose calls are short and
+    /// frequent, and estimates its time (counts exact); `false` times every call.
+    pub sampling: bool,
 }
 
 impl Spec {
@@ -117,7 +124,7 @@ impl Spec {
                 on_at_start: m.on_at_start,
             });
         }
-        Ok(Spec { metrics, call_paths: raw.call_paths })
+        Ok(Spec { metrics, call_paths: raw.call_paths, sampling: raw.sampling })
     }
 
     /// `metric_bit`s of the function metrics (calls, timers) that select function `name`.

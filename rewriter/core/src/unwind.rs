@@ -44,9 +44,10 @@
 //!   (version 3 differs only in how the return address column is encoded, a ULEB128 that
 //!   gimli writes for both), padded with `DW_CFA_nop` to 8 bytes.
 //!
-//! The offsets of the written FDEs, for the header's table, are read back from the written
-//! section with gimli. The input's own `.eh_frame` and `.eh_frame_hdr` bytes stay where they
-//! were, unused. An input without `PT_GNU_EH_FRAME` is left as it is ([`build`] returns
+//! The header's table pairs each FDE's initial location, recorded as the FDE is added
+//! ([`Frames`]), with the FDE's offset, found by walking the written entries' lengths
+//! ([`hdr_index`]: gimli writes the FDEs in the order they were added; nothing is parsed
+//! back). The input's own `.eh_frame` and `.eh_frame_hdr` bytes stay where they were, unused. An input without `PT_GNU_EH_FRAME` is left as it is ([`build`] returns
 //! `None`): without a header there is no program header slot to point at the new table.
 //!
 //! # CFI of generated code
@@ -79,20 +80,21 @@
 use crate::analysis::unwind::{Bytes, EhFrameIn, ReadFde};
 use crate::error::{Error, Result};
 use crate::input::{InputElf, Segment};
+use crate::plan::SiteEh;
 use gimli::write::{
-    Address, CallFrameInstruction as Cfi, CieId, CommonInformationEntry, EndianVec, Expression, FrameDescriptionEntry,
-    FrameTable,
+    Address, CallFrameInstruction as Cfi, CieId, CommonInformationEntry, Expression, FrameDescriptionEntry, FrameTable,
 };
 use gimli::{
     constants, BaseAddresses, CfaRule, DwEhPe, EhFrameHdr, EhFrameOffset, Encoding, Format, LittleEndian, Pointer,
     RegisterRule, UnwindContext, UnwindSection,
 };
 use iced_x86::{
-    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
-    Register,
+    Code, ConstantOffsets, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic,
+    OpAccess, OpKind, Register,
 };
 use object::elf;
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::ops::Range;
 
 /// The CFA state a piece of generated code starts in.
@@ -118,11 +120,19 @@ pub struct Piece {
     pub start: u64,
     pub code: Vec<u8>,
     pub initial: Initial,
+    /// The id of its CFI shape ([`ShapeIds`]) where the layout pass found it while encoding
+    /// the piece ahead (`None`: the shape is found here, by decoding the piece).
+    pub shape: Option<u64>,
 }
 
-/// The new `.eh_frame` and `.eh_frame_hdr`, laid out from `eh_frame_at` (see [`EhOut::bytes`]).
+/// The exception tables of import trampolines, the new `.eh_frame` and `.eh_frame_hdr`, laid
+/// out from `lsda_at` (see [`EhOut::bytes`]).
 #[derive(Clone, Debug)]
 pub struct EhOut {
+    /// Virtual address of the exception tables ([`CalledEh`]), where these bytes start.
+    pub lsda_at: u64,
+    /// The exception tables, padded to `eh_frame_at` (empty when no trampoline needs one).
+    pub lsda: Vec<u8>,
     /// Virtual address of the new `.eh_frame`.
     pub eh_frame_at: u64,
     pub eh_frame: Vec<u8>,
@@ -132,10 +142,12 @@ pub struct EhOut {
 }
 
 impl EhOut {
-    /// The bytes to place at `eh_frame_at`: `.eh_frame`, padding, `.eh_frame_hdr`.
+    /// The bytes to place at `lsda_at`: the exception tables, `.eh_frame`, padding,
+    /// `.eh_frame_hdr`.
     pub fn bytes(&self) -> Vec<u8> {
-        let mut v = self.eh_frame.clone();
-        v.resize((self.hdr_at - self.eh_frame_at) as usize, 0);
+        let mut v = self.lsda.clone();
+        v.extend_from_slice(&self.eh_frame);
+        v.resize((self.hdr_at - self.lsda_at) as usize, 0);
         v.extend_from_slice(&self.eh_frame_hdr);
         v
     }
@@ -159,11 +171,18 @@ const ENCODING: Encoding = Encoding { format: Format::Dwarf32, version: 1, addre
 /// Data alignment factor of our CIE.
 const DATA_ALIGN: i64 = -8;
 
-/// Build the combined `.eh_frame` (placed at `at`, which must be 4-aligned) and its
-/// `.eh_frame_hdr`: the input's FDEs, rt-lib's (`rt_eh`: the address where the image's
+/// Build the combined `.eh_frame` and its `.eh_frame_hdr`, placed from `at` (which must be
+/// 4-aligned), after the exception tables of the import trampolines whose call site `called`
+/// names ([`CalledEh`]): the input's FDEs, rt-lib's (`rt_eh`: the address where the image's
 /// `.eh_frame` lies in the output, and its bytes) and one FDE per piece. `None` if the input
 /// has no `PT_GNU_EH_FRAME` (see the module documentation).
-pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> Result<Option<EhOut>> {
+pub fn build(
+    elf: &InputElf,
+    pieces: &[Piece],
+    rt_eh: (u64, &[u8]),
+    at: u64,
+    called: &HashMap<u64, SiteEh>,
+) -> Result<Option<EhOut>> {
     let Some(hdr_seg) = elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_EH_FRAME) else {
         return Ok(None);
     };
@@ -172,7 +191,10 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
     }
     let (in_addr, in_data) = input_eh_frame(elf, hdr_seg)?;
     let input = EhFrameIn::of_program(elf, in_addr, in_data);
-    let mut table = FrameTable::default();
+    let pieces: Vec<&Piece> = pieces.iter().filter(|p| !p.code.is_empty()).collect();
+    let lsdas = CalledEh::lay_out(&pieces, called, at, &|a| lsda_bytes(elf, a), elf.kind.is_position_independent())?;
+    let (lsda_at, at) = (at, lsdas.end);
+    let mut table = Frames::default();
     let mut index = Vec::new();
     let input_fdes = input.fdes().inspect(|f| {
         if let Ok(f) = f {
@@ -183,44 +205,445 @@ pub fn build(elf: &InputElf, pieces: &[Piece], rt_eh: (u64, &[u8]), at: u64) -> 
     let rt = EhFrameIn::new(rt_eh.0, rt_eh.1, "rt-lib .eh_frame");
     Converter::new(&rt, at, true).convert(rt.fdes(), &mut table)?;
 
-    // The CFI of every piece, spread over the cores (each thread evaluates the input's rows
-    // with its own context), added to the table in piece order.
+    // The FDE of every piece, its CFI traced on every core (each thread evaluates the input's
+    // rows with its own context), added to the table in piece order with its CIE.
     index.sort_unstable();
-    let pieces: Vec<&Piece> = pieces.iter().filter(|p| !p.code.is_empty()).collect();
-    let programs = crate::par::map(
+    let fdes = crate::par::map(
         &pieces,
-        || (InputRows::new(&input, &index), InstructionInfoFactory::new()),
-        |(rows, info), p| {
+        || (InputRows::new(&input, &index), InstructionInfoFactory::new(), CfiMemo::default()),
+        |(rows, info, memo), p| {
+            let len = u32::try_from(p.code.len())
+                .map_err(|_| Error::Internal(format!("unwind: piece at 0x{:x} too long", p.start)))?;
             let initial = match p.initial {
                 Initial::Call => State::call(),
                 Initial::Entry => State::entry(),
                 Initial::At(a) => rows.state_at(a).unwrap_or_else(State::call),
                 Initial::Called(a) => rows.state_at(a).unwrap_or_else(State::call).pushed(8),
             };
-            cfi_program(p.start, &p.code, initial, info)
+            let mut fde = FrameDescriptionEntry::new(Address::Constant(p.start.wrapping_sub(at)), len);
+            for (offset, instruction) in memo.program(p.start, &p.code, p.shape, initial, info)? {
+                fde.add_instruction(*offset, instruction.clone());
+            }
+            Ok(fde)
         },
     );
     let cie = table.add_cie(generated_cie());
-    for (p, program) in pieces.iter().zip(programs) {
-        let len = u32::try_from(p.code.len())
-            .map_err(|_| Error::Internal(format!("unwind: piece at 0x{:x} too long", p.start)))?;
-        let mut fde = FrameDescriptionEntry::new(Address::Constant(p.start.wrapping_sub(at)), len);
-        for (offset, instruction) in program? {
-            fde.add_instruction(offset, instruction);
+    let mut personal = Personalities::new(&input, &index, at, elf.kind.is_position_independent());
+    for (p, fde) in pieces.iter().zip(fdes) {
+        let mut fde = fde?;
+        let mut cie = cie;
+        if let (Some(&lsda), Initial::Called(site)) = (lsdas.at.get(&p.start), p.initial) {
+            // No personality where the caller is: the unwinder never read its LSDA either.
+            if let Some(with) = personal.cie_at(site, &mut table)? {
+                cie = with;
+                fde.lsda = Some(Address::Constant(lsda.wrapping_sub(at)));
+            }
         }
-        table.add_fde(cie, fde);
+        table.add_fde(cie, fde, p.start);
     }
-    let eh_frame = write_eh_frame(&table, at)?;
+    // The input's FDEs grow by their relocated pointers at most; a piece's FDE is its CFA
+    // program (a few rows) behind a 9-word header.
+    let size_hint = in_data.len() + rt_eh.1.len() + pieces.len() * 64;
+    let eh_frame = write_eh_frame(&table.table, at, size_hint)?;
+    // The table's memory is freed on another thread, while this one goes on.
+    let starts = std::mem::take(&mut table.starts);
+    crate::drop_elsewhere(table);
 
-    let written = EhFrameIn::new(at, &eh_frame, "new .eh_frame");
-    let index = written
-        .fdes()
-        .map(|f| f.map(|f| (f.initial_address(), at + f.offset() as u64)))
-        .collect::<Result<Vec<_>>>()
-        .map_err(|e| Error::Internal(format!("unwind: the new .eh_frame at 0x{at:x} does not read back: {e}")))?;
+    let index = hdr_index(&eh_frame, at, &starts)?;
     let hdr_at = (at + eh_frame.len() as u64).next_multiple_of(4);
     let eh_frame_hdr = build_hdr(at, hdr_at, index)?;
-    Ok(Some(EhOut { eh_frame_at: at, eh_frame, hdr_at, eh_frame_hdr }))
+    Ok(Some(EhOut { lsda_at, lsda: lsdas.bytes, eh_frame_at: at, eh_frame, hdr_at, eh_frame_hdr }))
+}
+
+// ---------------------------------------------------------------------------------------
+// Exception tables of import trampolines
+// ---------------------------------------------------------------------------------------
+
+/// The exception tables (LSDAs, in the GCC format every C++ and Rust personality routine
+/// reads) of the import trampolines whose caller has one ([`SiteEh`]), laid out before the new
+/// `.eh_frame`.
+///
+/// While a timed import runs, its return address is in the trampoline, so the unwinder asks
+/// the trampoline's FDE, not the caller's, what to do. The trampoline makes the call with the
+/// caller's registers and stack pointer, so its frame can answer for the caller: its FDE gets
+/// the caller's personality routine (the caller's CIE's pointer, converted like any other)
+/// and one of these tables, with the caller's answer for the whole trampoline:
+/// - [`SiteEh::Terminate`] (no row covers the call): an empty call-site table, shared by all
+///   such trampolines: the personality routine terminates, as the caller's would have;
+/// - [`SiteEh::Cleanup`]: one row over the whole trampoline whose landing pad is the caller's
+///   pad (action 0, no type table). The table's own `LPStart` (pc-relative, one byte before
+///   the pad) makes the pad reachable from a table that is not the caller's;
+/// - [`SiteEh::Catch`]: the same row with the caller's action chain and the part of its type
+///   table the chain uses ([`CatchRow`]), so the personality routine picks the same handler
+///   and hands the pad the same selector.
+///
+/// Trampolines of one length with the same answer share one table (a caller's calls covered
+/// by one row, or any callers' calls into one pad). Other pieces get none: only import
+/// trampolines call code that can throw.
+struct CalledEh {
+    /// The tables, padded to `end`.
+    bytes: Vec<u8>,
+    /// Each piece's table, by the piece's start.
+    at: HashMap<u64, u64>,
+    /// The first address after them, 8-aligned (`at` itself when there are none).
+    end: u64,
+}
+
+/// DW_EH_PE_omit, DW_EH_PE_uleb128, DW_EH_PE_udata8 (absolute).
+const EH_PE_OMIT: u8 = 0xff;
+const EH_PE_ULEB128: u8 = 0x01;
+const EH_PE_UDATA8: u8 = 0x04;
+/// DW_EH_PE_indirect: the entry points at a slot holding the address.
+const EH_PE_INDIRECT: u8 = 0x80;
+/// Action records one restated chain may have (a chain longer than this is taken for a loop).
+const MAX_ACTIONS: usize = 256;
+
+impl CalledEh {
+    /// The tables of `pieces` from `at`; `lsda` gives the bytes of a caller's LSDA (from its
+    /// address to the end of its section) for [`SiteEh::Catch`] rows, in a program that is
+    /// position-independent if `pie`.
+    fn lay_out<'a>(
+        pieces: &[&Piece],
+        called: &HashMap<u64, SiteEh>,
+        at: u64,
+        lsda: &dyn Fn(u64) -> Option<&'a [u8]>,
+        pie: bool,
+    ) -> Result<CalledEh> {
+        let mut out = CalledEh { bytes: Vec::new(), at: HashMap::new(), end: at };
+        let mut shared: HashMap<(SiteEh, usize), u64> = HashMap::new();
+        for p in pieces {
+            let Initial::Called(site) = p.initial else { continue };
+            let eh = match called.get(&site) {
+                None | Some(SiteEh::Pass) => continue,
+                Some(&eh) => eh,
+            };
+            // A Terminate table has no rows, so it fits trampolines of every length.
+            let key = (eh, if eh == SiteEh::Terminate { 0 } else { p.code.len() });
+            let table = match shared.get(&key) {
+                Some(&t) => t,
+                None => {
+                    let t = at + out.bytes.len() as u64;
+                    let bytes = match eh {
+                        SiteEh::Pass => continue,
+                        // LPStart omitted, no type table, ULEB128 call sites, an empty table.
+                        SiteEh::Terminate => vec![EH_PE_OMIT, EH_PE_OMIT, EH_PE_ULEB128, 0],
+                        SiteEh::Cleanup(pad) => CatchRow::cleanup().write(t, pad, p.code.len() as u64)?,
+                        SiteEh::Catch { pad, lsda: l, action } => {
+                            let data = lsda(l).ok_or_else(|| {
+                                Error::Internal(format!(
+                                    "unwind: the LSDA at 0x{l:x} of the call at 0x{site:x} is gone"
+                                ))
+                            })?;
+                            let row = CatchRow::read(data, l, action, pie).map_err(|why| {
+                                Error::Internal(format!("unwind: the LSDA at 0x{l:x} of the call at 0x{site:x}: {why}"))
+                            })?;
+                            row.write(t, pad, p.code.len() as u64)?
+                        }
+                    };
+                    out.bytes.extend_from_slice(&bytes);
+                    shared.insert(key, t);
+                    t
+                }
+            };
+            out.at.insert(p.start, table);
+        }
+        if !out.bytes.is_empty() {
+            out.end = (at + out.bytes.len() as u64).next_multiple_of(8);
+            out.bytes.resize((out.end - at) as usize, 0);
+        }
+        Ok(out)
+    }
+}
+
+/// The bytes of the LSDA at `lsda` in the input: from there to the end of the section holding
+/// it (`.gcc_except_table`); None if no allocated section with bits holds it.
+pub(crate) fn lsda_bytes<'a>(elf: &InputElf<'a>, lsda: u64) -> Option<&'a [u8]> {
+    let sec = elf.sections.iter().find(|s| s.is_alloc() && s.has_bits() && lsda >= s.addr && lsda - s.addr < s.size)?;
+    elf.section_data(sec).get((lsda - sec.addr) as usize..)
+}
+
+/// What one row of a caller's LSDA does, read for restating it in a trampoline's own table:
+/// the row's action chain (each record's filter: > 0 catches the type of that type-table
+/// entry, 0 is a cleanup, < 0 is an exception specification at that byte offset after the
+/// type table's base) and what the chain reads of the type table, re-encoded for a table at
+/// another address.
+///
+/// Filter values stay as they are: the landing pad compares the selector it is handed with
+/// constants compiled into it. So the type table keeps its indices (entries the chain does
+/// not use are written as 0) and the exception specifications keep their offsets (the bytes
+/// from the base to the end of the last list used are copied; their entries are type
+/// indices). An entry is "none" (raw 0, `catch (...)`) or an address:
+/// - pc-relative entries (GCC's and clang's `indirect|pcrel|sdata4` in PIC, pointing at a
+///   `DW.ref` slot; or direct) are written pc-relative sdata4 from their new place, keeping
+///   the indirection: the slot or `typeinfo` object does not move;
+/// - absolute entries (non-PIC) are written as absolute udata8, keeping the indirection; in a
+///   position-independent program they would need the dynamic relocations of the old table,
+///   so they are refused;
+/// - text-, data- and function-relative and aligned entries, and the variable-length
+///   (LEB128) formats libgcc does not read in type tables, are refused: all of these only
+///   when an entry the chain uses is not null.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CatchRow {
+    filters: Vec<i64>,
+    /// The encoding of the restated type table (`EH_PE_OMIT`: the chain reads no type).
+    enc: u8,
+    /// The type-table entries the chain uses, by index: None for null, else the address the
+    /// caller's entry means (before any indirection).
+    types: std::collections::BTreeMap<u64, Option<u64>>,
+    /// The exception specifications, from the type table's base to the end of the last list
+    /// the chain uses.
+    specs: Vec<u8>,
+}
+
+/// A reader over an LSDA's bytes at `base`.
+struct LsdaCursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+    base: u64,
+}
+
+impl LsdaCursor<'_> {
+    fn at(&self) -> u64 {
+        self.base.wrapping_add(self.pos as u64)
+    }
+    fn u8(&mut self) -> std::result::Result<u8, String> {
+        let b = *self.data.get(self.pos).ok_or_else(|| format!("ends at 0x{:x}", self.at()))?;
+        self.pos += 1;
+        Ok(b)
+    }
+    fn leb(&mut self, signed: bool) -> std::result::Result<u64, String> {
+        let mut r = gimli::EndianSlice::new(self.data.get(self.pos..).unwrap_or(&[]), LittleEndian);
+        let len = r.len();
+        let v = if signed {
+            gimli::leb128::read::signed(&mut r).map(|v| v as u64)
+        } else {
+            gimli::leb128::read::unsigned(&mut r)
+        };
+        let v = v.map_err(|_| format!("bad LEB128 at 0x{:x}", self.at()))?;
+        self.pos += len - r.len();
+        Ok(v)
+    }
+    /// A value of DW_EH_PE format `enc & 0x0f`, raw (no application, no indirection).
+    fn raw(&mut self, enc: u8) -> std::result::Result<u64, String> {
+        let sext = |v: u64, bits: u32| ((v << (64 - bits)) as i64 >> (64 - bits)) as u64;
+        let size = match enc & 0x0f {
+            0x01 => return self.leb(false),
+            0x09 => return self.leb(true),
+            f => fixed_size(f).ok_or_else(|| format!("pointer encoding 0x{enc:02x} at 0x{:x}", self.at()))?,
+        };
+        let b = self.data.get(self.pos..self.pos + size).ok_or_else(|| format!("ends at 0x{:x}", self.at()))?;
+        self.pos += size;
+        let v = b.iter().rev().fold(0u64, |v, &x| v << 8 | u64::from(x));
+        Ok(match enc & 0x0f {
+            0x0a => sext(v, 16),
+            0x0b => sext(v, 32),
+            _ => v,
+        })
+    }
+}
+
+/// The size of a fixed-size DW_EH_PE format (`enc & 0x0f`), None for LEB128 or unknown.
+fn fixed_size(format: u8) -> Option<usize> {
+    match format {
+        0x00 | 0x04 | 0x08 | 0x0c => Some(8),
+        0x02 | 0x0a => Some(2),
+        0x03 | 0x0b => Some(4),
+        _ => None,
+    }
+}
+
+impl CatchRow {
+    /// A cleanup-only row: no chain (action 0), no type table.
+    fn cleanup() -> CatchRow {
+        CatchRow { filters: Vec::new(), enc: EH_PE_OMIT, types: Default::default(), specs: Vec::new() }
+    }
+
+    /// The row whose action is `action` (1 + the offset of its first record in the action
+    /// table) of the LSDA whose bytes `data` lie at `lsda`, in a program that is
+    /// position-independent if `pie`; or why it cannot be restated (see [`CatchRow`]).
+    pub(crate) fn read(data: &[u8], lsda: u64, action: u64, pie: bool) -> std::result::Result<CatchRow, String> {
+        let mut c = LsdaCursor { data, pos: 0, base: lsda };
+        let lp_enc = c.u8()?;
+        if lp_enc != EH_PE_OMIT {
+            c.raw(lp_enc)?;
+        }
+        let tt_enc = c.u8()?;
+        let tt_base = if tt_enc == EH_PE_OMIT {
+            None
+        } else {
+            let off = c.leb(false)?;
+            Some(usize::try_from(off).ok().and_then(|o| c.pos.checked_add(o)).ok_or("type table offset")?)
+        };
+        let _cs_enc = c.u8()?;
+        let cs_len = c.leb(false)?;
+        let actions =
+            usize::try_from(cs_len).ok().and_then(|l| c.pos.checked_add(l)).ok_or("call-site table length")?;
+        if action == 0 {
+            return Err("action 0 is a cleanup".into());
+        }
+        // The chain.
+        let mut filters = Vec::new();
+        let mut pos = usize::try_from(action - 1).ok().and_then(|a| actions.checked_add(a)).ok_or("action offset")?;
+        loop {
+            if filters.len() == MAX_ACTIONS {
+                return Err(format!("action chain longer than {MAX_ACTIONS} records"));
+            }
+            c.pos = pos;
+            filters.push(c.leb(true)? as i64);
+            let next_at = c.pos;
+            let next = c.leb(true)? as i64;
+            if next == 0 {
+                break;
+            }
+            pos = next_at.checked_add_signed(next as isize).ok_or("action record offset")?;
+        }
+        // The type indices the chain uses, and the exception specifications.
+        let mut indices: Vec<u64> = filters.iter().filter(|&&f| f > 0).map(|&f| f as u64).collect();
+        let mut specs_end = None;
+        for &f in filters.iter().filter(|&&f| f < 0) {
+            let base = tt_base.ok_or("an exception specification without a type table")?;
+            c.pos = base.checked_add(f.unsigned_abs() as usize - 1).ok_or("specification offset")?;
+            loop {
+                let i = c.leb(false)?;
+                if i == 0 {
+                    break;
+                }
+                indices.push(i);
+            }
+            specs_end = specs_end.max(Some(c.pos));
+        }
+        let specs = match (tt_base, specs_end) {
+            (Some(b), Some(e)) => data[b..e].to_vec(),
+            _ => Vec::new(),
+        };
+        if indices.is_empty() && specs.is_empty() {
+            return Ok(CatchRow { filters, enc: EH_PE_OMIT, types: Default::default(), specs });
+        }
+        let base = tt_base.ok_or("a handler type without a type table")?;
+        let size = fixed_size(tt_enc & 0x0f)
+            .ok_or_else(|| format!("type table encoding 0x{tt_enc:02x} (variable-length or unknown)"))?;
+        let mut types = std::collections::BTreeMap::new();
+        for i in indices {
+            let at = usize::try_from(i)
+                .ok()
+                .and_then(|i| i.checked_mul(size))
+                .and_then(|d| base.checked_sub(d))
+                .ok_or_else(|| format!("type index {i}"))?;
+            c.pos = at;
+            let field = c.at();
+            let raw = c.raw(tt_enc)?;
+            let meant = match tt_enc & 0x70 {
+                _ if raw == 0 => None,
+                0x00 => Some(raw),
+                0x10 => Some(field.wrapping_add(raw)),
+                a => return Err(format!("type table encoding 0x{tt_enc:02x} (application 0x{a:02x})")),
+            };
+            types.insert(i, meant);
+        }
+        let absolute = tt_enc & 0x70 == 0x00;
+        let enc = if types.values().all(Option::is_none) {
+            EH_PE_UDATA8 // zeros, whatever they were
+        } else if absolute && pie {
+            return Err(format!("type table encoding 0x{tt_enc:02x}: absolute in a position-independent program"));
+        } else if absolute {
+            EH_PE_UDATA8 | (tt_enc & EH_PE_INDIRECT)
+        } else {
+            PCREL_SDATA4.0 | (tt_enc & EH_PE_INDIRECT)
+        };
+        Ok(CatchRow { filters, enc, types, specs })
+    }
+
+    /// The table at `t`: `LPStart` pc-relative one byte before `pad`, one row over
+    /// `[0, len)` whose pad is `pad` and whose action is the chain (or 0 without one), the
+    /// chain's records one after the other, the type table and the specifications.
+    fn write(&self, t: u64, pad: u64, len: u64) -> Result<Vec<u8>> {
+        let uleb = |out: &mut Vec<u8>, v: u64| gimli::leb128::write::unsigned(out, v).expect("a Vec takes every write");
+        let sleb = |out: &mut Vec<u8>, v: i64| gimli::leb128::write::signed(out, v).expect("a Vec takes every write");
+        let rel32 = |from: u64, to: u64, what: &str| {
+            i32::try_from(to.wrapping_sub(from) as i64)
+                .map_err(|_| Error::Internal(format!("unwind: {what} 0x{to:x} out of reach of 0x{from:x}")))
+        };
+        let mut out = vec![PCREL_SDATA4.0];
+        out.extend_from_slice(&rel32(t + 1, pad.wrapping_sub(1), "landing pad")?.to_le_bytes());
+        // After the type table's header: the call-site table and the action records.
+        let mut rest = vec![EH_PE_ULEB128];
+        let mut row = Vec::new();
+        for v in [0, len, 1, u64::from(!self.filters.is_empty())] {
+            uleb(&mut row, v);
+        }
+        uleb(&mut rest, row.len() as u64);
+        rest.extend_from_slice(&row);
+        for (k, &f) in self.filters.iter().enumerate() {
+            sleb(&mut rest, f);
+            // The next record follows this 1-byte displacement.
+            sleb(&mut rest, i64::from(k + 1 < self.filters.len()));
+        }
+        if self.enc == EH_PE_OMIT {
+            out.push(EH_PE_OMIT);
+            out.extend_from_slice(&rest);
+            return Ok(out);
+        }
+        let size = fixed_size(self.enc & 0x0f)
+            .ok_or_else(|| Error::Internal(format!("unwind: restated type table encoding 0x{:02x}", self.enc)))?
+            as u64;
+        let count = self.types.keys().next_back().copied().unwrap_or(0);
+        out.push(self.enc);
+        uleb(&mut out, rest.len() as u64 + count * size);
+        out.extend_from_slice(&rest);
+        // Entry i lies i entries before the base.
+        for i in (1..=count).rev() {
+            let field = t + out.len() as u64;
+            match self.types.get(&i).copied().flatten() {
+                None => out.extend(std::iter::repeat_n(0, size as usize)),
+                Some(a) if size == 8 => out.extend_from_slice(&a.to_le_bytes()),
+                Some(a) => out.extend_from_slice(&rel32(field, a, "type-table entry")?.to_le_bytes()),
+            }
+        }
+        out.extend_from_slice(&self.specs);
+        Ok(out)
+    }
+}
+
+/// CIEs for generated code with the personality routine of the input's code at an address.
+struct Personalities<'e, 'a> {
+    convert: Converter<'e, 'a>,
+    index: &'e [(u64, u64, usize)],
+    /// By the personality pointer's encoding and target.
+    cies: HashMap<(u8, u64), CieId>,
+}
+
+impl<'e, 'a> Personalities<'e, 'a> {
+    fn new(eh: &'e EhFrameIn<'a>, index: &'e [(u64, u64, usize)], at: u64, pie: bool) -> Self {
+        Personalities { convert: Converter::new(eh, at, pie), index, cies: HashMap::new() }
+    }
+
+    /// The CIE of generated code with the personality of the FDE covering `addr` and a
+    /// pc-relative LSDA pointer; None if no FDE covers it or its CIE has no personality.
+    fn cie_at(&mut self, addr: u64, table: &mut Frames) -> Result<Option<CieId>> {
+        let Some(fde) = fde_covering(self.convert.eh, self.index, addr) else { return Ok(None) };
+        let cie = fde.cie();
+        let Some((enc, p)) = cie.personality_with_encoding() else { return Ok(None) };
+        let key = (enc.0, p.pointer());
+        if let Some(id) = self.cies.get(&key) {
+            return Ok(Some(*id));
+        }
+        let own = self.convert.entry_range(cie.offset(), cie.entry_len(), cie.encoding().format);
+        let Some(personality) = self.convert.pointer(cie.offset(), &own, enc, p)? else { return Ok(None) };
+        let mut out = generated_cie();
+        out.personality = Some((enc, personality));
+        out.lsda_encoding = Some(PCREL_SDATA4);
+        let id = table.add_cie(out);
+        self.cies.insert(key, id);
+        Ok(Some(id))
+    }
+}
+
+/// The input's FDE covering `addr`, found in `index` ((initial location, end, offset), sorted).
+fn fde_covering<'a>(eh: &EhFrameIn<'a>, index: &[(u64, u64, usize)], addr: u64) -> Option<ReadFde<'a>> {
+    let i = index.partition_point(|f| f.0 <= addr);
+    // FDEs do not nest; a few steps back cover zero-length and overlapping oddities.
+    let &(_, _, off) = index[..i].iter().rev().take(4).find(|f| addr < f.1)?;
+    eh.section.fde_from_offset(&eh.bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).ok()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -298,14 +721,14 @@ impl<'e, 'a> Converter<'e, 'a> {
     }
 
     /// Add every FDE of `fdes` (read from this section), with the CIEs they use.
-    fn convert(&mut self, fdes: impl Iterator<Item = Result<ReadFde<'a>>>, table: &mut FrameTable) -> Result<()> {
+    fn convert(&mut self, fdes: impl Iterator<Item = Result<ReadFde<'a>>>, table: &mut Frames) -> Result<()> {
         for fde in fdes {
             self.fde(&fde?, table)?;
         }
         Ok(())
     }
 
-    fn fde(&mut self, fde: &ReadFde<'a>, table: &mut FrameTable) -> Result<()> {
+    fn fde(&mut self, fde: &ReadFde<'a>, table: &mut Frames) -> Result<()> {
         let offset = fde.offset();
         let cie = fde.cie();
         let own = self.entry_range(offset, fde.entry_len(), cie.encoding().format);
@@ -352,12 +775,12 @@ impl<'e, 'a> Converter<'e, 'a> {
                 i => out.add_instruction(pc, self.instruction(offset, cie, i)?),
             }
         }
-        table.add_fde(cie_id, out);
+        table.add_fde(cie_id, out, fde.initial_address());
         Ok(())
     }
 
     /// The CIE `cie` in the new table (without `L` when `no_lsda`: the FDE's LSDA is null).
-    fn cie(&mut self, cie: &ReadCie<'a>, no_lsda: bool, table: &mut FrameTable) -> Result<CieId> {
+    fn cie(&mut self, cie: &ReadCie<'a>, no_lsda: bool, table: &mut Frames) -> Result<CieId> {
         let offset = cie.offset();
         let key = (offset, no_lsda && cie.lsda_encoding().is_some());
         if let Some(id) = self.cies.get(&key) {
@@ -431,18 +854,97 @@ impl<'e, 'a> Converter<'e, 'a> {
     }
 }
 
+/// The frame table of the new `.eh_frame`, and the initial location of each FDE in the order
+/// added, which is the order gimli writes them in (each CIE before its first FDE): the
+/// `.eh_frame_hdr` table is built from these ([`hdr_index`]), not by parsing the section back.
+#[derive(Default)]
+struct Frames {
+    table: FrameTable,
+    starts: Vec<u64>,
+}
+
+impl Frames {
+    fn add_cie(&mut self, cie: CommonInformationEntry) -> CieId {
+        self.table.add_cie(cie)
+    }
+
+    /// Add `fde`, which describes the code from `start` (its initial location as written).
+    fn add_fde(&mut self, cie: CieId, fde: FrameDescriptionEntry, start: u64) {
+        self.table.add_fde(cie, fde);
+        self.starts.push(start);
+    }
+}
+
+/// The (initial location, FDE address) pairs of the `.eh_frame` written at `at`: the FDEs are
+/// found by walking the entries' lengths (an entry whose CIE pointer is not 0 is an FDE), and
+/// the k-th FDE has the k-th of `starts`, the initial locations in the order they were added.
+fn hdr_index(eh: &[u8], at: u64, starts: &[u64]) -> Result<Vec<(u64, u64)>> {
+    let bad = |m: String| Error::Internal(format!("unwind: the new .eh_frame at 0x{at:x}: {m}"));
+    let word = |o: usize| eh.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let mut index = Vec::with_capacity(starts.len());
+    let mut next = starts.iter();
+    let mut o = 0usize;
+    while let Some(len) = word(o) {
+        if len == 0 {
+            break; // the terminator
+        }
+        let id = word(o + 4).ok_or_else(|| bad(format!("entry at offset 0x{o:x} is cut off")))?;
+        if id != 0 {
+            let start = next.next().ok_or_else(|| bad("more FDEs written than added".into()))?;
+            index.push((*start, at + o as u64));
+        }
+        o = o
+            .checked_add(4 + len as usize)
+            .filter(|&e| e <= eh.len())
+            .ok_or_else(|| bad(format!("entry at offset 0x{o:x} runs past the end")))?;
+    }
+    if index.len() != starts.len() {
+        return Err(bad(format!("{} FDEs written, {} added", index.len(), starts.len())));
+    }
+    Ok(index)
+}
+
 /// Write `table` as the `.eh_frame` at `at`, with its terminator (gimli writes none).
-fn write_eh_frame(table: &FrameTable, at: u64) -> Result<Vec<u8>> {
-    let mut w = gimli::write::EhFrame(EndianVec::new(LittleEndian));
+fn write_eh_frame(table: &FrameTable, at: u64, size_hint: usize) -> Result<Vec<u8>> {
+    let mut w = gimli::write::EhFrame(Prealloc(Vec::with_capacity(size_hint + 4)));
     table.write_eh_frame(&mut w).map_err(|e| match e {
         gimli::write::Error::ValueTooLarge => {
             Error::NoRoom(format!("unwind: .eh_frame at 0x{at:x}: a pointer does not reach its target from there"))
         }
         e => Error::Internal(format!("unwind: .eh_frame at 0x{at:x}: {e}")),
     })?;
-    let mut eh = w.0.into_vec();
+    let mut eh = w.0 .0;
     eh.extend_from_slice(&[0; 4]);
     Ok(eh)
+}
+
+/// gimli's `EndianVec` writing into a buffer allocated once: a large program's `.eh_frame`
+/// (tens of MB) grew by doubling, each step copying what was written. Capacity not written
+/// is never touched, so an estimate on the high side costs no memory.
+struct Prealloc(Vec<u8>);
+
+impl gimli::write::Writer for Prealloc {
+    type Endian = LittleEndian;
+
+    fn endian(&self) -> LittleEndian {
+        LittleEndian
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> gimli::write::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn write_at(&mut self, offset: usize, bytes: &[u8]) -> gimli::write::Result<()> {
+        let to = self.0.get_mut(offset..).ok_or(gimli::write::Error::OffsetOutOfBounds)?;
+        let to = to.get_mut(..bytes.len()).ok_or(gimli::write::Error::LengthOutOfBounds)?;
+        to.copy_from_slice(bytes);
+        Ok(())
+    }
 }
 
 /// The `.eh_frame_hdr` at `hdr_at` for an `.eh_frame` at `eh_at`, with a table sorted by
@@ -484,11 +986,8 @@ impl<'e, 'a> InputRows<'e, 'a> {
 
     /// The state at `addr`, or None when no FDE covers it or its CFI cannot be evaluated.
     fn state_at(&mut self, addr: u64) -> Option<State> {
-        let i = self.index.partition_point(|f| f.0 <= addr);
-        // FDEs do not nest; a few steps back cover zero-length and overlapping oddities.
-        let &(_, _, off) = self.index[..i].iter().rev().take(4).find(|f| addr < f.1)?;
         let eh = self.eh;
-        let fde = eh.section.fde_from_offset(&eh.bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).ok()?;
+        let fde = fde_covering(eh, self.index, addr)?;
         let row = fde.unwind_info_for_address(&eh.section, &eh.bases, &mut self.ctx, addr).ok()?;
         let expr = |e: &gimli::UnwindExpression<usize>| eh.expression(e).map(<[u8]>::to_vec);
         let cfa = match row.cfa() {
@@ -612,9 +1111,14 @@ impl Regs {
             .enumerate()
             .filter(|(_, &n)| n != NO_OFFSET)
             .map(|(r, &n)| (r as u16, Rule::Offset(i64::from(n))));
-        let mut all: Vec<(u16, Rule)> = low.chain(self.other.iter().cloned()).collect();
-        all.sort_by_key(|x| x.0);
-        all.into_iter()
+        // Both are sorted by column and share none: merge them.
+        let (mut low, mut high) = (low.peekable(), self.other.iter().peekable());
+        std::iter::from_fn(move || match (low.peek(), high.peek()) {
+            (Some(a), Some(b)) if a.0 < b.0 => low.next(),
+            (_, Some(_)) => high.next().cloned(),
+            (Some(_), None) => low.next(),
+            (None, None) => None,
+        })
     }
 
     fn of(rules: &[(u16, Rule)]) -> Self {
@@ -859,11 +1363,208 @@ fn expr_uses(e: &[u8], r: u16) -> bool {
     r < 32 && e.iter().any(|&b| b == 0x50 + r as u8 || b == 0x70 + r as u8 || b == 0x90 || b == 0x92)
 }
 
+/// The CFA programs of pieces already traced on this thread, by the piece's *shape*: its
+/// bytes with every field [`State::step`] and [`trace`] do not read zeroed (the rel32 of a
+/// branch out of the piece, every displacement but a `lea` into rsp/rbp's, every immediate
+/// but an `add`/`sub` of rsp's), with the boundaries and fields of its instructions. Pieces
+/// of one kind differ mostly in such fields (their gate, point id, counter, the program's
+/// addresses), so a piece whose shape and initial state were traced before takes that
+/// program (issue 14: one CFI template per trampoline shape, found rather than declared).
+#[derive(Default)]
+struct CfiMemo {
+    /// Shape → (initial state, program) of each piece of that shape traced.
+    programs: HashMap<Vec<u8>, Vec<(State, CfiProgram)>, BuildHasherDefault<ShapeHasher>>,
+    /// The same by shape id, for pieces whose shape the layout pass found ([`ShapeIds`]).
+    by_id: HashMap<u64, Vec<(State, CfiProgram)>, BuildHasherDefault<ShapeHasher>>,
+    /// Programs kept (the tables are emptied past [`CfiMemo::MAX`], bounding their memory).
+    kept: usize,
+    /// The last piece's instructions and shape (reused: no allocation per piece).
+    ins: Vec<Instruction>,
+    shape: Vec<u8>,
+}
+
+impl CfiMemo {
+    const MAX: usize = 1 << 12;
+
+    /// [`cfi_program`], from the memo when it has the piece's shape (or shape id) and initial
+    /// state. A piece with a shape id is decoded only when its program is traced.
+    fn program(
+        &mut self,
+        start: u64,
+        code: &[u8],
+        id: Option<u64>,
+        initial: State,
+        info: &mut InstructionInfoFactory,
+    ) -> Result<&CfiProgram> {
+        if let Some(id) = id {
+            let known = self.by_id.get(&id).and_then(|v| v.iter().position(|(s, _)| *s == initial));
+            if let Some(k) = known {
+                return Ok(&self.by_id[&id][k].1);
+            }
+        } else {
+            decode_shape(start, code, &mut self.ins, &mut self.shape);
+            let known = self.programs.get(&self.shape).and_then(|v| v.iter().position(|(s, _)| *s == initial));
+            if let Some(k) = known {
+                return Ok(&self.programs[&self.shape][k].1);
+            }
+        }
+        if id.is_some() {
+            decode_shape(start, code, &mut self.ins, &mut self.shape);
+        }
+        let program = program_of(start, &self.ins, initial.clone(), info)?;
+        if self.kept >= Self::MAX {
+            self.programs.clear();
+            self.by_id.clear();
+            self.kept = 0;
+        }
+        self.kept += 1;
+        let v = match id {
+            Some(id) => self.by_id.entry(id).or_default(),
+            None => self.programs.entry(self.shape.clone()).or_default(),
+        };
+        v.push((initial, program));
+        Ok(&v[v.len() - 1].1)
+    }
+}
+
+/// Shape ids: the layout pass, which decodes every piece it encodes ahead to move it
+/// ([`crate::codegen::Movable`]), finds each one's CFI shape ([`CfiMemo`]) in the same decoding
+/// and hands on a 64-bit id instead of the bytes, so that [`build`] need not decode the piece
+/// again to find its program. The id is the shape's hash; the table keeps the first shape seen
+/// under each id and gives no id to a different shape with the same hash, so one id is one
+/// shape. (Which of two colliding shapes gets the id depends on the threads' order; the other
+/// is decoded here, which gives the same program: the output does not depend on it.)
+#[derive(Default)]
+pub struct ShapeIds(std::sync::Mutex<HashMap<u64, Vec<u8>, BuildHasherDefault<ShapeHasher>>>);
+
+impl ShapeIds {
+    /// Shapes kept at most (bounding the table's memory).
+    const MAX: usize = 1 << 14;
+
+    /// The id of `shape` (see [`ShapeIds`]).
+    pub(crate) fn id(&self, shape: &[u8]) -> Option<u64> {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = BuildHasherDefault::<ShapeHasher>::default().build_hasher();
+        h.write(shape);
+        let id = h.finish() ^ (shape.len() as u64).rotate_left(48);
+        let mut table = self.0.lock().ok()?;
+        match table.get(&id) {
+            Some(s) if s.as_slice() == shape => Some(id),
+            Some(_) => None,
+            // Past the bound a new shape gets no id (its piece is decoded in `build`): exit
+            // trampolines carry the program's instructions, so a large program has many.
+            None if table.len() >= Self::MAX => None,
+            None => {
+                table.insert(id, shape.to_vec());
+                Some(id)
+            }
+        }
+    }
+}
+
+/// A multiply-rotate hasher over 8-byte words for [`CfiMemo`]'s shapes (SipHash cost more
+/// than the lookup saved; nothing here needs resistance to chosen keys).
+#[derive(Default)]
+struct ShapeHasher(u64);
+
+impl std::hash::Hasher for ShapeHasher {
+    fn finish(&self) -> u64 {
+        // The product's high half, the better mixed, folded into the low bits the table
+        // indexes by.
+        self.0 ^ (self.0 >> 32)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.write_u64(u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]));
+        }
+        let mut last = [0u8; 8];
+        last[..words.remainder().len()].copy_from_slice(words.remainder());
+        self.write_u64(u64::from_le_bytes(last));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+
+/// A piece's CFA instructions, each at its offset from the piece's start.
+type CfiProgram = Vec<(u32, Cfi)>;
+
+/// The instructions of a piece at `start` into `ins` and its shape (see [`CfiMemo`]) into
+/// `shape`.
+pub(crate) fn decode_shape(start: u64, code: &[u8], ins: &mut Vec<Instruction>, shape: &mut Vec<u8>) {
+    let end = start.wrapping_add(code.len() as u64);
+    let mut d = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+    ins.clear();
+    shape.clear();
+    shape.extend_from_slice(code);
+    let mut x = Instruction::default();
+    while d.can_decode() {
+        d.decode_out(&mut x);
+        shape_step(shape, &x, &d.get_constant_offsets(&x), start, end);
+        ins.push(x);
+    }
+}
+
+/// One instruction `x` of a piece `[start, end)` into its `shape` (which starts as the
+/// piece's bytes): its fields zeroed but those the CFI reads (an `add`/`sub` of rsp's, an
+/// `lea` into rsp or rbp, a branch inside the piece), its boundaries and fields appended.
+/// Whether the shape stays the same wherever the piece is moved (an `lea` into rsp or rbp
+/// that is rip-relative does not).
+pub(crate) fn shape_step(shape: &mut Vec<u8>, x: &Instruction, co: &ConstantOffsets, start: u64, end: u64) -> bool {
+    let at = (x.ip() - start) as usize;
+    let op0 = if x.op_count() > 0 && x.op0_kind() == OpKind::Register { x.op0_register() } else { Register::None };
+    let branch =
+        x.op_count() > 0 && matches!(x.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64);
+    let keep_disp = x.mnemonic() == Mnemonic::Lea && matches!(op0, Register::RSP | Register::RBP);
+    let keep_imm = if branch {
+        (start..end).contains(&x.near_branch_target())
+    } else {
+        matches!(x.mnemonic(), Mnemonic::Add | Mnemonic::Sub) && op0 == Register::RSP
+    };
+    let mut zero = |off: usize, size: usize| shape[at + off..at + off + size].fill(0);
+    if co.has_displacement() && !keep_disp {
+        zero(co.displacement_offset(), co.displacement_size());
+    }
+    if co.has_immediate() && !keep_imm {
+        zero(co.immediate_offset(), co.immediate_size());
+    }
+    if co.has_immediate2() && !keep_imm {
+        zero(co.immediate_offset2(), co.immediate_size2());
+    }
+    // The boundaries and fields, so that equal shapes are equal instruction by instruction.
+    shape.extend_from_slice(&[
+        x.len() as u8,
+        co.displacement_offset() as u8,
+        co.displacement_size() as u8,
+        co.immediate_offset() as u8,
+        co.immediate_size() as u8,
+        co.immediate_offset2() as u8,
+        co.immediate_size2() as u8,
+        u8::from(keep_disp) | u8::from(keep_imm) << 1,
+    ]);
+    !(keep_disp && x.is_ip_rel_memory_operand())
+}
+
 /// The CFA program of a piece: the instructions at each offset from its first byte that
 /// turn the CIE's row ([`State::call`]) into the rows of the piece.
+#[cfg(test)]
 fn cfi_program(start: u64, code: &[u8], initial: State, info: &mut InstructionInfoFactory) -> Result<Vec<(u32, Cfi)>> {
     let ins: Vec<Instruction> = Decoder::with_ip(64, code, start, DecoderOptions::NONE).into_iter().collect();
-    let states = trace(start, &ins, initial, cfg!(debug_assertions), info)?;
+    program_of(start, &ins, initial, info)
+}
+
+/// [`cfi_program`] of the decoded instructions `ins` of a piece at `start`.
+fn program_of(
+    start: u64,
+    ins: &[Instruction],
+    initial: State,
+    info: &mut InstructionInfoFactory,
+) -> Result<Vec<(u32, Cfi)>> {
+    let states = trace(start, ins, initial, cfg!(debug_assertions), info)?;
     let mut out = Vec::new();
     let mut row = State::call().row();
     for (i, s) in ins.iter().zip(&states) {

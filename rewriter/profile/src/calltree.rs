@@ -27,6 +27,19 @@ pub struct CallNode {
     pub cpu_ticks: u64,
     /// Inclusive wall time, TSC ticks (0 when wall time was off).
     pub wall_ticks: u64,
+    /// Thread-library wrapper events (fast-path mutex locks and unlocks) that ran while this
+    /// node's frame was the innermost one: its own, not its callees' (wrapcomp, D21).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wrap_events: u64,
+    /// Wrapper events off the fast path (contended or first locks, condition waits — two
+    /// each —, rwlocks, semaphores, join, create, …) that ran while this node's frame was the
+    /// innermost one (slowwrap, D21).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slow_wrap_events: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One call path with its figures, root first.
@@ -175,25 +188,10 @@ pub fn compensate(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], cost: im
             below[p].1 = below[p].1.saturating_add(tree[i].wall_ticks);
         }
     }
-    // A point's flat time loses what its outermost nodes lost. A recursive activation is
-    // inside an outer one of the same function, whose flat time already holds it.
-    let mut by_point: std::collections::BTreeMap<u32, (u64, u64)> = std::collections::BTreeMap::new();
-    for i in 0..n {
-        let mut at = parent(tree, i);
-        let mut outermost = true;
-        while let Some(a) = at {
-            if tree[a].point == tree[i].point {
-                outermost = false;
-                break;
-            }
-            at = parent(tree, a);
-        }
-        if outermost {
-            let e = by_point.entry(tree[i].point).or_default();
-            e.0 = e.0.saturating_add(measured[i].0 - tree[i].cpu_ticks);
-            e.1 = e.1.saturating_add(measured[i].1 - tree[i].wall_ticks);
-        }
-    }
+    // A point's flat time loses what its outermost nodes lost.
+    let lost: Vec<(u64, u64)> =
+        (0..n).map(|i| (measured[i].0 - tree[i].cpu_ticks, measured[i].1 - tree[i].wall_ticks)).collect();
+    let by_point = outermost_loss_by_point(tree, &lost);
     for (point, cpu, wall) in times.iter_mut() {
         let (by_cpu, by_wall) = by_point.get(point).copied().unwrap_or((0, 0));
         clamped += u64::from(sub(cpu, by_cpu)) + u64::from(sub(wall, by_wall));
@@ -201,12 +199,84 @@ pub fn compensate(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], cost: im
     clamped
 }
 
+/// Subtract the calibrated cost of the thread-library wrapper events (wrapcomp, slowwrap,
+/// D21): each node loses `cost` (ticks × [`stint_layout::CALIB_SCALE`] per event) for every
+/// fast-path wrapper event and `slow_cost` for every slow-path one that ran inside its
+/// activations, its own ([`CallNode::wrap_events`], [`CallNode::slow_wrap_events`]) and its
+/// descendants'; a point's flat time (`times`, outermost activations) loses what its
+/// outermost nodes lost. CPU and wall alike (the wrapper's instructions take both). A time
+/// that would go below zero is clamped at 0; returns how many were. A step of its own, run
+/// before [`compensate`] (which then works on what is left).
+pub fn subtract_wrappers(tree: &mut [CallNode], times: &mut [(u32, u64, u64)], cost: u64, slow_cost: u64) -> u64 {
+    let n = tree.len();
+    let own = |c: &CallNode| c.wrap_events as u128 * cost as u128 + c.slow_wrap_events as u128 * slow_cost as u128;
+    if tree.iter().all(|c| own(c) == 0) {
+        return 0;
+    }
+    let parent = |tree: &[CallNode], i: usize| tree[i].parent.map(|p| p as usize).filter(|&p| p < i);
+    // The events' cost inside each node's activations: children come after their parents.
+    let mut inside: Vec<u128> = tree.iter().map(own).collect();
+    for i in (0..n).rev() {
+        if let Some(p) = parent(tree, i) {
+            inside[p] = inside[p].saturating_add(inside[i]);
+        }
+    }
+    let mut clamped = 0u64;
+    let mut lost = vec![(0u64, 0u64); n];
+    for i in 0..n {
+        let by = (inside[i] / stint_layout::CALIB_SCALE as u128).min(u64::MAX as u128) as u64;
+        let node = &mut tree[i];
+        let (lost_cpu, lost_wall) = &mut lost[i];
+        for (v, l) in [(&mut node.cpu_ticks, lost_cpu), (&mut node.wall_ticks, lost_wall)] {
+            if *v == 0 || by == 0 {
+                continue;
+            }
+            clamped += u64::from(by > *v);
+            *l = by.min(*v);
+            *v -= *l;
+        }
+    }
+    let by_point = outermost_loss_by_point(tree, &lost);
+    for (point, cpu, wall) in times.iter_mut() {
+        let (by_cpu, by_wall) = by_point.get(point).copied().unwrap_or((0, 0));
+        clamped += u64::from(by_cpu > *cpu && *cpu != 0) + u64::from(by_wall > *wall && *wall != 0);
+        *cpu = cpu.saturating_sub(by_cpu);
+        *wall = wall.saturating_sub(by_wall);
+    }
+    clamped
+}
+
+/// What each point's flat time (outermost activations only) loses: the sum of `lost[i]`
+/// (CPU, wall) over its outermost nodes. A recursive activation is inside an outer one of
+/// the same function, whose flat time already holds it.
+fn outermost_loss_by_point(tree: &[CallNode], lost: &[(u64, u64)]) -> std::collections::BTreeMap<u32, (u64, u64)> {
+    let parent = |i: usize| tree[i].parent.map(|p| p as usize).filter(|&p| p < i);
+    let mut by_point: std::collections::BTreeMap<u32, (u64, u64)> = std::collections::BTreeMap::new();
+    for (i, &(cpu, wall)) in lost.iter().enumerate() {
+        let mut at = parent(i);
+        let mut outermost = true;
+        while let Some(a) = at {
+            if tree[a].point == tree[i].point {
+                outermost = false;
+                break;
+            }
+            at = parent(a);
+        }
+        if outermost {
+            let e = by_point.entry(tree[i].point).or_default();
+            e.0 = e.0.saturating_add(cpu);
+            e.1 = e.1.saturating_add(wall);
+        }
+    }
+    by_point
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn node(parent: Option<u32>, point: u32, calls: u64, cpu: u64, wall: u64) -> CallNode {
-        CallNode { parent, point, calls, cpu_ticks: cpu, wall_ticks: wall }
+        CallNode { parent, point, calls, cpu_ticks: cpu, wall_ticks: wall, ..CallNode::default() }
     }
 
     #[test]
@@ -274,5 +344,59 @@ mod tests {
         let tree = vec![node(Some(1), 0, 1, 0, 0), node(Some(0), 1, 1, 0, 0)];
         assert_eq!(stack_of(&tree, 1), vec![0, 1]);
         assert_eq!(stack_of(&tree, 0), vec![0]);
+    }
+
+    #[test]
+    fn wrapper_events_cost_their_node_and_every_caller() {
+        const S: u64 = stint_layout::CALIB_SCALE;
+        // main(0) → work(1) (100 events) → leaf(2) (10 events); main → rec(3) → rec(3) (5 events).
+        let mut tree = vec![
+            node(None, 0, 1, 10_000, 20_000),
+            node(Some(0), 1, 2, 5_000, 6_000),
+            node(Some(1), 2, 4, 100, 15),
+            node(Some(0), 3, 1, 900, 900),
+            node(Some(3), 3, 1, 400, 400),
+        ];
+        tree[1].wrap_events = 100;
+        tree[2].wrap_events = 10;
+        tree[4].wrap_events = 5;
+        let mut times = vec![(0, 10_000, 20_000), (1, 5_000, 6_000), (2, 100, 15), (3, 900, 900)];
+        // 2 ticks per event.
+        let clamped = subtract_wrappers(&mut tree, &mut times, 2 * S, 0);
+        let cpu: Vec<u64> = tree.iter().map(|c| c.cpu_ticks).collect();
+        // main: 115 events; work: 110; leaf: 10; rec: 5 each.
+        assert_eq!(cpu, vec![10_000 - 230, 5_000 - 220, 100 - 20, 900 - 10, 400 - 10]);
+        // leaf's wall (15) is below its 20: 0, counted once.
+        assert_eq!(tree[2].wall_ticks, 0);
+        assert_eq!(clamped, 1);
+        // Flat: rec's outermost node only; leaf's wall lost only its 15.
+        assert_eq!(times, vec![(0, 9_770, 19_770), (1, 4_780, 5_780), (2, 80, 0), (3, 890, 890)]);
+        // No events, or no cost: nothing changes.
+        let before = tree.clone();
+        assert_eq!(subtract_wrappers(&mut tree, &mut times, 0, 0), 0);
+        assert_eq!(tree, before);
+    }
+
+    #[test]
+    fn slow_wrapper_events_cost_their_own_figure_beside_the_fast_ones() {
+        const S: u64 = stint_layout::CALIB_SCALE;
+        // main(0) → wait(1): 10 fast events, 4 slow ones (two condition waits); main's own: 1 slow.
+        let mut tree = vec![node(None, 0, 1, 10_000, 50_000), node(Some(0), 1, 3, 2_000, 40_000)];
+        tree[1].wrap_events = 10;
+        tree[1].slow_wrap_events = 4;
+        tree[0].slow_wrap_events = 1;
+        let mut times = vec![(0, 10_000, 50_000), (1, 2_000, 40_000)];
+        // 2 ticks per fast event, 30.5 per slow one (the scale keeps the half).
+        let clamped = subtract_wrappers(&mut tree, &mut times, 2 * S, 30 * S + S / 2);
+        // wait: 10 × 2 + 4 × 30.5 = 142; main: that + 30.5 = 172 (the half tick floored once).
+        assert_eq!((tree[1].cpu_ticks, tree[1].wall_ticks), (2_000 - 142, 40_000 - 142));
+        assert_eq!((tree[0].cpu_ticks, tree[0].wall_ticks), (10_000 - 172, 50_000 - 172));
+        assert_eq!(times, vec![(0, 10_000 - 172, 50_000 - 172), (1, 2_000 - 142, 40_000 - 142)]);
+        assert_eq!(clamped, 0);
+        // Slow events alone, with no fast-path figure: still subtracted.
+        let mut tree = vec![node(None, 0, 1, 100, 100)];
+        tree[0].slow_wrap_events = 2;
+        assert_eq!(subtract_wrappers(&mut tree, &mut [], 0, 10 * S), 0);
+        assert_eq!(tree[0].cpu_ticks, 80);
     }
 }

@@ -349,7 +349,10 @@ mod tests {
         let p = profile();
         let t = &p.threads[0];
         assert_eq!(t.calltree.len(), 5);
-        assert_eq!(t.calltree[4], CallNode { parent: Some(3), point: 2, calls: 5, cpu_ticks: 500, wall_ticks: 500 });
+        assert_eq!(
+            t.calltree[4],
+            CallNode { parent: Some(3), point: 2, calls: 5, cpu_ticks: 500, wall_ticks: 500, ..CallNode::default() }
+        );
         assert_eq!(t.calltree_lost, 2);
     }
 

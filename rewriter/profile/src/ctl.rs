@@ -1,12 +1,16 @@
 //! Operations on the profile file of a running rewritten program (D10): switch metrics on and
-//! off per function and per thread, post snapshot requests, and say what is on where.
+//! off per function and per thread, post snapshot requests, switch sampling off and on (a
+//! program rewritten with `--sampling`), and say what is on where.
 //! `stint ctl` and the metric keys of `stint top` are thin callers of this module.
 //!
 //! Everything goes through the profile file the program maps `MAP_SHARED`: writing a gate
 //! byte or a thread's mask with `pwrite` changes what the program's trampolines see at
 //! their next event, without stopping it. What needs the program's cooperation (a
 //! snapshot) is posted on the control page's requests ring; each thread handles it at its
-//! next safe point (see `rt-lib/src/control.rs`).
+//! next safe point (see `rt-lib/src/control.rs`). So does `sampling off|on`: the page's
+//! `sampling_off` flag first, then a sampling request; each thread applies the flag to its
+//! points' sampling states before its next entry is measured, and `req_seen` in its column
+//! says that it has.
 //!
 //! The file is opened without following symbolic links; changing it needs the file to be a
 //! regular file owned by the caller's uid and its process to run, and holds an exclusive
@@ -30,8 +34,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use stint_layout::control_file::glob_match;
 use stint_layout::{
-    metric_bit, metric_id, ColumnHeader, Control, FileHeader, FormatError, Request, FILE_MAGIC, KEY_POKE, METRIC_NAMES,
-    N_METRICS, REQ_CAP, REQ_SNAPSHOT,
+    metric_bit, metric_id, ColumnHeader, Control, FileHeader, FormatError, Request, FILE_MAGIC, FLAG_SAMPLING,
+    KEY_POKE, METRIC_NAMES, N_METRICS, REQ_CAP, REQ_SAMPLING, REQ_SNAPSHOT,
 };
 use thiserror::Error;
 
@@ -83,6 +87,9 @@ pub enum CtlError {
     /// The function globs match no point that can measure the metric.
     #[error("{path}: no function matches {globs} for {metric}")]
     NoFunction { path: String, globs: String, metric: &'static str },
+    /// `sampling off|on` for a program rewritten without sampling.
+    #[error("{path}: rewritten without --sampling; every call is timed and there is no sampling to switch")]
+    NoSampling { path: String },
     /// A tid that is not a live thread of the process.
     #[error("{path}: {tid} is not a live thread of pid {pid} (threads: {live})")]
     NoThread { path: String, tid: u32, pid: u32, live: String },
@@ -400,19 +407,21 @@ impl LiveProfile {
         s
     }
 
-    /// Post a snapshot request, send every live thread to a safe point, and wait up to `wait`
-    /// for them to take it. The profile must have been opened with [`Access::Change`].
-    pub fn snapshot(&self, wait: Duration) -> Result<Snapshot, CtlError> {
+    /// Post request `op` on the control page's ring and send every live thread to a safe
+    /// point (its key poked); returns the request's `seq` and the live threads (column, tid).
+    fn post(&self, op: u32) -> Result<(u64, Vec<(u32, u32)>), CtlError> {
         let c = self.control_now()?;
         let i = c.req_head;
         let seq = i + 1;
         let slot = offset_of!(Control, requests) + (i % REQ_CAP as u64) as usize * size_of::<Request>();
         // The entry first (its seq last), then last_snapshot, then the head: a thread that sees
         // the new head finds a complete entry.
-        self.write_control_u32(slot + offset_of!(Request, op), REQ_SNAPSHOT)?;
+        self.write_control_u32(slot + offset_of!(Request, op), op)?;
         self.write_control_u64(slot + offset_of!(Request, realtime_ns), profile::realtime_now_ns())?;
         self.write_control_u64(slot + offset_of!(Request, seq), seq)?;
-        self.write_control_u64(offset_of!(Control, last_snapshot), seq)?;
+        if op == REQ_SNAPSHOT {
+            self.write_control_u64(offset_of!(Control, last_snapshot), seq)?;
+        }
         self.write_control_u64(offset_of!(Control, req_head), seq)?;
         let key_off = offset_of!(ColumnHeader, owner_key) as u64;
         let threads: Vec<(u32, u32)> =
@@ -422,25 +431,57 @@ impl LiveProfile {
                 self.write_at(self.column_offset(index) + key_off, &(col.exit_key ^ KEY_POKE).to_le_bytes())?;
             }
         }
-        let seq_off = offset_of!(ColumnHeader, snap_seq) as u64;
+        Ok((seq, threads))
+    }
+
+    /// Wait up to `wait` until every thread of `threads` shows `done` in its column's u64 at
+    /// `field`; returns the tids that did not.
+    fn wait_for(&self, threads: &[(u32, u32)], field: u64, done: impl Fn(u64) -> bool, wait: Duration) -> Vec<u32> {
         let deadline = Instant::now() + wait;
-        let mut pending: Vec<(u32, u32)>;
         loop {
-            pending = threads
+            let pending: Vec<u32> = threads
                 .iter()
-                .copied()
-                .filter(|&(index, _)| {
+                .filter(|&&(index, _)| {
                     let mut b = [0u8; 8];
-                    self.file.read_exact_at(&mut b, self.column_offset(index) + seq_off).is_ok()
-                        && u64::from_le_bytes(b) != seq
+                    self.file.read_exact_at(&mut b, self.column_offset(index) + field).is_ok()
+                        && !done(u64::from_le_bytes(b))
                 })
+                .map(|&(_, tid)| tid)
                 .collect();
             if pending.is_empty() || Instant::now() >= deadline {
-                break;
+                return pending;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        Ok(Snapshot { seq, live_threads: threads.len(), pending: pending.into_iter().map(|(_, tid)| tid).collect() })
+    }
+
+    /// Post a snapshot request, send every live thread to a safe point, and wait up to `wait`
+    /// for them to take it. The profile must have been opened with [`Access::Change`].
+    pub fn snapshot(&self, wait: Duration) -> Result<Snapshot, CtlError> {
+        let (seq, threads) = self.post(REQ_SNAPSHOT)?;
+        let pending = self.wait_for(&threads, offset_of!(ColumnHeader, snap_seq) as u64, |s| s == seq, wait);
+        Ok(Snapshot { seq, live_threads: threads.len(), pending })
+    }
+
+    /// Whether the program's timer routines can sample (rewritten with sampling).
+    pub fn has_sampling(&self) -> bool {
+        self.header.flags & FLAG_SAMPLING != 0
+    }
+
+    /// `sampling off` (`on` false): every call of every point timed from each thread's next
+    /// entry on; `sampling on`: the points the runtime found short and frequent are sampled
+    /// again (without learning again). Sets the control page's flag, posts a sampling request,
+    /// and waits up to `wait` for the live threads to apply it. The profile must have been
+    /// opened with [`Access::Change`].
+    pub fn sampling(&self, on: bool, wait: Duration) -> Result<SamplingChange, CtlError> {
+        if !self.has_sampling() {
+            return Err(CtlError::NoSampling { path: self.name() });
+        }
+        self.write_control_u32(offset_of!(Control, sampling_off), u32::from(!on))?;
+        let (seq, threads) = self.post(REQ_SAMPLING)?;
+        self.note_change()?;
+        let pending = self.wait_for(&threads, offset_of!(ColumnHeader, req_seen) as u64, |s| s >= seq, wait);
+        Ok(SamplingChange { on, live_threads: threads.len(), pending })
     }
 
     /// Which metrics are on where, the live threads and what they measure, the control page.
@@ -499,7 +540,38 @@ impl LiveProfile {
             metrics,
             threads,
             control: p.control.clone(),
+            sampling: self.has_sampling().then(|| if control.sampling_off != 0 { "off" } else { "on" }.to_string()),
+            sampled_points: p.threads.iter().filter(|t| t.alive).map(|t| t.sampled.len()).sum(),
             ended_threads: p.threads.iter().filter(|t| !t.alive).count(),
+        }
+    }
+}
+
+/// What `sampling off|on` achieved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SamplingChange {
+    pub on: bool,
+    /// Live threads when it was posted.
+    pub live_threads: usize,
+    /// Tids of the threads that had not applied it when the wait ended (they apply it at
+    /// their next event, before it is measured).
+    pub pending: Vec<u32>,
+}
+
+impl fmt::Display for SamplingChange {
+    /// `sampling off: 3 of 3 live threads applied it; every call is timed from now on`
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let taken = self.live_threads - self.pending.len();
+        let state = if self.on { "on" } else { "off" };
+        write!(f, "sampling {state}: {taken} of {} live threads applied it", self.live_threads)?;
+        if !self.pending.is_empty() {
+            let tids: Vec<String> = self.pending.iter().map(u32::to_string).collect();
+            write!(f, "; {} idle ({}) apply it at their next event", self.pending.len(), tids.join(" "))?;
+        }
+        if self.on {
+            write!(f, "; short, frequent functions are timed one call in {} again", stint_layout::SAMPLE_EVERY)
+        } else {
+            write!(f, "; every call is timed from now on")
         }
     }
 }
@@ -550,6 +622,12 @@ pub struct Status {
     pub threads: Vec<ThreadStatus>,
     /// The control page and the control file's outcome.
     pub control: ControlInfo,
+    /// `on` or `off` (`stint ctl … sampling`); `null`: rewritten without sampling.
+    #[serde(default)]
+    pub sampling: Option<String>,
+    /// (live thread, point) pairs sampled now or paused by `sampling off`.
+    #[serde(default)]
+    pub sampled_points: usize,
     /// Threads of the profile that have ended (not listed).
     #[serde(skip)]
     pub ended_threads: usize,

@@ -571,7 +571,15 @@ mod tests {
     use crate::json::{FunctionJson, ObjectJson, StateTimes, ThreadJson, WaitJson, SCHEMA};
 
     fn func(name: &str, calls: u64, cpu_ns: Option<u64>) -> FunctionJson {
-        FunctionJson { name: name.into(), address: "0x1000".into(), calls, cpu_ns, wall_ns: cpu_ns, running: false }
+        FunctionJson {
+            name: name.into(),
+            address: "0x1000".into(),
+            calls,
+            cpu_ns,
+            wall_ns: cpu_ns,
+            running: false,
+            sampled: None,
+        }
     }
 
     fn thread(tid: u32, name: Option<&str>, main: bool, functions: Vec<FunctionJson>) -> ThreadJson {

@@ -99,8 +99,65 @@ pub struct CompensationJson {
     pub timed_call_import_ps: u64,
     #[serde(default)]
     pub inside_import_ps: u64,
+    /// An untimed call of a sampled function (no clock read) as its caller pays it, and the
+    /// same for the `entry+exit` tactic; absent when the runtime did not measure them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub untimed_call_ps: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub untimed_call_entry_exit_ps: u64,
+    /// `inside_ps` of a sampled function's timed call (drawn among untimed ones).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub inside_sampled_ps: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub inside_sampled_entry_exit_ps: u64,
+    /// One thread-library wrapper event (an uncontended mutex lock or unlock through the
+    /// wrapper's fast path), subtracted from the timed functions it ran in and their callers;
+    /// absent when the runtime did not measure it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wrapper_event_ps: u64,
+    /// One wrapper event off the fast path (a contended or first lock, half a condition
+    /// wait, an rwlock, semaphore, join, create, … through the full path), subtracted the
+    /// same way (slowwrap); `wrapper_slow_events` of them were counted in timed functions.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wrapper_slow_event_ps: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wrapper_slow_events: u64,
     /// Times that went below zero and were clamped to 0.
     pub clamped: u64,
+    /// Each calibration run of the image, start-up first (the runtime calibrates again as the
+    /// program ends); the figures above are, per kind of event, the least of them. Absent from
+    /// runtimes before profile version 8 and in merged documents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calibrations: Vec<CalibrationJson>,
+    /// Present when the calibrated figures were above what a leaf function's own calls show and
+    /// were scaled down to it before being subtracted (the figures above are the scaled ones;
+    /// `calibrations` as measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capped: Option<CappedJson>,
+}
+
+/// One calibration run: when it began and what it measured, ps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalibrationJson {
+    /// Microseconds after the image's start (0 for the start-up run).
+    pub at_us: u64,
+    pub timed_call_ps: u64,
+    pub inside_ps: u64,
+    pub timed_call_flat_ps: u64,
+    pub inside_flat_ps: u64,
+    pub timed_call_entry_exit_ps: u64,
+    pub timed_call_import_ps: u64,
+}
+
+/// `compensation.capped`: the leaf whose calls bound the calibration.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CappedJson {
+    /// The leaf function.
+    pub function: String,
+    /// Its raw time per call, ps.
+    pub per_call_ps: u64,
+    /// What every calibrated figure was multiplied by, in millionths (below 1,000,000).
+    pub factor_ppm: u64,
 }
 
 /// A thread's RUN time split by the scheduler's figures (issue 12): ns, and % of the thread's
@@ -260,7 +317,7 @@ pub struct ThreadJson {
     pub first_function: Option<String>,
     /// The process's main thread.
     pub main: bool,
-    /// The CPU clock of the thread's timers (`perf-task-clock+tsc`, `clock_gettime`).
+    /// The CPU clock of the thread's timers (`perf-task-clock+tsc`, `rseq+tsc`, `clock_gettime`).
     pub clock_source: Option<String>,
     /// Timer events skipped in signal handlers that interrupted a timer routine.
     pub timer_skipped: u64,
@@ -346,6 +403,22 @@ pub struct FunctionJson {
     /// then (absent when false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub running: bool,
+    /// The times are estimates: the function's calls were short and frequent, so the
+    /// runtime timed one in N of them (`calls` stays exact); absent when every call was timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<SampledJson>,
+}
+
+/// How a sampled function's times were estimated: its timed calls' time × calls / timed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledJson {
+    /// Calls timed, of `calls` calls of the sampled points.
+    pub timed: u64,
+    pub calls: u64,
+    /// Error bound of `cpu_ns` and `wall_ns`, ns: twice the estimate's standard error (≈ 95 %),
+    /// from the variance of the timed calls.
+    pub cpu_error_ns: Option<u64>,
+    pub wall_error_ns: Option<u64>,
 }
 
 /// A thread's use of one sync object.
@@ -489,7 +562,32 @@ pub fn compensation_json(p: &Profile) -> Option<CompensationJson> {
         inside_entry_exit_ps: ps(c.inner_ee_ticks),
         timed_call_import_ps: ps(c.pair_import_ticks),
         inside_import_ps: ps(c.inner_import_ticks),
+        untimed_call_ps: ps(c.pair_untimed_ticks),
+        untimed_call_entry_exit_ps: ps(c.pair_untimed_ee_ticks),
+        inside_sampled_ps: ps(c.inner_sampled_ticks),
+        inside_sampled_entry_exit_ps: ps(c.inner_sampled_ee_ticks),
+        wrapper_event_ps: ps(c.wrap_event_ticks),
+        wrapper_slow_event_ps: ps(c.wrap_slow_ticks),
+        wrapper_slow_events: p.threads.iter().flat_map(|t| &t.calltree).map(|n| n.slow_wrap_events).sum(),
         clamped: c.clamped,
+        calibrations: c
+            .runs
+            .iter()
+            .map(|r| CalibrationJson {
+                at_us: (r.at_ticks as u128 * 1_000_000 / p.tsc_hz.max(1) as u128) as u64,
+                timed_call_ps: ps(r.pair_ticks),
+                inside_ps: ps(r.inner_ticks),
+                timed_call_flat_ps: ps(r.pair_flat_ticks),
+                inside_flat_ps: ps(r.inner_flat_ticks),
+                timed_call_entry_exit_ps: ps(r.pair_ee_ticks),
+                timed_call_import_ps: ps(r.pair_import_ticks),
+            })
+            .collect(),
+        capped: c.capped.map(|k| CappedJson {
+            function: p.points.get(k.point as usize).map(|m| m.function.clone()).unwrap_or_default(),
+            per_call_ps: ps(k.per_call_ticks),
+            factor_ppm: k.factor_ppm,
+        }),
     })
 }
 
@@ -528,6 +626,12 @@ fn thread_json(p: &Profile, t: &ThreadProfile) -> ThreadJson {
                 cpu_ns: f.cpu_ns,
                 wall_ns: f.wall_ns,
                 running: f.running,
+                sampled: f.sampled.map(|sc| SampledJson {
+                    timed: sc.timed,
+                    calls: sc.calls,
+                    cpu_error_ns: sc.cpu_bound_ns,
+                    wall_error_ns: sc.wall_bound_ns,
+                }),
             })
             .collect(),
         running: t.alive,

@@ -59,6 +59,11 @@ pub enum MergeError {
     Schema { path: PathBuf, found: String },
     #[error("{}: neither a stint profile nor stint-profile/1 JSON", path.display())]
     Unknown { path: PathBuf },
+    /// All zeros where a profile's header goes: the runtime creates the file (its name
+    /// reserved with `O_EXCL`) and sizes it before it writes the header, so a reader that
+    /// comes in between, or a process killed in between, leaves this.
+    #[error("{}: a profile whose header is not written yet (its process is still creating it, or died doing so)", path.display())]
+    Unpublished { path: PathBuf },
     #[error("{}: no *.stint files in this directory", path.display())]
     EmptyDir { path: PathBuf },
     #[error("no input files")]
@@ -147,6 +152,9 @@ pub fn read_input_bytes_named(path: &Path, bytes: &[u8], names: &Resolver) -> Re
         let mut p = parse(bytes).map_err(|err| MergeError::Profile { path: path.to_owned(), err })?;
         p.resolve_names(names);
         return Ok(vec![Input { profile: profile_json(&p), runs: 1, merged_from: vec![name] }]);
+    }
+    if !bytes.is_empty() && bytes.iter().take(stint_layout::HEADER_RESERVED as usize).all(|&b| b == 0) {
+        return Err(MergeError::Unpublished { path: path.to_owned() });
     }
     if !matches!(bytes.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')) {
         return Err(MergeError::Unknown { path: path.to_owned() });
@@ -387,7 +395,15 @@ fn merged_compensation(group: &[&Input]) -> Option<CompensationJson> {
         inside_entry_exit_ps: mean(|c| c.inside_entry_exit_ps),
         timed_call_import_ps: mean(|c| c.timed_call_import_ps),
         inside_import_ps: mean(|c| c.inside_import_ps),
+        untimed_call_ps: mean(|c| c.untimed_call_ps),
+        untimed_call_entry_exit_ps: mean(|c| c.untimed_call_entry_exit_ps),
+        inside_sampled_ps: mean(|c| c.inside_sampled_ps),
+        inside_sampled_entry_exit_ps: mean(|c| c.inside_sampled_entry_exit_ps),
+        wrapper_event_ps: mean(|c| c.wrapper_event_ps),
+        wrapper_slow_event_ps: mean(|c| c.wrapper_slow_event_ps),
+        wrapper_slow_events: all.iter().fold(0u64, |s, c| s.saturating_add(c.wrapper_slow_events)),
         clamped: all.iter().fold(0u64, |s, c| s.saturating_add(c.clamped)),
+        ..CompensationJson::default()
     })
 }
 
@@ -675,7 +691,15 @@ mod tests {
     }
 
     fn function(name: &str, calls: u64, cpu: Option<u64>) -> FunctionJson {
-        FunctionJson { name: name.into(), address: "0x10".into(), calls, cpu_ns: cpu, wall_ns: None, running: false }
+        FunctionJson {
+            name: name.into(),
+            address: "0x10".into(),
+            calls,
+            cpu_ns: cpu,
+            wall_ns: None,
+            running: false,
+            sampled: None,
+        }
     }
 
     fn doc(program: &str, threads: Vec<ThreadJson>, objects: Vec<ObjectJson>) -> Input {
@@ -968,6 +992,11 @@ mod tests {
     fn bad_inputs_name_the_file() {
         let e = read_input_bytes(Path::new("junk.bin"), b"\x7fELF....").unwrap_err();
         assert_eq!(e.to_string(), "junk.bin: neither a stint profile nor stint-profile/1 JSON");
+        let e = read_input_bytes(Path::new("new.stint"), &[0u8; 8192]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "new.stint: a profile whose header is not written yet (its process is still creating it, or died doing so)"
+        );
         let e = read_input_bytes(Path::new("x.json"), br#"{"schema": "other/2"}"#).unwrap_err();
         assert!(e.to_string().starts_with("x.json: schema \"other/2\""), "{e}");
         let e = read_input_bytes(Path::new("t.json"), b"{\"schema\": ").unwrap_err();

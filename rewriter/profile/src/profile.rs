@@ -166,10 +166,15 @@ pub struct Profile {
 /// its exit (`entry+exit`), a call into an import timed at its call site. Without call paths
 /// a function's time loses its own share only (`calls × inner_flat_ticks`, the separate
 /// trampolines' figure for every point): what its callees' events cost it stays in
-/// (approximated, and said so in the report). Counted-only calls (timers off) and
-/// thread-library wrappers are not subtracted: nothing records which timed function made
-/// them (the counter is per point and thread, not per call path).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// (approximated, and said so in the report). Thread-library wrapper events on the mutex
+/// fast path are counted at the innermost call-path node by the runtime and subtracted from
+/// it and its callers (`wrap_event_ticks`, wrapcomp), and so are the events of the wrappers'
+/// full path (`wrap_slow_ticks`, slowwrap: contended and first locks, condition waits,
+/// rwlocks, semaphores, join, create). Counted-only calls (timers off), the fast path's
+/// condition signals and `sem_post`, and the thunks' counting path are not subtracted:
+/// nothing records which timed function made them (a counter per point and thread, not per
+/// call path).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compensation {
     /// A timed entry+exit with a call-path node, whole / inside the function's own span.
     pub pair_ticks: u64,
@@ -190,11 +195,80 @@ pub struct Compensation {
     pub pair_import_ticks: u64,
     #[serde(default)]
     pub inner_import_ticks: u64,
+    /// An untimed call of a sampled point, whole (no clock read; the `entry+exit` tactic's
+    /// apart); 0 from runtimes before sampling.
+    #[serde(default)]
+    pub pair_untimed_ticks: u64,
+    #[serde(default)]
+    pub pair_untimed_ee_ticks: u64,
+    /// `inner_ticks` of a sampled point's timed call (drawn among untimed ones), and the same
+    /// for `entry+exit`; 0 from runtimes before sampling.
+    #[serde(default)]
+    pub inner_sampled_ticks: u64,
+    #[serde(default)]
+    pub inner_sampled_ee_ticks: u64,
+    /// One thread-library wrapper event on the fast path (an uncontended mutex lock or
+    /// unlock, half the calibrated pair), subtracted per event counted at a call-path node
+    /// from that node and its callers (wrapcomp); 0 from runtimes before it.
+    #[serde(default)]
+    pub wrap_event_ticks: u64,
+    /// One wrapper event off the fast path (a contended lock, a condition wait's half, an
+    /// rwlock, semaphore, join, … through the full path), subtracted per event counted at a
+    /// call-path node like `wrap_event_ticks` (slowwrap); 0 from runtimes before it.
+    #[serde(default)]
+    pub wrap_slow_ticks: u64,
     /// Whether the times in this profile had the costs subtracted (`false`: raw figures).
     pub applied: bool,
     /// Times that would have gone below zero and were clamped to 0.
     pub clamped: u64,
+    /// Each calibration run the runtime made, start-up first (`FileHeader::calib_runs`): the
+    /// figures above are, per kind of event, the least of them. Empty from runtimes before
+    /// version 8.
+    #[serde(default)]
+    pub runs: Vec<CalibrationRun>,
+    /// Calibration runs made, also those beyond the ones kept in `runs`.
+    #[serde(default)]
+    pub run_count: u32,
+    /// Set by [`compensate`] when the calibrated costs were above what a leaf function's own
+    /// calls show (its raw time per call bounds the instrumentation's part inside it) and
+    /// were scaled down to it.
+    #[serde(default)]
+    pub capped: Option<Capped>,
 }
+
+/// One calibration run (D21), TSC ticks × [`stint_layout::CALIB_SCALE`] like
+/// [`Compensation`]'s figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalibrationRun {
+    /// When the run began, TSC ticks after the image's start (0 for the start-up run).
+    pub at_ticks: u64,
+    pub pair_ticks: u64,
+    pub inner_ticks: u64,
+    pub pair_flat_ticks: u64,
+    pub inner_flat_ticks: u64,
+    pub pair_ee_ticks: u64,
+    pub pair_import_ticks: u64,
+}
+
+/// How [`compensate`] capped a calibration that a leaf's own calls contradict.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capped {
+    /// The leaf function whose calls set the bound.
+    pub point: u32,
+    /// Its raw time per call (the smaller of CPU and wall time), ticks × `CALIB_SCALE`.
+    pub per_call_ticks: u64,
+    /// What every calibrated figure was multiplied by, in millionths (below 1,000,000).
+    pub factor_ppm: u64,
+}
+
+/// Millionths: [`Capped::factor_ppm`]'s unit.
+const PPM: u64 = 1_000_000;
+/// The guard acts when a leaf's calls allow less than 90 % of the calibrated `inner`: a
+/// spoiled run is about twice the real cost, while a good one can be a few % above a single
+/// warm call (the clamps take care of that, and the figures are not touched).
+const CAP_BELOW_PPM: u64 = 900_000;
+/// Calls a leaf node needs to bound the calibration.
+const MIN_LEAF_CALLS: u64 = 100;
 
 impl Compensation {
     /// Whether the runtime calibrated anything (profiles of older runtimes and synthetic ones
@@ -215,38 +289,177 @@ impl Compensation {
     }
 }
 
+impl Compensation {
+    /// The wrapper figures (`wrap_event_ticks`, `wrap_slow_ticks`) are measured once, beside
+    /// the start-up run of the timed call; when a later run of the timed call came out lower,
+    /// the start-up window was slowed as a whole (a busy host slows every kind of event
+    /// alike: one at load 6 read a timed call of 24.0 ns against 17.9 later, and a wrapper
+    /// event of 22.6 against about 15 ns), so they are scaled by the same ratio.
+    fn wrappers_at_the_least_run(&self) -> Compensation {
+        let start = self.runs.first().map_or(0, |r| r.pair_ticks);
+        let least = self.runs.iter().map(|r| r.pair_ticks).filter(|&v| v != 0).min().unwrap_or(0);
+        if start == 0 || least == 0 || least >= start {
+            return self.clone();
+        }
+        let f = |v: u64| (v as u128 * least as u128 / start as u128) as u64;
+        Compensation {
+            wrap_event_ticks: f(self.wrap_event_ticks),
+            wrap_slow_ticks: f(self.wrap_slow_ticks),
+            ..self.clone()
+        }
+    }
+
+    /// Every calibrated figure multiplied by `ppm` millionths.
+    fn scaled(&self, ppm: u64) -> Compensation {
+        let f = |v: u64| (v as u128 * ppm as u128 / PPM as u128) as u64;
+        Compensation {
+            pair_ticks: f(self.pair_ticks),
+            inner_ticks: f(self.inner_ticks),
+            pair_flat_ticks: f(self.pair_flat_ticks),
+            inner_flat_ticks: f(self.inner_flat_ticks),
+            count_ticks: f(self.count_ticks),
+            pair_ee_ticks: f(self.pair_ee_ticks),
+            inner_ee_ticks: f(self.inner_ee_ticks),
+            pair_import_ticks: f(self.pair_import_ticks),
+            inner_import_ticks: f(self.inner_import_ticks),
+            pair_untimed_ticks: f(self.pair_untimed_ticks),
+            pair_untimed_ee_ticks: f(self.pair_untimed_ee_ticks),
+            inner_sampled_ticks: f(self.inner_sampled_ticks),
+            inner_sampled_ee_ticks: f(self.inner_sampled_ee_ticks),
+            ..self.clone()
+        }
+    }
+
+    /// The guard against a spoiled calibration: a leaf node's raw time per call (no timed
+    /// callee inside it) is at least the part of its own entry and exit inside its span, so
+    /// a calibrated `inner` above the least of them is wrong, and all the figures are scaled
+    /// by the same factor (a busy host slows every kind of event alike). `None` when no leaf
+    /// contradicts the calibration. Sampled points (scaled estimates) and untimed nodes give
+    /// no bound.
+    fn leaf_cap(&self, p: &Profile) -> Option<Capped> {
+        let mut best: Option<Capped> = None;
+        for t in &p.threads {
+            let mut has_child = vec![false; t.calltree.len()];
+            for n in &t.calltree {
+                if let Some(h) = n.parent.and_then(|q| has_child.get_mut(q as usize)) {
+                    *h = true;
+                }
+            }
+            for (n, _) in t.calltree.iter().zip(&has_child).filter(|(_, &h)| !h) {
+                if n.calls == 0 || t.sampled.iter().any(|s| s.point == n.point) {
+                    continue;
+                }
+                // The smaller of the two (CPU time leaves out preemptions); over at least
+                // `MIN_LEAF_CALLS` calls, so that the CPU clock of a short span, which can fall a
+                // little behind its extrapolation, does not set the bound.
+                let measured = match (n.cpu_ticks, n.wall_ticks) {
+                    _ if n.calls < MIN_LEAF_CALLS => continue,
+                    (0, 0) => continue,
+                    (0, v) | (v, 0) => v,
+                    (c, w) => c.min(w),
+                };
+                let meta = p.points.get(n.point as usize).filter(|m| m.id == n.point);
+                let inner = self.cost(meta).0;
+                if inner == 0 {
+                    continue;
+                }
+                let per_call = (measured as u128 * stint_layout::CALIB_SCALE as u128 / n.calls as u128) as u64;
+                let ppm = (per_call as u128 * PPM as u128 / inner as u128).min(PPM as u128) as u64;
+                if ppm < CAP_BELOW_PPM && best.is_none_or(|b| ppm < b.factor_ppm) {
+                    best = Some(Capped { point: n.point, per_call_ticks: per_call, factor_ppm: ppm });
+                }
+            }
+        }
+        best
+    }
+
+    /// What an untimed call of a sampled `point` costs its caller (the timed pair when the
+    /// runtime did not calibrate it).
+    pub fn untimed_pair(&self, point: Option<&PointMeta>) -> u64 {
+        let ee = point.is_some_and(|p| p.entry_exit) && self.pair_untimed_ee_ticks != 0;
+        match (ee, self.pair_untimed_ticks) {
+            (true, _) => self.pair_untimed_ee_ticks,
+            (false, 0) => self.cost(point).1,
+            (false, t) => t,
+        }
+    }
+
+    /// The part of a sampled point's timed call inside its own span (the timed `inner` when
+    /// the runtime did not calibrate it).
+    pub fn sampled_inner(&self, point: Option<&PointMeta>) -> u64 {
+        let ee = point.is_some_and(|p| p.entry_exit) && self.inner_sampled_ee_ticks != 0;
+        match (ee, self.inner_sampled_ticks) {
+            (true, _) => self.inner_sampled_ee_ticks,
+            (false, 0) => self.cost(point).0,
+            (false, t) => t,
+        }
+    }
+}
+
 /// Subtract the calibrated cost of the instrumentation from every time of `p` (see
 /// [`Compensation`]); never below zero (clamped, counted). Does nothing if `p` has no
 /// calibration or was compensated already.
 pub fn compensate(p: &mut Profile) {
-    let mut c = p.compensation;
+    let mut c = p.compensation.clone();
     if !c.calibrated() || c.applied {
         return;
     }
+    c = c.wrappers_at_the_least_run();
+    if let Some(cap) = c.leaf_cap(p) {
+        c = c.scaled(cap.factor_ppm);
+        c.capped = Some(cap);
+    }
     let mut clamped = 0u64;
     for t in &mut p.threads {
-        if t.calltree.is_empty() {
-            // Each function's own share only: one root node per function with its counted
-            // calls (and no times of its own, so only `times` is reduced and counted).
-            let mut roots: Vec<CallNode> = t
-                .times
-                .iter()
-                .map(|&(point, _, _)| {
-                    let calls = t.counts.iter().find(|c| c.0 == point).map_or(0, |c| c.1);
-                    CallNode { parent: None, point, calls, ..CallNode::default() }
-                })
-                .collect();
-            clamped += crate::calltree::compensate(&mut roots, &mut t.times, |_| (c.inner_flat_ticks, 0));
-            continue;
-        }
-        let points = &p.points;
-        clamped += crate::calltree::compensate(&mut t.calltree, &mut t.times, |point| {
-            c.cost(points.get(point as usize).filter(|m| m.id == point))
-        });
+        let measured: Vec<u32> =
+            t.times.iter().filter(|&&(_, cpu, wall)| cpu != 0 || wall != 0).map(|&(point, _, _)| point).collect();
+        clamped += compensate_thread(&c, &p.points, t);
+        t.compensated_to_zero = t
+            .times
+            .iter()
+            .filter(|&&(point, cpu, wall)| cpu == 0 && wall == 0 && measured.contains(&point))
+            .map(|&(point, _, _)| point)
+            .collect();
     }
     c.applied = true;
     c.clamped = clamped;
     p.compensation = c;
+}
+
+/// [`compensate`] for one thread's times and call tree; returns how many times were clamped.
+fn compensate_thread(c: &Compensation, points: &[PointMeta], t: &mut ThreadProfile) -> u64 {
+    if t.calltree.is_empty() {
+        // Each function's own share only: one root node per function with its counted
+        // calls (and no times of its own, so only `times` is reduced and counted).
+        let mut roots: Vec<CallNode> = t
+            .times
+            .iter()
+            .map(|&(point, _, _)| {
+                let calls = t.counts.iter().find(|c| c.0 == point).map_or(0, |c| c.1);
+                CallNode { parent: None, point, calls, ..CallNode::default() }
+            })
+            .collect();
+        return crate::calltree::compensate(&mut roots, &mut t.times, |_| (c.inner_flat_ticks, 0));
+    }
+    let mut clamped =
+        crate::calltree::subtract_wrappers(&mut t.calltree, &mut t.times, c.wrap_event_ticks, c.wrap_slow_ticks);
+    let sampled = &t.sampled;
+    clamped += crate::calltree::compensate(&mut t.calltree, &mut t.times, |point| {
+        let meta = points.get(point as usize).filter(|m| m.id == point);
+        let (inner, pair) = c.cost(meta);
+        // A sampled point's calls: the timed ones cost `pair` each, the others the
+        // untimed pair; its times were scaled to all calls, so `inner` stands per call.
+        match sampled.iter().find(|s| s.point == point) {
+            Some(s) if s.calls > 0 => {
+                let untimed = c.untimed_pair(meta);
+                let mixed =
+                    (s.timed as u128 * pair as u128 + (s.calls - s.timed) as u128 * untimed as u128) / s.calls as u128;
+                (c.sampled_inner(meta), mixed as u64)
+            }
+            _ => (inner, pair),
+        }
+    });
+    clamped
 }
 
 /// What the header says about the process image (D22).
@@ -560,6 +773,11 @@ pub struct ThreadProfile {
     /// (point id, inclusive CPU ticks, inclusive wall ticks), ascending by point, timed
     /// points with a non-zero value only.
     pub times: Vec<(u32, u64, u64)>,
+    /// Points of `times` whose measured time [`compensate`] took to 0 (their calibrated cost
+    /// was above it): timed and closed, unlike a point with no time because none of its calls
+    /// returned. Ascending.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compensated_to_zero: Vec<u32>,
     /// `CLOCK_SOURCE_*` name of the thread's CPU timer, if it had a timer event.
     pub clock_source: Option<String>,
     /// Timer events skipped because a signal handler interrupted a timer routine.
@@ -616,11 +834,185 @@ pub struct ThreadProfile {
     /// Call-path nodes the thread could not record because its tree was full.
     #[serde(default)]
     pub calltree_lost: u64,
+    /// Points whose calls were sampled on this thread (short and frequent: one call in
+    /// `SAMPLE_EVERY` timed after the first `SAMPLE_LEARN`), ascending by point. Their times
+    /// in `times` and `calltree` are estimates: the timed calls' time × calls / timed.
+    #[serde(default)]
+    pub sampled: Vec<Sampled>,
     /// Time on a CPU and waiting on a run queue over the thread's life, ns: read by the
     /// runtime as the thread ended, or now for a live thread (`None`: unknown, e.g. a main
     /// thread that ended without a record). Splits RUN (see [`ThreadProfile::run_split`]).
     #[serde(default)]
     pub sched_ns: Option<(u64, u64)>,
+}
+
+/// A sampled point on one thread ([`ThreadProfile::sampled`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sampled {
+    pub point: u32,
+    /// Calls of the point (exact).
+    pub calls: u64,
+    /// Of those, the timed ones; the point's times are scaled by `calls / timed`.
+    pub timed: u64,
+    /// The estimate's error bound, TSC ticks: twice its standard error (≈ 95 %), from the
+    /// variance of the timed calls' spans, CPU and wall.
+    pub cpu_bound_ticks: u64,
+    pub wall_bound_ticks: u64,
+    /// The point's CPU and wall ticks before scaling (its timed calls' time): what a view of
+    /// an interval between two readings needs ([`interval_ticks`]).
+    #[serde(default)]
+    pub raw_cpu_ticks: u64,
+    #[serde(default)]
+    pub raw_wall_ticks: u64,
+    /// Of `calls` and `timed`, the learning calls before the runtime decided to sample the
+    /// point (every one timed), and their CPU and wall ticks: the exact part of the
+    /// estimate, which scales only the other calls' time.
+    #[serde(default)]
+    pub learn_calls: u64,
+    #[serde(default)]
+    pub learn_cpu_ticks: u64,
+    #[serde(default)]
+    pub learn_wall_ticks: u64,
+}
+
+/// Calls before the runtime decides to sample a point whose time its `SLOT_LEARN_*` hold: the
+/// counters are copied at the `SAMPLE_LEARN`-th entry, when the calls before it have ended.
+pub const LEARN_CALLS: u64 = stint_layout::SAMPLE_LEARN - 1;
+
+/// The estimated ticks of `calls` calls of which `timed` were timed and took `raw` ticks,
+/// `learn_calls` of them (all timed) `learn` ticks: the learning calls as they are, the other
+/// timed calls' time × the other calls ÷ the other timed calls (two strata, so the learning
+/// calls weigh as the calls they are, not as one in `SAMPLE_EVERY`). `raw` when nothing was
+/// left untimed.
+pub fn stratified(calls: u64, timed: u64, raw: u64, learn_calls: u64, learn: u64) -> u64 {
+    if calls <= timed || timed <= learn_calls {
+        return raw;
+    }
+    let learn = learn.min(raw);
+    let rest = (raw - learn) as u128 * (calls - learn_calls) as u128 / (timed - learn_calls) as u128;
+    (learn as u128 + rest).min(u64::MAX as u128) as u64
+}
+
+/// A point's timing on one thread as [`stratified`] takes it: (calls, timed calls, unscaled
+/// CPU and wall ticks, learning calls, their CPU and wall ticks). A point not sampled there
+/// has every call timed, each an exact one: its learning calls are all its calls.
+type Figures = (u64, u64, u64, u64, u64, u64, u64);
+
+fn timing_figures(t: &ThreadProfile, point: u32) -> Figures {
+    if let Some(s) = t.sampled.iter().find(|s| s.point == point) {
+        return (
+            s.calls,
+            s.timed,
+            s.raw_cpu_ticks,
+            s.raw_wall_ticks,
+            s.learn_calls,
+            s.learn_cpu_ticks,
+            s.learn_wall_ticks,
+        );
+    }
+    let calls = t.counts.iter().find(|c| c.0 == point).map_or(0, |c| c.1);
+    let (cpu, wall) = t.times.iter().find(|x| x.0 == point).map_or((0, 0), |x| (x.1, x.2));
+    (calls, calls, cpu, wall, calls, cpu, wall)
+}
+
+/// The CPU and wall ticks of `point` on a thread between two readings of it (`then`: the
+/// earlier one, `None` when the thread did not exist yet): for a sampled point, the
+/// interval's own strata ([`stratified`]: its learning calls, then its other timed calls'
+/// time × its other calls ÷ its other timed calls), not the difference of two whole-run
+/// estimates (whose scale changes between the readings); for any other point, the difference.
+pub fn interval_ticks(then: Option<&ThreadProfile>, now: &ThreadProfile, point: u32) -> (u64, u64) {
+    let (c1, t1, cpu1, wall1, l1, lcpu1, lwall1) = timing_figures(now, point);
+    let (c0, t0, cpu0, wall0, l0, lcpu0, lwall0) = then.map_or((0, 0, 0, 0, 0, 0, 0), |t| timing_figures(t, point));
+    let d = |a: u64, b: u64| a.saturating_sub(b);
+    let (calls, timed, learn) = (d(c1, c0), d(t1, t0), d(l1, l0));
+    (
+        stratified(calls, timed, d(cpu1, cpu0), learn, d(lcpu1, lcpu0)),
+        stratified(calls, timed, d(wall1, wall0), learn, d(lwall1, lwall0)),
+    )
+}
+
+/// A sampled point's figures as read from its column (or since the snapshot's baseline).
+#[derive(Clone, Copy, Debug, Default)]
+struct SampledAt {
+    point: u32,
+    /// Timed entries, learning ones included.
+    timed: u64,
+    /// Of those, the sampled ones (after the learning calls), and the sums of their squared
+    /// CPU and wall spans.
+    n_sq: u64,
+    sq_cpu: u64,
+    sq_wall: u64,
+    /// The learning calls and their CPU and wall ticks.
+    learn_calls: u64,
+    learn_cpu: u64,
+    learn_wall: u64,
+}
+
+/// Twice the standard error of `calls × mean` estimated from `timed` spans whose `n_sq`
+/// sampled ones have squares summing to `sq` (finite-population corrected). Their mean
+/// square stands for the variance: an upper bound of it (the sampled calls' own sum is not
+/// kept apart from the learning calls', whose first call can hold a slow path), so the
+/// bound is conservative by about the ratio of the calls' mean to their spread.
+fn bound(calls: u64, timed: u64, sq: u64, n_sq: u64) -> u64 {
+    if timed == 0 || n_sq == 0 {
+        return 0;
+    }
+    let var = sq as f64 / n_sq as f64;
+    let fpc = (1.0 - timed as f64 / calls as f64).max(0.0);
+    (2.0 * calls as f64 * (var / timed as f64 * fpc).sqrt()) as u64
+}
+
+/// Scale the times of the thread's sampled points (`sampled`, from `SLOT_ACTIVE` and the
+/// squares' slots) from their timed calls to all their calls (exact: `counts`, or the sum of
+/// the point's call-path nodes): the estimate of a point's time, with its error bound.
+fn estimate_sampled(
+    sampled: &[SampledAt],
+    counts: &[(u32, u64)],
+    times: &mut [(u32, u64, u64)],
+    calltree: &mut [crate::calltree::CallNode],
+) -> Vec<Sampled> {
+    let mut out = Vec::new();
+    for a in sampled {
+        let point = a.point;
+        let calls = match counts.iter().find(|c| c.0 == point) {
+            Some(&(_, c)) => c,
+            None => calltree.iter().filter(|n| n.point == point).map(|n| n.calls).sum(),
+        };
+        if a.timed <= a.learn_calls || calls <= a.timed {
+            continue;
+        }
+        let (raw_cpu_ticks, raw_wall_ticks) = times.iter().find(|t| t.0 == point).map_or((0, 0), |t| (t.1, t.2));
+        // The bound is the sampled stratum's: the learning calls are exact.
+        let (n_calls, n_timed) = (calls - a.learn_calls, a.timed - a.learn_calls);
+        let cpu_bound_ticks = bound(n_calls, n_timed, a.sq_cpu, a.n_sq);
+        let wall_bound_ticks = bound(n_calls, n_timed, a.sq_wall, a.n_sq);
+        let cpu = stratified(calls, a.timed, raw_cpu_ticks, a.learn_calls, a.learn_cpu);
+        let wall = stratified(calls, a.timed, raw_wall_ticks, a.learn_calls, a.learn_wall);
+        for t in times.iter_mut().filter(|t| t.0 == point) {
+            (t.1, t.2) = (cpu, wall);
+        }
+        // The call-path nodes share the point's estimate in proportion to their timed ticks.
+        let share = |v: &mut u64, est: u64, raw: u64| {
+            *v = if raw == 0 { 0 } else { (*v as u128 * est as u128 / raw as u128).min(u64::MAX as u128) as u64 }
+        };
+        for n in calltree.iter_mut().filter(|n| n.point == point) {
+            share(&mut n.cpu_ticks, cpu, raw_cpu_ticks);
+            share(&mut n.wall_ticks, wall, raw_wall_ticks);
+        }
+        out.push(Sampled {
+            point,
+            calls,
+            timed: a.timed,
+            cpu_bound_ticks,
+            wall_bound_ticks,
+            raw_cpu_ticks,
+            raw_wall_ticks,
+            learn_calls: a.learn_calls,
+            learn_cpu_ticks: a.learn_cpu.min(raw_cpu_ticks),
+            learn_wall_ticks: a.learn_wall.min(raw_wall_ticks),
+        });
+    }
+    out
 }
 
 impl ThreadProfile {
@@ -802,6 +1194,25 @@ fn parse_measured(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
                 }
             }
         }
+        // Points sampled on this thread (their `SLOT_ACTIVE` word) and their timed entries.
+        let mut sampled_at = Vec::new();
+        for point in (0..h.n_points).filter(|&p| meta.points[p as usize].bits & stint_layout::TIMER_BITS != 0) {
+            let active = ColumnHeader::counter(col, h.n_points, stint_layout::SLOT_ACTIVE, point).unwrap_or(0);
+            if active & stint_layout::SAMPLE_ON != 0 {
+                let get = |slot| ColumnHeader::counter(col, h.n_points, slot, point).unwrap_or(0);
+                let n_sq = get(stint_layout::SLOT_SAMPLED_TIMED);
+                sampled_at.push(SampledAt {
+                    point,
+                    timed: stint_layout::SAMPLE_LEARN.saturating_add(n_sq),
+                    n_sq,
+                    sq_cpu: get(stint_layout::SLOT_SAMPLED_SQ_CPU),
+                    sq_wall: get(stint_layout::SLOT_SAMPLED_SQ_WALL),
+                    learn_calls: LEARN_CALLS,
+                    learn_cpu: get(stint_layout::SLOT_LEARN_CPU),
+                    learn_wall: get(stint_layout::SLOT_LEARN_WALL),
+                });
+            }
+        }
         let thread_alive = alive && c.thread_state != STATE_EXITED && (obs.thread_alive)(h.pid, c.tid);
         let mut state_ticks = c.state_ticks;
         if let Some(t) = state_ticks.get_mut(c.thread_state as usize) {
@@ -813,6 +1224,7 @@ fn parse_measured(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             let mut d = Deltas { counts: &mut counts, times: &mut times, waits: &mut waits, states: &mut state_ticks };
             if c.snap_seq == seq {
                 subtract_baseline(col, &h, &mut d);
+                sampled_since_baseline(col, &h, &mut sampled_at);
             } else {
                 // Not at a safe point since the request: nothing counted since, and the
                 // thread has stayed in its state since then.
@@ -844,7 +1256,10 @@ fn parse_measured(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             let now = OpenNow { wall: now_tsc, cpu: cpu_now, since };
             open_frames = add_open_frames(col, &c, &meta.points, now, &mut times, &mut calltree);
         }
+        let sampled = estimate_sampled(&sampled_at, &counts, &mut times, &mut calltree);
         threads.push(ThreadProfile {
+            sampled,
+            compensated_to_zero: Vec::new(),
             alive: thread_alive,
             creator_tid: (c.creator_tid != 0).then_some(c.creator_tid),
             exit_kind: c.exit_kind,
@@ -922,8 +1337,31 @@ fn parse_measured(b: &[u8], obs: &Observer, since_snapshot: bool) -> Result<Prof
             inner_ee_ticks: h.calib.inner_ee_ticks,
             pair_import_ticks: h.calib.pair_import_ticks,
             inner_import_ticks: h.calib.inner_import_ticks,
+            pair_untimed_ticks: h.calib.pair_untimed_ticks,
+            pair_untimed_ee_ticks: h.calib.pair_untimed_ee_ticks,
+            inner_sampled_ticks: h.calib.inner_sampled_ticks,
+            inner_sampled_ee_ticks: h.calib.inner_sampled_ee_ticks,
+            wrap_event_ticks: h.calib.wrap_event_ticks,
+            wrap_slow_ticks: h.calib.wrap_slow_ticks,
             applied: false,
             clamped: 0,
+            runs: h
+                .calib_runs
+                .iter()
+                .zip(&h.calib_tsc)
+                .take(h.calib_count as usize)
+                .map(|(r, &tsc)| CalibrationRun {
+                    at_ticks: tsc.saturating_sub(h.start_tsc),
+                    pair_ticks: r.pair_ticks,
+                    inner_ticks: r.inner_ticks,
+                    pair_flat_ticks: r.pair_flat_ticks,
+                    inner_flat_ticks: r.inner_flat_ticks,
+                    pair_ee_ticks: r.pair_ee_ticks,
+                    pair_import_ticks: r.pair_import_ticks,
+                })
+                .collect(),
+            run_count: h.calib_count,
+            capped: None,
         },
     })
 }
@@ -940,6 +1378,8 @@ fn read_calltree(col: &[u8], c: &ColumnHeader, h: &FileHeader, i: u32) -> Result
         )));
     }
     let base = stint_layout::cct_nodes_offset(h.n_points, h.n_counter_slots) as usize;
+    let wraps = stint_layout::cct_wraps_offset(h.n_points, h.n_counter_slots) as usize;
+    let slow = stint_layout::cct_slow_offset(h.n_points, h.n_counter_slots) as usize;
     let mut tree = Vec::with_capacity(n as usize);
     for k in 0..n {
         let node = CctNode::read_from(col, base + k as usize * size_of::<CctNode>())
@@ -958,6 +1398,10 @@ fn read_calltree(col: &[u8], c: &ColumnHeader, h: &FileHeader, i: u32) -> Result
             calls: node.calls,
             cpu_ticks: node.cpu_ticks,
             wall_ticks: node.wall_ticks,
+            // The runtime's wrapper events of the node (wrapcomp); past the column's end in a
+            // truncated file: none.
+            wrap_events: u64::read_from(col, wraps + k as usize * 8).unwrap_or(0),
+            slow_wrap_events: u64::read_from(col, slow + k as usize * 8).unwrap_or(0),
         });
     }
     Ok(tree)
@@ -1016,6 +1460,39 @@ fn subtract_baseline(col: &[u8], h: &FileHeader, d: &mut Deltas) {
     });
     for (i, t) in d.states.iter_mut().enumerate() {
         *t = t.saturating_sub(u64_at(baseline_state_offset(n, slots, i as u32)));
+    }
+}
+
+/// The sampled points' timed calls and squared spans since the snapshot's baseline, so that
+/// a view since a snapshot scales the interval's time by the interval's calls ÷ the
+/// interval's timed calls (not the whole run's). A point not yet sampled at the baseline had
+/// every call timed until then: its baseline's calls are its timed ones.
+fn sampled_since_baseline(col: &[u8], h: &FileHeader, sampled: &mut [SampledAt]) {
+    let (n, slots) = (h.n_points, h.n_counter_slots);
+    let base = |slot: u32, point: u32| {
+        usize::try_from(baseline_counter_offset(n, slots, slot, point))
+            .ok()
+            .and_then(|off| u64::read_from(col, off))
+            .unwrap_or(0)
+    };
+    for a in sampled.iter_mut() {
+        let p = a.point;
+        let n_before = base(stint_layout::SLOT_SAMPLED_TIMED, p);
+        if base(stint_layout::SLOT_ACTIVE, p) & stint_layout::SAMPLE_ON != 0 {
+            // Sampled before the interval: no learning call in it.
+            a.timed = a.timed.saturating_sub(stint_layout::SAMPLE_LEARN.saturating_add(n_before));
+            (a.learn_calls, a.learn_cpu, a.learn_wall) = (0, 0, 0);
+        } else {
+            // Still learning at the baseline: the learning calls after it.
+            let calls = base(SLOT_CALLS, p);
+            a.timed = a.timed.saturating_sub(calls);
+            a.learn_calls = a.learn_calls.saturating_sub(calls);
+            a.learn_cpu = a.learn_cpu.saturating_sub(base(SLOT_CPU_TICKS, p));
+            a.learn_wall = a.learn_wall.saturating_sub(base(SLOT_WALL_TICKS, p));
+        }
+        a.n_sq = a.n_sq.saturating_sub(n_before);
+        a.sq_cpu = a.sq_cpu.saturating_sub(base(stint_layout::SLOT_SAMPLED_SQ_CPU, p));
+        a.sq_wall = a.sq_wall.saturating_sub(base(stint_layout::SLOT_SAMPLED_SQ_WALL, p));
     }
 }
 
@@ -1377,7 +1854,17 @@ mod tests {
                 inner_ee_ticks: 47,
                 pair_import_ticks: 48,
                 inner_import_ticks: 49,
+                pair_untimed_ticks: 50,
+                pair_untimed_ee_ticks: 51,
+                inner_sampled_ticks: 52,
+                inner_sampled_ee_ticks: 53,
+                wrap_event_ticks: 54,
+                wrap_slow_ticks: 62,
             },
+            calib_count: 55,
+            _pad_calib: 0,
+            calib_tsc: [56, 57, 58, 59],
+            calib_runs: [stint_layout::Calibration { pair_ticks: 60, batches: 61, ..Default::default() }; 4],
         };
         assert_eq!(FileHeader::parse(h.as_bytes(), u64::MAX), Ok(h));
 
@@ -1430,7 +1917,7 @@ mod tests {
             cct_nodes: 50,
             cct_lost: 51,
             cct_ready: 52,
-            _pad_cct: 0,
+            cct_wraps_ready: 0,
             perf_base_ns: 53,
             sched_cpu_ns: 53,
             sched_runq_ns: 54,
@@ -1438,6 +1925,10 @@ mod tests {
             _pad_sched: 0,
             shadow_ready: 55,
             lazy_ready: 56,
+            lock_cache: 57,
+            cct_slow_ready: 0,
+            _pad_slow: 0,
+            rseq_cs: 58,
         };
         assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 
@@ -1585,8 +2076,11 @@ mod tests {
         assert_eq!(err(&b), "meta: schema \"stint-meta/9\" is not supported (this stint reads stint-meta/1)");
         let b = write_synthetic(&meta5().replace("\"id\":3", "\"id\":7"), &[]);
         assert_eq!(err(&b), "meta: point at index 3 has id 7");
-        let b = write_synthetic(&meta5().replace("\"slot\":0", "\"slot\":9"), &[]);
-        assert_eq!(err(&b), "meta: metric calls uses counter slot 9, but columns have 4 slots");
+        let b = write_synthetic(&meta5().replace("\"slot\":0", "\"slot\":11"), &[]);
+        assert_eq!(
+            err(&b),
+            format!("meta: metric calls uses counter slot 11, but columns have {N_COUNTER_SLOTS} slots")
+        );
     }
 
     /// Each point is compensated with the calibration of its kind of trampoline: separate
@@ -1620,6 +2114,134 @@ mod tests {
         let old = Compensation { pair_ee_ticks: 0, pair_import_ticks: 0, ..c };
         assert_eq!(old.cost(Some(&point(POINT_ENTRY, true))), (50, 100));
         assert_eq!(old.cost(Some(&point(stint_layout::meta::POINT_IMPORT, false))), (50, 100));
+    }
+
+    /// main → leaf × `calls` with the leaf's time per call `per_call` ticks (CPU; wall 10 %
+    /// more), calibrated at 200 ticks a pair, 100 inside, and compensated.
+    fn leaf_calls_profile(calls: u64, per_call: u64) -> Profile {
+        let mut p = leaf_calls_raw(calls, per_call);
+        compensate(&mut p);
+        p
+    }
+
+    /// [`leaf_calls_profile`] before [`compensate`], with the flat times its tree gives.
+    fn leaf_calls_raw(calls: u64, per_call: u64) -> Profile {
+        let meta = synthetic_meta("cap", &[("main", "0x10"), ("leaf", "0x20")]);
+        let n = |parent: Option<u32>, point, calls, cpu: u64| SyntheticNode {
+            parent,
+            point,
+            calls,
+            cpu,
+            wall: cpu * 11 / 10,
+        };
+        let tree = vec![n(None, 0, 1, 100_000), n(Some(0), 1, calls, calls * per_call)];
+        let mut p = parse(&write_synthetic_with_trees(&meta, &[(7, vec![(0, 1), (1, calls)], tree, 0)])).unwrap();
+        let s = stint_layout::CALIB_SCALE;
+        p.compensation = Compensation {
+            pair_ticks: 200 * s,
+            inner_ticks: 100 * s,
+            pair_flat_ticks: 200 * s,
+            ..Compensation::default()
+        };
+        p.threads[0].times = p.threads[0].calltree.iter().map(|n| (n.point, n.cpu_ticks, n.wall_ticks)).collect();
+        p
+    }
+
+    fn leaf_profile(per_call: u64) -> Profile {
+        leaf_calls_profile(100, per_call)
+    }
+
+    /// The wrapper figures, measured beside the start-up run only, follow the timed call's
+    /// least run: a start-up window slowed as a whole (timed call 240 against 180 later)
+    /// scales them by 180/240; a start-up run that is the least leaves them alone.
+    #[test]
+    fn a_slowed_start_up_scales_the_wrapper_figures_with_it() {
+        let run = |pair_ticks| CalibrationRun { pair_ticks, ..CalibrationRun::default() };
+        let c = Compensation {
+            pair_ticks: 180,
+            wrap_event_ticks: 200,
+            wrap_slow_ticks: 400,
+            runs: vec![run(240), run(180)],
+            ..Compensation::default()
+        };
+        let w = c.wrappers_at_the_least_run();
+        assert_eq!((w.wrap_event_ticks, w.wrap_slow_ticks, w.pair_ticks), (150, 300, 180));
+        let c = Compensation { runs: vec![run(180), run(240)], ..c };
+        let w = c.wrappers_at_the_least_run();
+        assert_eq!((w.wrap_event_ticks, w.wrap_slow_ticks), (200, 400));
+        let c = Compensation { runs: vec![run(240)], ..c };
+        assert_eq!(c.wrappers_at_the_least_run().wrap_event_ticks, 200, "one run: nothing to compare");
+    }
+
+    /// A calibration above what a leaf's own calls show (spoiled by a busy host) is scaled
+    /// down to the leaf's time per call, every figure by the same factor, and said so: the
+    /// leaf's CPU time goes to 0 without a clamp, its caller loses the scaled pair per call.
+    #[test]
+    fn a_calibration_a_leaf_contradicts_is_capped_to_it() {
+        let p = leaf_profile(50);
+        let s = stint_layout::CALIB_SCALE;
+        let c = &p.compensation;
+        assert_eq!(c.capped, Some(Capped { point: 1, per_call_ticks: 50 * s, factor_ppm: 500_000 }));
+        assert_eq!((c.pair_ticks, c.inner_ticks, c.pair_flat_ticks), (100 * s, 50 * s, 100 * s));
+        assert_eq!(c.clamped, 0);
+        let t = &p.threads[0].calltree;
+        assert_eq!((t[1].cpu_ticks, t[1].wall_ticks), (0, 500));
+        assert_eq!(t[0].cpu_ticks, 100_000 - 50 - 100 * 100, "main: its own inner and the leaf's pairs");
+    }
+
+    /// A leaf slower than the calibrated inner part leaves the calibration as it is.
+    #[test]
+    fn a_calibration_the_leaves_allow_is_not_capped() {
+        let p = leaf_profile(150);
+        let s = stint_layout::CALIB_SCALE;
+        let c = &p.compensation;
+        assert_eq!(c.capped, None);
+        assert_eq!((c.pair_ticks, c.inner_ticks), (200 * s, 100 * s));
+        assert_eq!(p.threads[0].calltree[1].cpu_ticks, 100 * 150 - 100 * 100);
+    }
+
+    /// A leaf whose CPU and wall time the calibration takes to 0 (99 calls of 50 ticks, 100
+    /// inside each timer) is listed as compensated to zero: the table shows a time of 0 for
+    /// it, never `open` (a call that never returned), which is what a zero time meant before.
+    #[test]
+    fn a_time_compensated_to_zero_is_shown_as_zero_not_open() {
+        let mut p = leaf_calls_raw(99, 50);
+        // Timed points with both timer metrics, as the rewriter writes them.
+        for m in [stint_layout::Metric::CpuTime, stint_layout::Metric::WallTime] {
+            p.metrics.push(stint_layout::meta::MetricMeta::of(m.def()));
+        }
+        for pm in &mut p.points {
+            pm.bits |= stint_layout::TIMER_BITS;
+        }
+        let raw_table = crate::report::to_table(&p);
+        compensate(&mut p);
+        let t = &p.threads[0];
+        assert_eq!(t.times.iter().find(|x| x.0 == 1).map(|x| (x.1, x.2)), Some((0, 0)), "{:?}", t.times);
+        assert_eq!(t.compensated_to_zero, vec![1]);
+        let rows = crate::report::functions(&p, t);
+        let leaf = rows.iter().find(|f| f.name == "leaf").expect("leaf row");
+        assert_eq!(leaf.timing, crate::report::Timing::Timed);
+        let table = crate::report::to_table(&p);
+        assert!(!table.contains("open"), "{table}");
+        // Raw (not compensated): nothing is listed, and the leaf has its measured time.
+        assert!(leaf_calls_raw(99, 50).threads[0].compensated_to_zero.is_empty());
+        assert!(!raw_table.contains("open"), "{raw_table}");
+    }
+
+    /// A leaf of fewer than 100 calls bounds nothing (one short span's CPU clock can be
+    /// behind its extrapolation).
+    #[test]
+    fn a_leaf_of_few_calls_does_not_cap() {
+        assert_eq!(leaf_calls_profile(99, 50).compensation.capped, None);
+    }
+
+    /// A leaf a little faster than the calibrated inner part (within 10 %: a warm call, not a
+    /// spoiled calibration) leaves the figures as they are, and the clamps count the rest;
+    /// below 90 % the guard acts.
+    #[test]
+    fn a_calibration_within_10_percent_of_a_leaf_is_not_capped() {
+        assert_eq!(leaf_profile(95).compensation.capped, None);
+        assert_eq!(leaf_profile(89).compensation.capped.map(|k| k.factor_ppm), Some(890_000));
     }
 
     /// The meta as the rewriter writes it (`Meta::new`: every metric, lock metrics without a
@@ -1987,5 +2609,90 @@ mod tests {
         assert_eq!(j["threads"][1]["state"], "unknown");
         assert_eq!(j["threads"][1]["exit"], "unknown");
         assert_eq!(j["threads"][2]["transitions"][0]["state"], "unknown");
+    }
+}
+
+#[cfg(test)]
+mod sampled_interval_tests {
+    //! A sampled point's time between two readings (`stint top`'s interval): scaled by the
+    //! interval's calls ÷ the interval's timed calls, not the difference of two whole-run
+    //! estimates.
+    use super::*;
+    use crate::synthetic::write_synthetic;
+    use stint_layout::meta::{Meta, MetricMeta, PointMeta, META_SCHEMA, POINT_ENTRY};
+    use stint_layout::{counter_offset, Metric, Pod, SAMPLE_LEARN, SAMPLE_ON, SAMPLE_UNIT, SLOT_ACTIVE, TIMER_BITS};
+
+    /// One thread (tid 7) calling `tick` (point 0): `calls` calls, of which `timed` timed
+    /// (`SAMPLE_LEARN` of them before the point was sampled), `cpu` ticks of CPU and wall,
+    /// `learn` of them in the first `LEARN_CALLS` calls.
+    fn reading(calls: u64, timed: u64, cpu: u64, learn: u64) -> Profile {
+        let meta = Meta {
+            schema: META_SCHEMA.into(),
+            program: "app".into(),
+            input: None,
+            build_id: None,
+            debuglink: None,
+            metrics: [Metric::Calls, Metric::CpuTime, Metric::WallTime].map(|m| MetricMeta::of(m.def())).to_vec(),
+            points: vec![PointMeta {
+                id: 0,
+                kind: POINT_ENTRY.into(),
+                function: "tick".into(),
+                address: "0x1000".into(),
+                bits: metric_bit(0) | TIMER_BITS,
+                size: 0,
+                tail_jumps_to: Vec::new(),
+                entry_exit: false,
+            }],
+            unwrapped: Vec::new(),
+        };
+        let mut b = write_synthetic(&serde_json::to_string(&meta).unwrap(), &[(7, vec![(0, calls)])]);
+        let h = FileHeader::parse(&b, b.len() as u64).unwrap();
+        let col = h.column_range(0).start;
+        for (slot, v) in [
+            (SLOT_CPU_TICKS, cpu),
+            (SLOT_WALL_TICKS, cpu),
+            (SLOT_ACTIVE, SAMPLE_ON | (calls * SAMPLE_UNIT)),
+            (stint_layout::SLOT_SAMPLED_TIMED, timed - SAMPLE_LEARN),
+            (stint_layout::SLOT_LEARN_CPU, learn),
+            (stint_layout::SLOT_LEARN_WALL, learn),
+        ] {
+            v.write_to(&mut b, col + counter_offset(1, slot, 0) as usize).unwrap();
+        }
+        parse(&b).unwrap()
+    }
+
+    /// 511 learning calls of 100 ticks (cold), then 10,000 calls of 10 ticks (157 timed).
+    fn first() -> Profile {
+        reading(10_512, 668, 51_100 + 1_570, 51_100)
+    }
+
+    #[test]
+    fn learning_calls_count_as_themselves_not_as_samples() {
+        let a = first();
+        let t = &a.threads[0];
+        assert_eq!(t.sampled.len(), 1);
+        let s = t.sampled[0];
+        assert_eq!(
+            (s.calls, s.timed, s.learn_calls, s.raw_cpu_ticks, s.learn_cpu_ticks),
+            (10_512, 668, 511, 52_670, 51_100)
+        );
+        // 51,100 + 1,570 × 10,001 / 157; one ratio over all timed calls would say
+        // 52,670 × 10,512 / 668 = 828,843: the 511 cold calls weighed as 32,000.
+        assert_eq!(t.times, vec![(0, 151_110, 151_110)]);
+    }
+
+    #[test]
+    fn an_interval_of_a_sampled_point_scales_by_its_own_timed_calls() {
+        let a = first();
+        // Then 64,000 calls of 20 ticks (1,000 timed).
+        let b = reading(74_512, 1_668, 52_670 + 20_000, 51_100);
+        let (ta, tb) = (&a.threads[0], &b.threads[0]);
+        assert_eq!(interval_ticks(Some(ta), tb, 0), (1_280_000, 1_280_000), "20,000 × 64,000 / 1,000");
+        // Not the difference of the two whole-run estimates.
+        let whole = 51_100 + 21_570 * (74_512 - 511) / (1_668 - 511);
+        assert_eq!(tb.times[0].1, whole);
+        assert_ne!(whole - 151_110, 1_280_000);
+        // A thread with no earlier reading: its whole run.
+        assert_eq!(interval_ticks(None, ta, 0), (151_110, 151_110));
     }
 }

@@ -47,6 +47,21 @@ pub struct FunctionCalls {
     /// is in none (calls only).
     pub self_cpu_ns: Option<u64>,
     pub self_wall_ns: Option<u64>,
+    /// The times are estimates from one call in N (short and frequent calls, sampled by the
+    /// runtime); the calls are exact.
+    pub sampled: Option<SampledCalls>,
+}
+
+/// How a sampled function's times were estimated ([`FunctionCalls::sampled`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampledCalls {
+    /// Timed calls of the function (its times are theirs × calls / timed).
+    pub timed: u64,
+    /// Calls of its sampled points (exact).
+    pub calls: u64,
+    /// Error bounds of the CPU and wall estimates, ns (twice the standard error, ≈ 95 %).
+    pub cpu_bound_ns: Option<u64>,
+    pub wall_bound_ns: Option<u64>,
 }
 
 /// What the time figures of a [`FunctionCalls`] row are.
@@ -123,6 +138,14 @@ pub fn functions(p: &Profile, t: &ThreadProfile) -> Vec<FunctionCalls> {
         e.0 = e.0.saturating_add(c);
         e.1 = e.1.saturating_add(w);
     }
+    let mut sampled: BTreeMap<(String, String), (u64, u64, u64, u64)> = BTreeMap::new();
+    for sp in &t.sampled {
+        let e = sampled.entry(key(sp.point)).or_default();
+        e.0 = e.0.saturating_add(sp.timed);
+        e.1 = e.1.saturating_add(sp.calls);
+        e.2 = e.2.saturating_add(sp.cpu_bound_ticks);
+        e.3 = e.3.saturating_add(sp.wall_bound_ticks);
+    }
     let mut rows: Vec<_> = sums
         .into_iter()
         .map(|((name, address), (calls, cpu, wall, timed))| FunctionCalls {
@@ -131,11 +154,21 @@ pub fn functions(p: &Profile, t: &ThreadProfile) -> Vec<FunctionCalls> {
             timing: match (timers, timed) {
                 (false, _) => Timing::Off,
                 (true, false) => Timing::CallsOnly,
+                // Measured, then compensated to nothing: a time of 0, not an open call.
+                (true, true) if t.compensated_to_zero.iter().any(|&pt| key(pt) == (name.clone(), address.clone())) => {
+                    Timing::Timed
+                }
                 (true, true) if cpu == 0 && wall == 0 && !timers_on(p, t, &name, &address) => Timing::Off,
                 (true, true) if cpu == 0 && wall == 0 => Timing::Open,
                 (true, true) => Timing::Timed,
             },
             running: running(&name, &address),
+            sampled: sampled.get(&(name.clone(), address.clone())).map(|&(timed, calls, cpu, wall)| SampledCalls {
+                timed,
+                calls,
+                cpu_bound_ns: p.ticks_to_ns(cpu),
+                wall_bound_ns: p.ticks_to_ns(wall),
+            }),
             name,
             address,
             calls,
@@ -464,6 +497,7 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
     let mut off = 0usize;
     let mut open = 0usize;
     let mut running = 0usize;
+    let mut sampled: Vec<FunctionCalls> = Vec::new();
     for s in &sections {
         let _ = write!(out, "\n{}\n", s.heading);
         if s.shown.is_empty() && s.hidden.0 == 0 {
@@ -491,6 +525,15 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
                     running += 1;
                     // Per call means nothing while a call is still running.
                     (format!("{}+", ms(f.cpu_ns)), format!("{}+", ms(f.wall_ns)), "-".into())
+                }
+                Timing::Timed if f.sampled.is_some() => {
+                    sampled.push(f.clone());
+                    let per_call = f.cpu_ns.filter(|_| f.calls > 0).map(|c| c as f64 / f.calls as f64 / 1e3);
+                    (
+                        format!("~{}", ms(f.cpu_ns)),
+                        format!("~{}", ms(f.wall_ns)),
+                        per_call.map_or("-".into(), |us| format!("~{us:.3}")),
+                    )
                 }
                 Timing::Timed => {
                     let per_call = f.cpu_ns.filter(|_| f.calls > 0).map(|c| c as f64 / f.calls as f64 / 1e3);
@@ -548,6 +591,24 @@ pub fn to_table_with(p: &Profile, opts: &TableOptions) -> String {
     }
     if running > 0 {
         out.push_str("+: includes a call still running when the profile was read, counted up to then\n");
+    }
+    if !sampled.is_empty() {
+        out.push_str(
+            "~: estimated from one call in N (short, frequent calls, stint rewrite --sampling; counts exact):\n",
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        for f in sampled.iter().filter(|f| seen.insert((f.name.clone(), f.address.clone()))) {
+            let Some(sc) = f.sampled else { continue };
+            let _ = writeln!(
+                out,
+                "   {}: timed {} of {} calls, cpu ±{} ms, wall ±{} ms",
+                f.name,
+                sc.timed,
+                sc.calls,
+                ms(sc.cpu_bound_ns),
+                ms(sc.wall_bound_ns)
+            );
+        }
     }
     if open > 0 {
         out.push_str(
@@ -895,6 +956,33 @@ pub fn compensation_line(p: &Profile) -> Option<String> {
     if c.applied && flat {
         line.push_str("; no call paths: callees' costs stay in their callers");
     }
+    // Only where some timed function took the wrappers' fast path (wrapcomp).
+    let events: u64 = p.threads.iter().flat_map(|t| &t.calltree).map(|n| n.wrap_events).sum();
+    if c.applied && c.wrap_event_ticks > 0 && events > 0 {
+        let _ = write!(
+            line,
+            "; {:.1} ns per mutex wrapper event ({events}) from the timed functions around it",
+            ns(c.wrap_event_ticks)
+        );
+    }
+    // Where some timed function went through the wrappers' full path (slowwrap).
+    let slow: u64 = p.threads.iter().flat_map(|t| &t.calltree).map(|n| n.slow_wrap_events).sum();
+    if c.applied && c.wrap_slow_ticks > 0 && slow > 0 {
+        let _ = write!(
+            line,
+            "; {:.1} ns per other wrapper event ({slow}: waits, contended locks, …) from the timed functions around it",
+            ns(c.wrap_slow_ticks)
+        );
+    }
+    if let Some(k) = c.capped.filter(|_| c.applied) {
+        let name = p.points.get(k.point as usize).map_or("?", |m| m.function.as_str());
+        let _ = write!(
+            line,
+            "; calibration capped at {name}'s own {:.1} ns per call (x{:.2})",
+            ns(k.per_call_ticks),
+            k.factor_ppm as f64 / 1e6
+        );
+    }
     if c.clamped > 0 {
         let _ = write!(line, "; {} times clamped at 0", c.clamped);
     }
@@ -947,7 +1035,11 @@ mod tests {
     }
 
     fn sample() -> Profile {
-        let path = std::env::temp_dir().join(format!("stint-report-test-{}.stint", std::process::id()));
+        // One file per call: tests run in parallel, and one removing the file another is
+        // loading failed `table` once.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("stint-report-test-{}-{n}.stint", std::process::id()));
         std::fs::write(&path, sample_file()).unwrap();
         let p = load(&path);
         let _ = std::fs::remove_file(&path);

@@ -180,6 +180,8 @@ u32_enum! {
         Enter = 0 => "enter",
         /// A function's exit: pop the frame and add its time.
         Exit = 1 => "exit",
+        /// An entry of a sampled point not timed this time: push a frame with no clock.
+        EnterUntimed = 2 => "enter-untimed",
     }
 }
 
@@ -193,6 +195,13 @@ u32_enum! {
         PerfTsc = 1 => "perf-task-clock+tsc",
         /// Perf events refused: every timer event reads CLOCK_THREAD_CPUTIME_ID (a syscall).
         Syscall = 2 => "clock_gettime",
+        /// The thread's rseq area tells when it was scheduled out (the kernel clears the
+        /// `rseq_cs` descriptor the runtime armed, at the return to user space after every
+        /// context switch and signal); between two such clears CPU time advances with the TSC,
+        /// and a re-synchronisation reads CLOCK_THREAD_CPUTIME_ID (where the perf page would
+        /// not offer `cap_user_time` either, without the kernel's work on a perf event at every
+        /// switch; issue 14).
+        Rseq = 3 => "rseq+tsc",
     }
 }
 
@@ -224,6 +233,9 @@ u32_enum! {
         /// Each live thread, at its next safe point, copies its counters, waits and state
         /// times into its baseline (open frames and the open state counted up to that moment).
         Snapshot = 1 => "snapshot",
+        /// Each live thread, at its next safe point, applies `Control::sampling_off` to its
+        /// points' sampling states (a program rewritten with sampling; `stint ctl … sampling`).
+        Sampling = 2 => "sampling",
     }
 }
 

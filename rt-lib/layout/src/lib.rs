@@ -70,8 +70,10 @@ pub use kinds::{
     ThreadState, TimerOp, WrappedFn,
 };
 pub use metric::{
-    kind_bits, metric_id, site_bits, Metric, MetricDef, MetricKind, MetricSite, METRICS, METRIC_NAMES, N_COUNTER_SLOTS,
-    SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_WALL_TICKS,
+    kind_bits, metric_id, site_bits, Metric, MetricDef, MetricKind, MetricSite, ACTIVE_MASK, METRICS, METRIC_NAMES,
+    N_COUNTER_SLOTS, SAMPLE_EVERY, SAMPLE_FACTOR, SAMPLE_HASH, SAMPLE_LEARN, SAMPLE_NEVER, SAMPLE_ON, SAMPLE_PAUSED,
+    SAMPLE_UNIT, SLOT_ACTIVE, SLOT_CALLS, SLOT_CPU_TICKS, SLOT_LEARN_CPU, SLOT_LEARN_WALL, SLOT_SAMPLED_SQ_CPU,
+    SLOT_SAMPLED_SQ_WALL, SLOT_SAMPLED_TIMED, SLOT_WALL_TICKS,
 };
 
 use core::mem::{offset_of, size_of};
@@ -84,7 +86,7 @@ pub const PAGE: u64 = 4096;
 /// `FileHeader::magic` once the runtime has finished writing the header.
 pub const FILE_MAGIC: [u8; 8] = *b"STINTPRF";
 /// Layout version of the profile file. Bump on any incompatible change.
-pub const FILE_VERSION: u32 = 6;
+pub const FILE_VERSION: u32 = 10;
 
 /// `FileHeader::flags`: `fs:[tid_offset]` held the kernel tid in the main thread at start,
 /// so the hot-path key includes the libc thread id (otherwise it is the thread pointer only).
@@ -95,6 +97,9 @@ pub const FLAG_FORK_CHILD: u32 = 1 << 1;
 /// `FileHeader::flags`: `load_bias` holds the program's load bias (files of earlier writers
 /// leave it zero and this flag clear).
 pub const FLAG_LOAD_BIAS: u32 = 1 << 4;
+/// `FileHeader::flags`: the program's timer routines have the sampling paths (rewritten with
+/// `--sampling` or `sampling: true`), so `stint ctl … sampling off|on` has something to switch.
+pub const FLAG_SAMPLING: u32 = 1 << 5;
 
 pod_struct! {
     /// Header at offset 0 of the profile file. All fields little-endian integers.
@@ -191,8 +196,21 @@ pod_struct! {
         /// What the instrumentation costs, calibrated at start by running the program's own
         /// timer routines ([`Calibration`]); all zero when not calibrated.
         pub calib: Calibration,
+        // ---- Calibration runs (D21); version 8. ----
+        /// Calibrations run in this image: at start, and once more as the program ends
+        /// (`main` returns, `exit`); `calib` holds, per kind of event, the least of their
+        /// figures. The first [`CALIB_RUNS_CAP`] are in `calib_runs`.
+        pub calib_count: u32,
+        pub _pad_calib: u32,
+        /// TSC (the header's clock, `start_tsc` its zero) at which each run began.
+        pub calib_tsc: [u64; CALIB_RUNS_CAP],
+        /// Each run's own figures (medians of its batches).
+        pub calib_runs: [Calibration; CALIB_RUNS_CAP],
     }
 }
+
+/// Calibration runs a profile keeps (`FileHeader::calib_runs`).
+pub const CALIB_RUNS_CAP: usize = 4;
 
 pod_struct! {
     /// The cost of one instrumented event in TSC ticks × [`CALIB_SCALE`] (an event costs tens of
@@ -224,6 +242,27 @@ pod_struct! {
         /// The same two for a call timed at its call site into an import (D19).
         pub pair_import_ticks: u64,
         pub inner_import_ticks: u64,
+        /// An entry and exit of a sampled point that reads no clock (`FRAME_UNTIMED`), with
+        /// call paths, whole: what the caller absorbs per untimed call. 0 in files of
+        /// runtimes before sampling.
+        pub pair_untimed_ticks: u64,
+        /// The same for the `entry+exit` tactic.
+        pub pair_untimed_ee_ticks: u64,
+        /// [`Self::inner_ticks`] of a sampled point's timed call (drawn among untimed ones),
+        /// and the same for the `entry+exit` tactic.
+        pub inner_sampled_ticks: u64,
+        pub inner_sampled_ee_ticks: u64,
+        /// One thread-library wrapper event on the fast path (half of an uncontended mutex
+        /// lock + unlock through `stint_rt_wrap_lock`, the real calls' own cost taken out):
+        /// what a node and its callers absorb per event counted at [`cct_wraps_offset`].
+        /// 0: not calibrated.
+        pub wrap_event_ticks: u64,
+        /// One thread-library wrapper event off the fast path (slowwrap): half of a mutex lock
+        /// that found the lock word taken (the timed wait: two TSC reads, the state
+        /// transitions, the object and its wait entry) + an unlock through `stint_rt_wrap`'s
+        /// full path, the real calls' own cost taken out; what a node and its callers absorb
+        /// per event counted at [`cct_slow_offset`]. 0: not calibrated.
+        pub wrap_slow_ticks: u64,
     }
 }
 
@@ -297,8 +336,9 @@ pod_struct! {
         pub name: [u8; 16],
         // ---- the virtual timers and the shadow stack (hot path: trampolines use these) ----
         /// Address of a u32 that changes whenever the thread is scheduled in: the `lock` word of
-        /// the thread's perf task-clock page, or `seq_never` when there is none (every timer event
-        /// then re-synchronises with the syscall).
+        /// the thread's perf task-clock page, the low half of its rseq area's `rseq_cs` field
+        /// (which the kernel clears at every switch: `rseq_cs` below), or `seq_never` when there
+        /// is neither (every timer event then re-synchronises with the syscall).
         pub seq_ptr: u64,
         /// `rdtsc − CPU time in TSC ticks`, valid while `*seq_ptr == seq`.
         pub cpu_off: u64,
@@ -389,7 +429,9 @@ pod_struct! {
         /// Nodes whose file blocks are allocated (the runtime allocates the nodes a page at a
         /// time, so a full file system stops the tree instead of raising SIGBUS).
         pub cct_ready: u32,
-        pub _pad_cct: u32,
+        /// Nodes whose wrapper-event entries ([`cct_wraps_offset`]) have their file blocks: the
+        /// runtime allocates a page of them at the first wrapper event that needs it (wrapcomp).
+        pub cct_wraps_ready: u32,
         // ---- the CPU clock read from the perf page (issue 14) ----
         /// `CLOCK_THREAD_CPUTIME_ID − the perf page's task clock`, ns: the thread's CPU time
         /// before its task-clock event was opened. Where the page offers `cap_user_time`, a
@@ -411,6 +453,22 @@ pod_struct! {
         pub shadow_ready: u32,
         /// `LAZY_*` bits: the column regions the runtime allocated on their first write.
         pub lazy_ready: u32,
+        // ---- the wrappers' fast path (issue 14) ----
+        /// The wait-table entry the mutex fast path found last: the object's address (a
+        /// multiple of 4) ORed with the entry's probe step from its home slot (0..=3); 0:
+        /// none. A runtime-private cache (readers ignore it; 0 in older files): an entry once
+        /// found stays that address's, as entries are never moved and objects never removed.
+        pub lock_cache: u64,
+        // ---- the wrappers' slow path (issue 12) ----
+        /// Nodes whose slow wrapper-event entries ([`cct_slow_offset`]) have their file blocks
+        /// (slowwrap), as `cct_wraps_ready`.
+        pub cct_slow_ready: u32,
+        pub _pad_slow: u32,
+        // ---- the CPU clock from the rseq area (issue 14) ----
+        /// With `CLOCK_SOURCE_RSEQ`: the address of the empty rseq critical-section
+        /// descriptor a re-synchronisation writes to the thread's `rseq_cs` field (`seq_ptr`
+        /// points at its low half; `seq` holds the descriptor's low 32 bits). 0 otherwise.
+        pub rseq_cs: u64,
     }
 }
 
@@ -435,7 +493,8 @@ pod_struct! {
         /// Stack pointer at the function's entry (pointing at its return address).
         pub sp: u64,
         pub point: u32,
-        /// `metric_bit`s of the timers this frame measures (the gate at entry).
+        /// `metric_bit`s of the timers this frame measures (the gate at entry), or
+        /// [`FRAME_UNTIMED`]: an entry of a sampled point that read no clock.
         pub bits: u32,
         /// TSC at entry.
         pub wall_start: u64,
@@ -492,6 +551,12 @@ pub const CCT_HASH_MUL: u32 = 0x9e37_79b1;
 /// Frames a column's shadow stack keeps.
 pub const SHADOW_CAP: u32 = 512;
 pub const FRAME_SIZE: u32 = size_of::<Frame>() as u32;
+/// `Frame::bits` of an entry of a sampled point that is not timed (no clock read at its
+/// entry, none at its exit).
+pub const FRAME_UNTIMED: u32 = 1 << 31;
+/// `Frame::bits` flag of a timed entry of a sampled point: its exit adds the squares of its
+/// spans (`SLOT_SAMPLED_SQ_*`).
+pub const FRAME_SAMPLED: u32 = 1 << 30;
 /// Offset of the shadow stack in a column.
 pub const SHADOW_OFFSET: u32 = COLUMN_HEADER_RESERVED as u32;
 
@@ -499,6 +564,7 @@ pub const SHADOW_OFFSET: u32 = COLUMN_HEADER_RESERVED as u32;
 pub const CLOCK_SOURCE_NONE: u32 = ClockSource::None as u32;
 pub const CLOCK_SOURCE_PERF_TSC: u32 = ClockSource::PerfTsc as u32;
 pub const CLOCK_SOURCE_SYSCALL: u32 = ClockSource::Syscall as u32;
+pub const CLOCK_SOURCE_RSEQ: u32 = ClockSource::Rseq as u32;
 
 /// Name of a clock source for reports (`None` for "no timer event yet" and unknown values).
 pub fn clock_source_name(s: u32) -> Option<&'static str> {
@@ -779,7 +845,11 @@ pod_struct! {
         pub last_snapshot: u64,
         /// `CONTROL_FILE_*`: what the runtime did with `STINT_CONTROL` at start.
         pub control_file: u32,
-        pub _pad: u32,
+        /// Non-zero: `stint ctl … sampling off` — every call of every point is timed (a point
+        /// the runtime samples is paused, [`SAMPLE_PAUSED`]); 0: points may be sampled, as the
+        /// program was rewritten. Read by a thread at a [`REQ_SAMPLING`] request and when it
+        /// decides a point's sampling; only ever compared with 0. Was padding in version 7.
+        pub sampling_off: u32,
         /// The control file's path, or why it was rejected (UTF-8, NUL-padded).
         pub control_message: [u8; 256],
         /// Changes `stint ctl` made, and CLOCK_REALTIME of the last one.
@@ -844,6 +914,8 @@ pod_struct! {
 
 /// [`RequestOp::Snapshot`] (alias).
 pub const REQ_SNAPSHOT: u32 = RequestOp::Snapshot as u32;
+/// [`RequestOp::Sampling`] (alias).
+pub const REQ_SAMPLING: u32 = RequestOp::Sampling as u32;
 
 /// [`ControlFileStatus`] values (`Control::control_file`), aliases.
 pub const CONTROL_FILE_NONE: u32 = ControlFileStatus::None as u32;
@@ -978,6 +1050,25 @@ impl FileHeader {
 /// Column size for `n_points` points and `n_counter_slots` 8-byte counters per point,
 /// rounded to whole pages so columns never share a cache line or page (D7).
 pub const fn column_size(n_points: u32, n_counter_slots: u32) -> u64 {
+    align_up(cct_slow_offset(n_points, n_counter_slots) + CCT_CAP as u64 * 8, PAGE)
+}
+/// Where a column's per-node slow wrapper events start (D21, slowwrap): `CCT_CAP` × u64 after
+/// [`cct_wraps_offset`]'s array, entry `k` the wrapper events off the fast path (a contended
+/// or first lock, a condition wait (two events: the mutex given back and the wait), rwlocks,
+/// semaphores, barriers, join, create, a try-call, an unlock through the full path) that ran
+/// while node `k`'s frame was the innermost one; each costs
+/// [`Calibration::wrap_slow_ticks`]. A page of entries gets its blocks at the first event it
+/// counts (`cct_slow_ready`).
+pub const fn cct_slow_offset(n_points: u32, n_counter_slots: u32) -> u64 {
+    cct_wraps_offset(n_points, n_counter_slots) + CCT_CAP as u64 * 8
+}
+/// Where a column's per-node wrapper events start (D21, wrapcomp): `CCT_CAP` × u64, entry
+/// `k` the thread-library wrapper events (a mutex lock or unlock on the wrappers' fast path)
+/// that ran while node `k`'s frame was the innermost one, so a reader can subtract their
+/// calibrated cost ([`Calibration::wrap_event_ticks`]) from the node and its callers. A
+/// separate array, not a node field: the timer routines' nodes stay 32 bytes and untouched.
+/// A page of entries gets its blocks at the first event it counts (`cct_wraps_ready`).
+pub const fn cct_wraps_offset(n_points: u32, n_counter_slots: u32) -> u64 {
     cct_nodes_offset(n_points, n_counter_slots) + CCT_CAP as u64 * CCT_NODE_SIZE as u64
 }
 /// Where a column's calling-context tree starts (page aligned, after the baseline): its hash
@@ -1031,13 +1122,18 @@ pub const fn counter_offset(n_points: u32, slot: u32, point: u32) -> u64 {
     COUNTERS_OFFSET as u64 + (slot as u64 * n_points as u64 + point as u64) * 8
 }
 
-/// Length of the control region: one byte per point, whole pages.
+/// Length of the control region: one byte per point and the calibration's gate
+/// ([`calib_point`]), whole pages.
 pub const fn ctl_len(n_points: u32) -> u64 {
-    if n_points == 0 {
-        PAGE
-    } else {
-        align_up(n_points as u64, PAGE)
-    }
+    align_up(n_points as u64 + 1, PAGE)
+}
+
+/// The point id of the calibration routine's trampolines (D21): one past the program's
+/// points. Its gate byte (`gate_offset` of it, the byte after the program's gates, inside
+/// `ctl_len`) is the runtime's alone, so it can calibrate at any time on any thread without
+/// touching a program gate; its counters and call-path node live in a scratch column.
+pub const fn calib_point(n_points: u32) -> u32 {
+    n_points
 }
 
 /// Offset of the gate byte of `point` inside the control region.
@@ -1144,6 +1240,9 @@ pub const CFG_NO_CALL_PATHS: u32 = 1 << 0;
 /// kernel time at every context switch (issue 14: +57 % on the mutex workload with nothing
 /// measured at all).
 pub const CFG_NO_TIMERS: u32 = 1 << 1;
+/// `RtConfig::flags`: the spec turned sampling off (`sampling: false`): every call of a
+/// timed point is timed, however short and frequent (`SAMPLE_ON` is never set).
+pub const CFG_NO_SAMPLING: u32 = 1 << 2;
 pub const CONFIG_VERSION: u32 = 6;
 
 pod_struct! {
@@ -1175,6 +1274,11 @@ pub const ENV_LOG: &str = "STINT_LOG";
 /// Environment variable naming the directory of profiles when `STINT_PROFILE` is not set
 /// (DESIGN D15); without it, `$XDG_RUNTIME_DIR/stint`, else `/tmp/stint-<uid>`.
 pub const ENV_DIR: &str = "STINT_DIR";
+/// A test hook (D21): `start` doubles every figure of the start-up calibration, `every` those
+/// of every calibration run, as a busy sibling thread of the host core does to a run; the
+/// integration tests spoil a calibration deterministically with it. Ignored, like every
+/// `STINT_*`, in an AT_SECURE process.
+pub const ENV_TEST_SPOIL_CALIBRATION: &str = "STINT_TEST_SPOIL_CALIBRATION";
 
 /// The directory of profiles when `STINT_PROFILE` is not set (DESIGN D15), chosen by one rule
 /// for the runtime (which creates files there) and the commands (which look there).
@@ -1365,10 +1469,13 @@ mod tests {
         assert_eq!(WAITS_OFFSET, HELD_OFFSET + 16 * 16);
         assert_eq!(RING_OFFSET, WAITS_OFFSET + 256 * 56);
         assert_eq!(COUNTERS_OFFSET, RING_OFFSET + 256 * 16);
-        let tree = CCT_INDEX_CAP as u64 * 4 + CCT_CAP as u64 * 32;
+        // The hash index, the nodes and the nodes' wrapper events (wrapcomp).
+        let tree = CCT_INDEX_CAP as u64 * 4 + CCT_CAP as u64 * 32 + CCT_CAP as u64 * 8 * 2;
         assert_eq!(column_size(0, 1), align_up(COUNTERS_OFFSET as u64 + BASELINE_COUNTERS, PAGE) + tree);
         assert_eq!(column_size(10, 4), align_up(baseline_offset(10, 4) + BASELINE_COUNTERS + 10 * 4 * 8, PAGE) + tree);
         assert_eq!(cct_nodes_offset(10, 4) % PAGE, 0);
+        assert_eq!(cct_wraps_offset(10, 4), cct_nodes_offset(10, 4) + CCT_CAP as u64 * 32);
+        assert_eq!(cct_slow_offset(10, 4), cct_wraps_offset(10, 4) + CCT_CAP as u64 * 8);
         assert_eq!(size_of::<CctNode>(), 32);
         assert_eq!(cct_hash(0, 7), 7);
         assert_eq!(size_of::<WrapSite>(), 32);

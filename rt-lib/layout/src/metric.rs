@@ -87,10 +87,57 @@ pub const SLOT_CALLS: u32 = 0;
 pub const SLOT_CPU_TICKS: u32 = 1;
 /// Inclusive wall time, TSC ticks.
 pub const SLOT_WALL_TICKS: u32 = 2;
-/// Open frames of the point on this thread (recursion depth); time is added when the
-/// outermost closes, so recursion is not counted twice. State, not a metric.
+/// Open frames of the point on this thread (recursion depth, the low 16 bits: at most
+/// `SHADOW_CAP` frames are kept); time is added when the outermost closes, so recursion is
+/// not counted twice. The bits above are the point's sampling state on the thread
+/// ([`SAMPLE_ON`], entries in units of [`SAMPLE_UNIT`]). State, not a metric.
 pub const SLOT_ACTIVE: u32 = 3;
-pub const N_COUNTER_SLOTS: u32 = 4;
+/// `SLOT_ACTIVE`: the open frames.
+pub const ACTIVE_MASK: u64 = 0xffff;
+/// `SLOT_ACTIVE`: one entry of the point seen by the entry routine (bits 16..62 count them).
+pub const SAMPLE_UNIT: u64 = 1 << 16;
+/// `SLOT_ACTIVE`: the point's calls are short and frequent on this thread: one entry in
+/// [`SAMPLE_EVERY`] is timed, the others are counted and framed without a clock read.
+pub const SAMPLE_ON: u64 = 1 << 63;
+/// Entries timed before the runtime decides whether a point is sampled ([`SAMPLE_LEARN`]-th
+/// entry: mean inclusive time per call below [`SAMPLE_FACTOR`] × a timed call's cost).
+pub const SAMPLE_LEARN: u64 = 512;
+/// One entry in this many of a sampled point is timed (a power of two).
+pub const SAMPLE_EVERY: u64 = 64;
+/// A point is sampled when its mean call is shorter than this many timed calls' cost.
+pub const SAMPLE_FACTOR: u64 = 20;
+/// `SLOT_ACTIVE` entries of a point decided not to be sampled (or with sampling off): at
+/// or above the learning count, so the routine times every call and counts no more.
+pub const SAMPLE_NEVER: u64 = 1 << 62;
+/// `SLOT_ACTIVE`, with [`SAMPLE_ON`]: the point is sampled but `stint ctl … sampling off`
+/// paused it: every entry is timed (a `FRAME_SAMPLED` frame, counted in
+/// [`SLOT_SAMPLED_TIMED`]) until `sampling on` clears the bit. Set and cleared by the
+/// runtime at a safe point of the thread, never by the entry routine.
+pub const SAMPLE_PAUSED: u64 = 1 << 61;
+const _: () = assert!(SAMPLE_EVERY.is_power_of_two() && SAMPLE_EVERY < 1 << 32);
+
+/// The entry routine times an entry of a sampled point when the entry's number `n` (the
+/// count in `SLOT_ACTIVE`) has `(n × SAMPLE_HASH mod 2^32) < 2^32 / SAMPLE_EVERY`: one entry
+/// in [`SAMPLE_EVERY`] on average, in a Weyl sequence rather than every N-th, so that a
+/// program's own period (a recursion of depth 4, a loop calling f then g) does not time
+/// the same call site or depth every time.
+pub const SAMPLE_HASH: u32 = 0x9e37_79b1;
+/// Sums of the squared CPU and wall spans (TSC ticks²) of a sampled point's timed calls
+/// after the runtime decided to sample it ([`FRAME_SAMPLED`](crate::FRAME_SAMPLED) frames):
+/// the variance behind the estimate's error bound. Layout version 7.
+pub const SLOT_SAMPLED_SQ_CPU: u32 = 4;
+pub const SLOT_SAMPLED_SQ_WALL: u32 = 5;
+/// Timed calls of a sampled point after the decision (its `FRAME_SAMPLED` frames closed):
+/// with the [`SAMPLE_LEARN`] before it, the timed calls its estimate scales from.
+pub const SLOT_SAMPLED_TIMED: u32 = 6;
+/// CPU and wall ticks of a sampled point's calls before the runtime decided to sample it
+/// (its `SLOT_CPU_TICKS` and `SLOT_WALL_TICKS` at the decision: the first
+/// [`SAMPLE_LEARN`] − 1 calls, every one timed). Readers keep them apart from the sampled
+/// calls' time, so that learning calls (cold caches, first-call slow paths) do not weigh
+/// 64 times more than a sampled call in the estimate. Layout version 8.
+pub const SLOT_LEARN_CPU: u32 = 7;
+pub const SLOT_LEARN_WALL: u32 = 8;
+pub const N_COUNTER_SLOTS: u32 = 9;
 
 /// Every metric this layout version knows, indexed by id.
 pub const METRICS: [MetricDef; Metric::ALL.len()] = [

@@ -415,6 +415,60 @@ pub fn function_row<'a>(t: &'a serde_json::Value, function: &str) -> Option<&'a 
     t["functions"].as_array()?.iter().find(|f| f["name"] == function)
 }
 
+/// The main thread's row of `function` in a report; panics naming the report when absent.
+pub fn main_function<'a>(doc: &'a serde_json::Value, function: &str) -> &'a serde_json::Value {
+    function_row(main_thread(doc), function).unwrap_or_else(|| panic!("no {function} in {doc}"))
+}
+
+/// The main thread's CPU ns of `function` in a report; panics when it is not timed.
+pub fn main_cpu_ns(doc: &serde_json::Value, function: &str) -> f64 {
+    let f = main_function(doc, function);
+    f["cpu_ns"].as_f64().unwrap_or_else(|| panic!("{function} is not timed: {f}"))
+}
+
+/// The median of `v` (the upper middle one of an even count); `v` is not empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// One round of an overhead-compensation test: the original run with `arg`, writing its own
+/// CPU times to `orig-<i>.times` in `dir` (`TIMES_FILE`), then the rewritten program with the
+/// same argument writing profile `run-<i>.stint`, which must behave the same. Returns the
+/// original's side file, the profile, and the profile's report as JSON, compensated and
+/// `--raw`.
+pub struct CompensationRound {
+    pub orig_side: PathBuf,
+    pub profile: PathBuf,
+    pub doc: serde_json::Value,
+    pub raw: serde_json::Value,
+}
+
+pub fn compensation_round(bin: &Path, rewritten: &Path, dir: &Path, i: usize, arg: &str) -> CompensationRound {
+    let orig_side = dir.join(format!("orig-{i}.times"));
+    let o = Run::new(bin, dir).args([arg]).env("TIMES_FILE", path_str(&orig_side)).run();
+    assert_eq!(o.status, 0, "original: {}", o.stderr_str());
+    let profile = dir.join(format!("run-{i}.stint"));
+    let r = Run::new(rewritten, dir).args([arg]).env("STINT_PROFILE", path_str(&profile)).run();
+    assert!(r.same_behaviour(&o), "{}", describe_difference("original", &o, "rewritten", &r));
+    let doc = report_json(&profile);
+    let raw_out = stint(&["report", path_str(&profile), "--format", "json", "--raw"]);
+    assert_eq!(raw_out.status, 0, "{}", raw_out.stderr_str());
+    let raw = serde_json::from_slice(&raw_out.stdout).expect("report --raw: JSON");
+    CompensationRound { orig_side, profile, doc, raw }
+}
+
+/// `function`'s CPU ns from the side file a test program writes with its own thread clock
+/// (`TIMES_FILE`: lines `FUNCTION TID CPU_NS WALL_NS`), to compare a report with.
+pub fn side_cpu_ns(path: &Path, function: &str) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(function))
+        .unwrap_or_else(|| panic!("{}: no {function} line", path.display()));
+    line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("bad line {line:?}"))
+}
+
 /// Calls of `function` on thread `t`, summed over its rows (0 when it has none).
 pub fn thread_calls(t: &serde_json::Value, function: &str) -> u64 {
     t["functions"]

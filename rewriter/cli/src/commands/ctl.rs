@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use stint_profile::ctl::{Access, Focus, LiveProfile, Status};
 
-use crate::args::{CtlAction, CtlArgs, FocusArgs};
+use crate::args::{CtlAction, CtlArgs, FocusArgs, OnOff};
 
 pub fn run(args: CtlArgs) -> Result<()> {
     let path = &args.profile;
@@ -24,6 +24,10 @@ pub fn run(args: CtlArgs) -> Result<()> {
         CtlAction::Snapshot { wait_ms } => {
             let live = LiveProfile::open(path, Access::Change)?;
             writeln!(out, "{}", live.snapshot(Duration::from_millis(wait_ms))?)?;
+        }
+        CtlAction::Sampling { state, wait_ms } => {
+            let live = LiveProfile::open(path, Access::Change)?;
+            writeln!(out, "{}", live.sampling(state == OnOff::On, Duration::from_millis(wait_ms))?)?;
         }
     }
     Ok(())
@@ -54,6 +58,10 @@ fn status_text(st: &Status) -> String {
         other => {
             let _ = writeln!(s, "control file: {other}: {}", c.control_message);
         }
+    }
+    // Only for a program rewritten with sampling (the others have nothing to switch).
+    if let Some(state) = &st.sampling {
+        let _ = writeln!(s, "sampling: {state} ({} function-thread pairs sampled)", st.sampled_points);
     }
     let _ = writeln!(s, "\nMETRIC       POINTS ON      THREADS   FUNCTIONS");
     for m in &st.metrics {

@@ -12,7 +12,8 @@ use crate::input::{absolute_input, load_spec, program_name, read_input};
 
 pub fn run(a: RewriteArgs) -> anyhow::Result<()> {
     let start = Instant::now();
-    let spec = load_spec(&a.spec)?;
+    let mut spec = load_spec(&a.spec)?;
+    spec.sampling |= a.sampling;
     let data = read_input(&a.input)?;
     let program = program_name(&a.input);
     let input = absolute_input(&a.input);

@@ -321,19 +321,44 @@ fn function_sums(p: &Profile, thread: Option<u32>) -> BTreeMap<(String, String),
     m
 }
 
+/// CPU and wall ticks per (function, address) over the threads `thread` selects, between
+/// the readings `prev` and `cur` ([`stint_profile::profile::interval_ticks`]: a sampled
+/// function's by the interval's calls ÷ the interval's timed calls). A thread is the same
+/// in both readings when its column and tid are.
+fn interval_sums(prev: &Profile, cur: &Profile, thread: Option<u32>) -> BTreeMap<(String, String), (u64, u64)> {
+    let mut m: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    for t in cur.threads.iter().filter(|t| selected(t, thread)) {
+        let then = prev.threads.iter().find(|p| p.index == t.index && p.tid == t.tid);
+        let points: std::collections::BTreeSet<u32> = t.times.iter().map(|x| x.0).collect();
+        for point in points {
+            let key = match cur.point(point) {
+                Some(pm) => (pm.function.clone(), pm.address.clone()),
+                None => (format!("point {point}"), String::new()),
+            };
+            let (cpu, wall) = stint_profile::profile::interval_ticks(then, t, point);
+            let e = m.entry(key).or_default();
+            e.0 = e.0.saturating_add(cpu);
+            e.1 = e.1.saturating_add(wall);
+        }
+    }
+    m
+}
+
 /// Every function the chosen threads called, sorted as `view.sort` says (most first; ties
 /// by name and address).
 pub fn function_rows(prev: Option<&Reading>, cur: &Reading, view: &View) -> Vec<FunctionRow> {
     let before = interval(prev, cur).map(|(r, _)| function_sums(&r.profile, view.thread));
+    let spans = interval(prev, cur).map(|(r, _)| interval_sums(&r.profile, &cur.profile, view.thread));
+    let p = &cur.profile;
     let mut rows: Vec<FunctionRow> = function_sums(&cur.profile, view.thread)
         .into_iter()
         .map(|((name, address), s)| {
             let old = before.as_ref().map(|b| b.get(&(name.clone(), address.clone())).cloned().unwrap_or_default());
-            let delta = |now: Option<u64>, then: Option<u64>| now.map(|n| n.saturating_sub(then.unwrap_or(0)));
+            let span = spans.as_ref().map(|m| m.get(&(name.clone(), address.clone())).copied().unwrap_or_default());
             FunctionRow {
                 calls_delta: old.as_ref().map(|o| s.calls.saturating_sub(o.calls)),
-                cpu_delta_ns: old.as_ref().and_then(|o| delta(s.cpu_ns, o.cpu_ns)),
-                wall_delta_ns: old.as_ref().and_then(|o| delta(s.wall_ns, o.wall_ns)),
+                cpu_delta_ns: s.cpu_ns.and(span).and_then(|(cpu, _)| p.ticks_to_ns(cpu)),
+                wall_delta_ns: s.wall_ns.and(span).and_then(|(_, wall)| p.ticks_to_ns(wall)),
                 name,
                 address,
                 calls: s.calls,

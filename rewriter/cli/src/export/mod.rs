@@ -266,7 +266,7 @@ pub(crate) mod testing {
     pub const HZ: u64 = 1_000_000_000;
 
     fn node(parent: Option<u32>, point: u32, calls: u64, cpu: u64, wall: u64) -> CallNode {
-        CallNode { parent, point, calls, cpu_ticks: cpu, wall_ticks: wall }
+        CallNode { parent, point, calls, cpu_ticks: cpu, wall_ticks: wall, ..CallNode::default() }
     }
 
     pub fn tree_profile() -> Profile {

@@ -1,7 +1,7 @@
 //! Decoding every function once, what its instructions reach, and indirect jumps.
 
-use super::IndirectJump;
 use super::{Cand, CodeMap, FuncIndex};
+use super::{IndirectJump, JumpTable};
 use crate::input::InputElf;
 use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
@@ -63,6 +63,12 @@ pub(crate) struct Code {
     pub refs: Vec<u64>,
     /// `(function, address)` of every indirect jump, in function order.
     pub indirect: Vec<(usize, u64)>,
+    /// Every resolved table jump: its address and table (a jump decoded in two functions
+    /// twice).
+    pub tables: Vec<(u64, JumpTable)>,
+    /// The target of every table entry read (unsorted, one per entry and jump): a target
+    /// pushed to `targets` only by these and direct jumps is reached by nothing else.
+    pub table_targets: Vec<u64>,
 }
 
 fn near_target(x: &Instruction) -> Option<u64> {
@@ -120,8 +126,22 @@ pub(crate) fn decode_all(elf: &InputElf, codemap: &CodeMap, cands: &[Cand], exec
         .collect();
     let parts =
         crate::par::map(&work, Vec::new, |buf, &(i, go)| decode_one(elf, codemap, &cands[i], i, go, exec_kind, buf));
+    // Each list reserved at its final length: no reallocation copies 10^6 targets again.
+    let total = |f: fn(&Decoded) -> usize| parts.iter().map(f).sum::<usize>();
     let mut code = Code::default();
-    let mut calls = Vec::new();
+    let n = parts.len();
+    code.failed.reserve_exact(n);
+    code.unresolved.reserve_exact(n);
+    code.last.reserve_exact(n);
+    code.has_ret.reserve_exact(n);
+    code.has_indirect.reserve_exact(n);
+    let n_refs = total(|d| d.refs.len());
+    code.targets.reserve_exact(total(|d| d.targets.len()) + n_refs);
+    code.jump_targets.reserve_exact(total(|d| d.jump_targets.len()));
+    code.edges.reserve_exact(total(|d| d.edges.len()));
+    code.indirect.reserve_exact(total(|d| d.indirect.len()));
+    code.refs.reserve_exact(n_refs);
+    let mut calls = Vec::with_capacity(total(|d| d.calls.len()));
     for d in parts {
         code.failed.push(!d.ok);
         code.unresolved.push(!d.ok);
@@ -895,6 +915,9 @@ fn classify_jump(sl: &mut Slicer, k: usize) -> Jump {
             Val::Pointer | Val::Argument => Jump::TailCall,
             Val::Const(c) => Jump::Direct(c, None),
             Val::Choice(a, b) => Jump::Direct(a, Some(b)),
+            // Right after the epilogue's `pop` of a callee-saved register, with a value that
+            // comes from no table: a tail call whose pointer the parent of a cold part loaded.
+            Val::Unknown if after_pop(sl.ins, k, x.op0_register()) => Jump::TailCall,
             _ => Jump::Unresolved,
         },
         OpKind::Memory => {
@@ -915,6 +938,19 @@ fn classify_jump(sl: &mut Slicer, k: usize) -> Jump {
         }
         _ => Jump::Unresolved,
     }
+}
+
+/// The instruction before `ins[k]` (falling into it) is a `pop` of a callee-saved register
+/// other than `reg`: the frame is being torn down.
+fn after_pop(ins: &[Instruction], k: usize, reg: Register) -> bool {
+    const CALLEE_SAVED: [Register; 6] =
+        [Register::RBX, Register::RBP, Register::R12, Register::R13, Register::R14, Register::R15];
+    let Some(prev) = k.checked_sub(1).and_then(|j| ins.get(j)) else { return false };
+    prev.mnemonic() == Mnemonic::Pop
+        && prev.next_ip() == ins[k].ip()
+        && prev.op0_kind() == OpKind::Register
+        && CALLEE_SAVED.contains(&prev.op0_register())
+        && prev.op0_register() != reg.full_register()
 }
 
 /// Most entries read from one table.
@@ -1313,70 +1349,26 @@ pub(crate) fn resolve_indirect_jumps(
                 code.unresolved[fi] = true
             }
             Jump::Table { base, size, signed, add } => {
-                let mut allowed: Vec<usize> = vec![fi];
-                if let Some(a) = adj.get(fi) {
-                    for &m in a {
-                        allowed.push(m);
-                        allowed.extend(adj[m].iter().copied());
-                    }
-                }
-                allowed.sort_unstable();
-                allowed.dedup();
-                let inside = |t: u64| {
-                    allowed.iter().any(|&m| cands.get(m).is_some_and(|c| t >= c.address && t < c.end()))
-                        || index.containing(t).is_some_and(|m| maybe_cold[m])
-                };
-                let Some(sec) = elf
-                    .sections
-                    .iter()
-                    .find(|s| s.is_alloc() && s.has_bits() && base >= s.addr && base - s.addr < s.size)
-                else {
-                    note(ip, IndirectJump::Unresolved);
-                    code.unresolved[fi] = true;
-                    continue;
-                };
+                let inside = table_scope(fi, &adj, cands, index, &maybe_cold);
                 let next = bases.partition_point(|&b| b <= base);
-                let limit = bases.get(next).copied().unwrap_or(u64::MAX).min(sec.addr.saturating_add(sec.size));
-                let data = elf.section_data(sec);
+                let limit = bases.get(next).copied().unwrap_or(u64::MAX);
                 let own = cands.get(fi).map_or(0..0, |c| c.address..c.end());
-                let mut count = 0u64;
-                while count < MAX_TABLE_ENTRIES {
-                    let Some(loc) = base.checked_add(count * u64::from(size)) else { break };
-                    if loc.saturating_add(u64::from(size)) > limit {
-                        break;
-                    }
-                    let off = (loc - sec.addr) as usize;
-                    let Some(b) = data.get(off..off + size as usize) else { break };
-                    let raw = if size == 8 {
-                        let mut a = [0u8; 8];
-                        a.copy_from_slice(b);
-                        reloc_value.get(&loc).copied().unwrap_or(u64::from_le_bytes(a))
-                    } else {
-                        let mut a = [0u8; 4];
-                        a.copy_from_slice(b);
-                        let v = u32::from_le_bytes(a);
-                        if signed {
-                            v as i32 as i64 as u64
-                        } else {
-                            u64::from(v)
-                        }
-                    };
-                    let t = raw.wrapping_add(add);
-                    if !inside(t) {
-                        break;
-                    }
+                let targets = table_targets(elf, reloc_value, (base, size, signed, add, limit), &inside);
+                for &t in &targets {
                     code.targets.push(t);
                     if !own.contains(&t) {
                         code.edges.push(Edge { src: fi, target: t, kind: EdgeKind::Table });
                     }
-                    count += 1;
                 }
+                code.table_targets.extend_from_slice(&targets);
+                let count = targets.len() as u64;
                 if count == 0 {
                     note(ip, IndirectJump::Unresolved);
                     code.unresolved[fi] = true;
                 } else {
                     note(ip, IndirectJump::Table);
                     extents.push((base, base.saturating_add(count * u64::from(size))));
+                    code.tables.push((ip, JumpTable { base, size, signed, add, entries: count }));
                 }
             }
         }

@@ -52,30 +52,43 @@ pub(crate) fn is_noreturn_import(name: &str) -> bool {
 /// For each candidate named `p.cold…`: the candidate named `p` (if several, one that jumps
 /// into the part; else the first).
 pub(crate) fn name_parents(cands: &[Cand], code: &Code, index: &FuncIndex) -> Vec<Option<usize>> {
-    let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut out = vec![None; cands.len()];
+    // Only names with `.cold` have a parent: the base names they look for, and the jumps into
+    // them, are all that is collected (a program has 10^5 names and 10^6 edges, few cold).
+    let cold: Vec<(usize, &str)> = cands
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let raw = c.raw_name.as_deref()?;
+            Some((i, &raw[..raw.find(".cold")?]))
+        })
+        .collect();
+    if cold.is_empty() {
+        return out;
+    }
+    let mut by_name: HashMap<&str, Vec<usize>> = cold.iter().map(|&(_, base)| (base, Vec::new())).collect();
     for (i, c) in cands.iter().enumerate() {
-        if let Some(n) = &c.raw_name {
-            by_name.entry(n.as_str()).or_default().push(i);
+        if let Some(v) = c.raw_name.as_deref().and_then(|n| by_name.get_mut(n)) {
+            v.push(i);
         }
     }
+    // `containing` answers only inside its function's range: an edge into no cold part's
+    // range cannot be a jump into one.
+    let ranges = super::Extents::new(cold.iter().map(|&(i, _)| (cands[i].address, cands[i].end())).collect());
     let mut jumpers: HashMap<usize, Vec<usize>> = HashMap::new();
-    for e in &code.edges {
+    for e in code.edges.iter().filter(|e| ranges.contains(e.target)) {
         if let Some(j) = index.containing(e.target) {
             jumpers.entry(j).or_default().push(e.src);
         }
     }
-    cands
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let raw = c.raw_name.as_deref()?;
-            let pos = raw.find(".cold")?;
-            let cand = by_name.get(&raw[..pos])?;
-            let cand: Vec<usize> = cand.iter().copied().filter(|&p| p != i).collect();
-            let jumped = jumpers.get(&i);
-            cand.iter().copied().find(|p| jumped.is_some_and(|js| js.contains(p))).or_else(|| cand.first().copied())
-        })
-        .collect()
+    for (i, base) in cold {
+        let Some(cand) = by_name.get(base) else { continue };
+        let cand: Vec<usize> = cand.iter().copied().filter(|&p| p != i).collect();
+        let jumped = jumpers.get(&i);
+        out[i] =
+            cand.iter().copied().find(|p| jumped.is_some_and(|js| js.contains(p))).or_else(|| cand.first().copied());
+    }
+    out
 }
 
 /// Whether `x` is a call to a function that never returns.

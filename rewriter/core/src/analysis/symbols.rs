@@ -6,7 +6,6 @@ use crate::error::{Error, Result};
 use object::elf;
 use object::read::elf::{ElfFile64, Sym as _};
 use object::Endianness;
-use std::collections::BTreeMap;
 
 /// A defined function symbol in code.
 #[derive(Clone, Debug)]
@@ -62,45 +61,53 @@ pub(crate) fn collect(file: &ElfFile64<Endianness>, code: &CodeMap) -> Result<Ve
     Ok(out)
 }
 
-#[derive(Default)]
-struct Slot<'a> {
-    /// Best symbol: (source, rank, empty name, table order) ordering.
-    best: Option<&'a SymFunc>,
-    max_size: u64,
-    fde: Option<usize>,
-}
-
 fn better(a: &SymFunc, b: &SymFunc) -> bool {
     // Is `a` a better name than `b`?
     (a.source, a.rank, a.raw.is_empty()) < (b.source, b.rank, b.raw.is_empty())
 }
 
 /// One candidate per address, sorted; see the module documentation of `analysis` for the rules.
+///
+/// The symbols and the FDEs in code are sorted by (address, table order) and walked together,
+/// one address at a time: a large program has 10^5 of each, and a sorted `Vec` costs a
+/// fraction of a map's inserts. Within an address the table order decides ties, as it did.
 pub(crate) fn merge(syms: &[SymFunc], fdes: &[Fde], code: &CodeMap) -> Vec<Cand> {
-    let mut slots: BTreeMap<u64, Slot> = BTreeMap::new();
-    for s in syms {
-        let slot = slots.entry(s.address).or_default();
-        slot.max_size = slot.max_size.max(s.size);
-        if slot.best.is_none_or(|b| better(s, b)) {
-            slot.best = Some(s);
+    let mut by_sym: Vec<(u64, usize)> = syms.iter().enumerate().map(|(i, s)| (s.address, i)).collect();
+    by_sym.sort_unstable();
+    let mut by_fde: Vec<(u64, usize)> =
+        fdes.iter().enumerate().filter(|(_, f)| code.is_code(f.address)).map(|(k, f)| (f.address, k)).collect();
+    by_fde.sort_unstable();
+    let (mut si, mut fi) = (0, 0);
+    let mut out = Vec::with_capacity(by_sym.len().max(by_fde.len()));
+    loop {
+        let address = match (by_sym.get(si), by_fde.get(fi)) {
+            (Some(a), Some(b)) => a.0.min(b.0),
+            (Some(a), None) => a.0,
+            (None, Some(b)) => b.0,
+            (None, None) => break,
+        };
+        // The best symbol ((source, rank, empty name), then table order) and the largest size.
+        let (mut best, mut max_size): (Option<&SymFunc>, u64) = (None, 0);
+        while let Some(&(_, i)) = by_sym.get(si).filter(|e| e.0 == address) {
+            let s = &syms[i];
+            max_size = max_size.max(s.size);
+            if best.is_none_or(|b| better(s, b)) {
+                best = Some(s);
+            }
+            si += 1;
         }
-    }
-    for (k, f) in fdes.iter().enumerate() {
-        if !code.is_code(f.address) {
-            continue;
+        // Two FDEs at one address: keep the longer (the first of equals).
+        let mut fde: Option<usize> = None;
+        while let Some(&(_, k)) = by_fde.get(fi).filter(|e| e.0 == address) {
+            if fde.is_none_or(|j| fdes[j].len < fdes[k].len) {
+                fde = Some(k);
+            }
+            fi += 1;
         }
-        let slot = slots.entry(f.address).or_default();
-        // Two FDEs at one address: keep the longer.
-        if slot.fde.is_none_or(|j| fdes.get(j).is_some_and(|g| g.len < f.len)) {
-            slot.fde = Some(k);
-        }
-    }
-    let mut out = Vec::with_capacity(slots.len());
-    for (address, slot) in slots {
-        let fde_len = slot.fde.and_then(|k| fdes.get(k)).map_or(0, |f| f.len);
-        let size = match slot.best {
+        let fde_len = fde.map_or(0, |k| fdes[k].len);
+        let size = match best {
             Some(s) if s.size > 0 => s.size,
-            _ if slot.max_size > 0 => slot.max_size,
+            _ if max_size > 0 => max_size,
             _ => fde_len,
         };
         // A size-0 `.symtab` symbol without an FDE makes no function (its address is still a
@@ -108,11 +115,11 @@ pub(crate) fn merge(syms: &[SymFunc], fdes: &[Fde], code: &CodeMap) -> Vec<Cand>
         if size == 0 || address.checked_add(size).is_none() {
             continue;
         }
-        let (source, raw_name) = match slot.best {
+        let (source, raw_name) = match best {
             Some(s) if !s.raw.is_empty() => (s.source, Some(s.raw.clone())),
             _ => (FunctionSource::EhFrame, None),
         };
-        out.push(Cand { address, size, source, raw_name, fde: slot.fde });
+        out.push(Cand { address, size, source, raw_name, fde });
     }
     out
 }

@@ -1,23 +1,14 @@
 //! Tests of the analysis: small C programs built with gcc, and the system's `ls`.
 
 use super::*;
+use crate::testdir::TempDir;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A fresh directory under the system temp dir.
-fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "stint-analysis-{}-{}-{}",
-        std::process::id(),
-        tag,
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("create temp dir");
-    d
+fn temp_dir(tag: &str) -> TempDir {
+    TempDir::new("stint-analysis", tag)
 }
 
 /// Compile `src` with gcc and `flags` into `dir/name`.
@@ -733,4 +724,38 @@ fn survey_env() {
     println!(
         "{files} files, {funcs} functions, {cold} cold parts, {unres} unresolved, {errors} errors; slowest {slowest:?}"
     );
+}
+
+/// The merged jump-table extents answer as a scan of every table does, with nested,
+/// overlapping, touching and empty tables.
+#[test]
+fn table_extents_answer_as_the_scan_does() {
+    let tables = vec![(100, 120), (110, 115), (118, 130), (130, 140), (200, 200), (300, 310), (50, 60), (305, 400)];
+    let ext = Extents::new(tables.clone());
+    assert_eq!(ext.0, vec![(50, 60), (100, 140), (300, 400)]);
+    for a in 0..450u64 {
+        let scan = tables.iter().any(|t| a >= t.0 && a < t.1);
+        assert_eq!(ext.contains(a), scan, "0x{a:x}");
+    }
+}
+
+/// The radix sort of addresses gives `sort_unstable`'s order: duplicates, a span needing
+/// three passes, one needing more than four (the fallback), and short inputs.
+#[test]
+fn addresses_sort_as_sort_unstable_does() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for (n, span) in [(100_000, 1u64 << 26), (50_000, 1 << 12), (20_000, u64::MAX), (100, 1 << 20)] {
+        let mut v: Vec<u64> = (0..n).map(|_| 0x40_0000 + next() % span.max(1)).collect();
+        v.extend_from_within(..n / 10);
+        let mut want = v.clone();
+        want.sort_unstable();
+        sort_addresses(&mut v);
+        assert_eq!(v, want, "n {n} span {span:#x}");
+    }
 }

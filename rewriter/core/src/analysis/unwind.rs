@@ -240,13 +240,23 @@ fn read_leb128(bytes: &[u8], signed: bool) -> Option<(u64, usize)> {
     Some((v, bytes.len() - r.len()))
 }
 
-/// One row of an LSDA's call-site table: the code range `[start, end)` and its landing pad
-/// (None: the unwinder passes through without stopping, no cleanup, no handler).
+/// One row of an LSDA's call-site table: the code range `[start, end)`, its landing pad
+/// (None: the unwinder passes through without stopping, no cleanup, no handler) and its
+/// action (0: the pad is a cleanup only; else 1 + the offset of the first action record, which
+/// names the types the pad catches or an exception specification).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LsdaCallSite {
     pub start: u64,
     pub end: u64,
     pub pad: Option<u64>,
+    pub action: u64,
+}
+
+impl LsdaCallSite {
+    /// The row covering `pc` in `sites`, if any.
+    pub fn covering(sites: &[LsdaCallSite], pc: u64) -> Option<&LsdaCallSite> {
+        sites.iter().find(|s| s.start <= pc && pc < s.end)
+    }
 }
 
 /// The call-site table of the GCC-format LSDA at `lsda` for the function starting at `func`,
@@ -272,11 +282,12 @@ pub(crate) fn call_sites(elf: &InputElf, lsda: u64, func: u64) -> Option<Vec<Lsd
         let start = func.wrapping_add(c.encoded(cs_enc)?);
         let len = c.encoded(cs_enc)?;
         let pad = c.encoded(cs_enc)?;
-        let _action = c.uleb()?;
+        let action = c.uleb()?;
         sites.push(LsdaCallSite {
             start,
             end: start.wrapping_add(len),
             pad: (pad != 0).then(|| lp_start.wrapping_add(pad)),
+            action,
         });
     }
     Some(sites)

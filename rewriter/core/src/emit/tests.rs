@@ -137,3 +137,49 @@ fn empty() -> crate::place::SegmentData<'static> {
         flags: 0,
     }
 }
+
+/// The output and the report of a real program (sqlite3, the largest the unit tests use, on
+/// a machine that has it; else the small test program) are byte-identical with 1 and with 4
+/// threads, with and without traps: every pass spread over the cores (`par::map`) puts its
+/// results back in item order.
+#[test]
+fn one_thread_and_four_give_the_same_bytes() {
+    let data = match std::fs::read("/usr/bin/sqlite3") {
+        Ok(d) => d,
+        Err(_) if std::env::var_os("CI").is_none() => build("threads", &["-O2"]),
+        Err(e) => panic!("/usr/bin/sqlite3: {e} (CI installs sqlite3)"),
+    };
+    let spec = Spec::default_spec();
+    for traps in [false, true] {
+        let opts = Options { program: "sqlite3", input: None, spec: &spec, traps };
+        let run = |threads| {
+            let (out, report) = crate::par::with_threads(threads, || rewrite(&data, &opts)).expect("rewrite");
+            (out, serde_json::to_string(&report).expect("report JSON"))
+        };
+        let (one, four) = (run(1), run(4));
+        assert!(one.0 == four.0, "traps {traps}: outputs differ ({} and {} bytes)", one.0.len(), four.0.len());
+        assert!(one.1 == four.1, "traps {traps}: reports differ");
+        assert!(one.0.len() > data.len(), "traps {traps}: nothing added");
+    }
+}
+
+/// The meta JSON written a chunk of points at a time on every core is the whole `Meta`
+/// serialised at once, with one thread and with four.
+#[test]
+fn the_meta_written_in_chunks_is_the_meta_serialised_whole() {
+    let data = match std::fs::read("/usr/bin/sqlite3") {
+        Ok(d) => d,
+        Err(_) if std::env::var_os("CI").is_none() => build("meta", &["-O2"]),
+        Err(e) => panic!("/usr/bin/sqlite3: {e} (CI installs sqlite3)"),
+    };
+    let spec = Spec::default_spec();
+    let p = crate::plan_program(&data, &spec, false).expect("plan");
+    assert!(p.plan.points.len() > 2 * crate::rewrite_report::META_CHUNK, "{} points", p.plan.points.len());
+    let whole = crate::rewrite_report::meta_whole(&p, "sqlite3", Some("/usr/bin/sqlite3"));
+    for threads in [1, 4] {
+        let chunked = crate::par::with_threads(threads, || {
+            crate::rewrite_report::meta_json(&p, "sqlite3", Some("/usr/bin/sqlite3"))
+        });
+        assert!(chunked == whole, "{threads} threads: the meta differs ({} and {} bytes)", chunked.len(), whole.len());
+    }
+}

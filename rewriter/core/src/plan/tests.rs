@@ -3,22 +3,13 @@
 
 use super::*;
 use crate::analysis::analyze;
+use crate::testdir::TempDir;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "stint-plan-{}-{}-{}",
-        std::process::id(),
-        tag,
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("create temp dir");
-    d
+fn temp_dir(tag: &str) -> TempDir {
+    TempDir::new("stint-plan", tag)
 }
 
 /// Build `files` (name, text) with gcc and `flags` into `dir/out`.
@@ -126,6 +117,7 @@ fn reason(r: &SkipReason, f: &Function) -> String {
 /// skipped; traps only when asked for.
 fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
     let mut ranges: Vec<(u64, u64, String)> = Vec::new();
+    let mut slots_of_entries: Vec<(u64, String)> = Vec::new();
     for x in &plan.import_sites {
         ranges.push((x.address(), x.address() + x.window_len(), format!("import call {:x}", x.address())));
         assert!(x.window_len() >= JMP_LEN && plan.points[x.point as usize].import.is_some());
@@ -141,13 +133,26 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
         assert!(traps || p.tactic != Tactic::Trap, "entry trap without --traps at 0x{:x}", p.address);
         match p.tactic {
             Tactic::Trap => assert_eq!((p.window_len, p.displaced.len()), (1, 1)),
+            // A `jmp rel8` entry: 2–4 bytes ending in a transfer, its slot within reach.
+            Tactic::Rel8Slot => {
+                let s = *plan.entry_slots.get(&p.address).expect("a jmp8+slot entry has a slot");
+                let reach = s as i64 - (p.address + JMP8_LEN) as i64;
+                assert!((-128..=127).contains(&reach), "slot 0x{s:x} out of reach of entry 0x{:x}", p.address);
+                assert!((JMP8_LEN..JMP_LEN).contains(&p.window_len));
+                assert!(p.displaced.last().is_some_and(ends_flow) && !p.emulate_call);
+                slots_of_entries.push((s, format!("slot {s:x} of entry {:x}", p.address)));
+            }
             _ => assert!(p.window_len >= JMP_LEN),
         }
     }
+    assert_eq!(
+        plan.entry_slots.len(),
+        plan.points.iter().filter(|p| p.tactic == Tactic::Rel8Slot && p.import.is_none()).count()
+    );
     let timed: BTreeSet<u32> =
         plan.points.iter().filter(|p| p.bits & stint_layout::TIMER_BITS != 0).map(|p| p.id).collect();
     let points: BTreeMap<u32, &Point> = plan.points.iter().map(|p| (p.id, p)).collect();
-    let mut slots: Vec<(u64, String)> = Vec::new();
+    let mut slots: Vec<(u64, String)> = slots_of_entries;
     for x in &plan.exits {
         if x.tactic == Tactic::EntryExit {
             // Nothing patched: the exit is one of the entry trampoline's instructions, the
@@ -170,11 +175,41 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
             continue;
         }
         // window+jumps: each jump into the run leads to a displaced instruction, a rel8 one
-        // through a slot in its reach; the jumps are patches of their own.
-        assert_eq!(x.tactic == Tactic::WindowJumps, !x.redirects.is_empty(), "redirects of 0x{:x}", x.site);
+        // through a slot in its reach; the jumps are patches of their own. jcc+exit: the one
+        // jump is the exit, displaced as a `jmp` to its target.
+        let jcc = x.tactic == Tactic::JccTail;
+        assert_eq!(
+            matches!(x.tactic, Tactic::WindowJumps | Tactic::JccTail | Tactic::TableJumps),
+            !x.redirects.is_empty(),
+            "redirects of 0x{:x}",
+            x.site
+        );
+        if jcc {
+            let j = decode_at(elf, x.site, 15)[0];
+            let d = x.displaced[0];
+            assert!(j.is_jcc_short_or_near() && x.window_len == 0 && x.displaced.len() == 1 && x.slot.is_none());
+            assert_eq!(
+                (d.code(), d.near_branch_target(), d.ip(), d.len()),
+                (Code::Jmp_rel32_64, j.near_branch_target(), j.ip(), j.len())
+            );
+            assert_eq!(x.redirects.len(), 1);
+            assert_eq!((x.redirects[0].jump, x.redirects[0].to, x.redirects[0].len), (x.site, x.site, j.len() as u64));
+        }
         for r in &x.redirects {
+            if let Some(add) = r.table {
+                // table+jumps: a 4-byte entry of a jump table that leads to a displaced instruction.
+                let word = elf.bytes_at(r.jump, 4).expect("table entry");
+                let word = i32::from_le_bytes(word.try_into().expect("4 bytes")) as i64 as u64;
+                assert_eq!((word.wrapping_add(add), r.len), (r.to, 4), "table entry 0x{:x}", r.jump);
+                assert_eq!(x.tactic, Tactic::TableJumps);
+                assert!(x.displaced.iter().any(|d| d.ip() == r.to) && r.slot.is_none() && r.window.is_empty());
+                assert!(!an.functions.iter().any(|f| f.contains(r.jump)), "table entry 0x{:x} in code", r.jump);
+                ranges.push((r.jump, r.jump + 4, format!("table entry {:x}", r.jump)));
+                continue;
+            }
             let jump = decode_at(elf, r.jump, r.len)[0];
-            assert_eq!((jump.near_branch_target(), jump.len() as u64), (r.to, r.len));
+            let to = if jcc { jump.ip() } else { jump.near_branch_target() };
+            assert_eq!((to, jump.len() as u64), (r.to, r.len));
             assert!(x.displaced.iter().any(|d| d.ip() == r.to), "jump {:x} into {:x} not displaced", r.jump, r.to);
             if r.in_entry {
                 // One of the function's entry window instructions: its copy there is redirected.
@@ -252,12 +287,44 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
                 n if n < JMP_LEN => assert!(n == covered.max(JMP8_LEN) && x.slot.is_some()),
                 n => assert!(n == covered.max(JMP_LEN) && x.slot.is_none()),
             },
+            Tactic::JccTail => assert!(x.window_len == 0 && x.address == x.site),
+            Tactic::TableJumps => assert!(x.window_len == 0 && x.slot.is_none()),
             Tactic::EntryExit | Tactic::Retarget => unreachable!(),
         }
         // The bytes match the displaced instructions.
         let ins = decode_at(elf, x.address, covered);
         assert_eq!(ins.len(), x.displaced.len());
         assert!(!an.functions[x.function].is_cold_part());
+    }
+    // Entry windows with branch targets inside: every target's jumps (as many as analysis
+    // counted) lead to a displaced instruction, a rel8 one through a slot or its own window;
+    // every other instruction of the window is no target.
+    for p in &plan.points {
+        let redirects = plan.entry_jumps.get(&p.id);
+        assert_eq!(p.tactic == Tactic::WindowJumps, redirects.is_some(), "entry 0x{:x}: {:?}", p.address, p.tactic);
+        let Some(redirects) = redirects else { continue };
+        for d in &p.displaced[1..] {
+            let n = redirects.iter().filter(|r| r.to == d.ip()).count();
+            match an.branch_targets.contains(&d.ip()) {
+                true => assert_eq!(Some(&(n as u32)), an.jump_only.get(&d.ip()), "jumps to 0x{:x}", d.ip()),
+                false => assert_eq!(n, 0),
+            }
+        }
+        for r in redirects {
+            let jump = decode_at(elf, r.jump, r.len)[0];
+            assert_eq!((jump.near_branch_target(), jump.len() as u64), (r.to, r.len));
+            assert!(!r.in_entry && (r.slot.is_some() || !r.window.is_empty()) == (r.len == JMP8_LEN));
+            if let Some(s) = r.slot {
+                let reach = s as i64 - (r.jump + JMP8_LEN) as i64;
+                assert!((-128..=127).contains(&reach), "slot 0x{s:x} out of reach of jump 0x{:x}", r.jump);
+                if !slots.iter().any(|(o, _)| *o == s) {
+                    slots.push((s, format!("slot {s:x} of entry jump {:x}", r.jump)));
+                }
+            }
+            let (a, l) = r.patch();
+            assert!(r.window.is_empty() || l >= JMP_LEN && r.window.last().map(|j| j.ip()) == Some(r.jump));
+            ranges.push((a, a + l, format!("entry jump {:x}", r.jump)));
+        }
     }
     // A slot window: 10 bytes or more of straight-line instructions, none but the first a
     // branch target, the bytes as decoded.
@@ -484,8 +551,17 @@ FUNC ctc
     je ext              # conditional tail call
     ret
 END ctc
+# A rel8 conditional tail call (to the local label of vt, in reach): a slot within reach.
+    .p2align 4
+FUNC ctc8
+    mov eax, 0x10
+    test edi, edi
+    je .Lvt
+    ret
+END ctc8
     .p2align 4
 FUNC vt
+.Lvt:
     mov esi, 1
     mov rax, [rdi + 8]
     jmp rax             # virtual tail call
@@ -570,14 +646,16 @@ END after_addr_ret
     .section .note.GNU-stack,"",@progbits
 "#;
 
-fn exits_program() -> PathBuf {
+/// The program and its directory (removed when the guard is dropped).
+fn exits_program() -> (TempDir, PathBuf) {
     let dir = temp_dir("exits");
-    gcc(&dir, "exits", &[("main.c", MAIN_C), ("exits.s", EXITS_S)], &["-O1"])
+    let bin = gcc(&dir, "exits", &[("main.c", MAIN_C), ("exits.s", EXITS_S)], &["-O1"]);
+    (dir, bin)
 }
 
 #[test]
 fn exit_tactics_without_traps() {
-    let p = Planned::new(&exits_program(), false);
+    let p = Planned::new(&exits_program().1, false);
     let all = TIMER_AND_CALLS;
 
     // push rbp; push rbx; sub rsp, 8; call ext; add rsp, 8; pop rbx; pop rbp; ret
@@ -666,13 +744,16 @@ fn exit_tactics_without_traps() {
     // follows, no room for a window of the ret's own).
     assert_eq!(p.exits("ov"), ["+11 Ret entry+exit at +11 len 0 ins 1"]);
     assert_eq!(p.point("ov").window_len, 12);
-    assert_eq!(
-        p.exits("ctc"),
-        [
-            "+7 TailJump skipped: conditional tail call",
-            "+13 Ret skipped: another exit of the function cannot be patched (fits window)"
-        ]
-    );
+    // The je's rel32 leads to an exit trampoline that ends in `jmp ext`; the ret keeps the
+    // window it fits.
+    assert_eq!(p.exits("ctc"), ["+7 TailJump jcc+exit at +7 len 0 ins 1", "+13 Ret window+padding at +13 len 5 ins 1"]);
+    assert!(p.timed("ctc"));
+    // The je (rel8, +7) leads to a slot that holds `jmp rel32` to the exit trampoline.
+    assert_eq!(p.exits("ctc8"), ["+7 TailJump jcc+exit at +7 len 0 ins 1", "+9 Ret window+padding at +9 len 5 ins 1"]);
+    let (i, _) = p.function("ctc8");
+    let x = p.plan.exits.iter().find(|x| x.function == i && x.tactic == Tactic::JccTail).expect("ctc8's jcc");
+    assert!(x.redirects[0].len == JMP8_LEN && (x.redirects[0].slot.is_some() || !x.redirects[0].window.is_empty()));
+    assert!(p.timed("ctc8"));
     assert_eq!(p.exits("vt"), ["+9 TailJump window at +5 len 6 ins 2"]);
     // jmp selfrec (rel8) after sub edi, 1; the ret is a jump target with padding after it.
     assert_eq!(
@@ -700,7 +781,7 @@ const TIMER_AND_CALLS: u8 = stint_layout::TIMER_BITS | stint_layout::metric_bit(
 
 #[test]
 fn exit_tactics_with_traps() {
-    let p = Planned::new(&exits_program(), true);
+    let p = Planned::new(&exits_program().1, true);
     assert_eq!(p.exits("addr_ret"), ["+13 Ret trap at +13 len 1 ins 1"]);
     assert!(p.timed("addr_ret"));
     assert_eq!(
@@ -714,15 +795,29 @@ fn exit_tactics_with_traps() {
     // Windows where they fit, as without traps.
     assert_eq!(p.exits("pops"), ["+17 Ret window at +11 len 7 ins 4"]);
     assert_eq!(p.exits("one"), ["+5 Ret entry+exit at +5 len 0 ins 1"]);
-    // Traps cannot replace a conditional tail call.
+    // A conditional tail call is no trap (only its taken path leaves): jcc+exit.
     assert_eq!(p.exits("tiny"), ["+2 Ret entry+exit at +2 len 0 ins 1"]);
-    assert!(!p.timed("ctc"));
+    assert_eq!(p.exits("ctc")[0], "+7 TailJump jcc+exit at +7 len 0 ins 1");
+    assert!(p.timed("ctc"));
 }
 
-/// A function too short for any window, and no padding: a trap at its entry with --traps.
+/// A function too short for any window, no padding and no slot in `jmp rel8` reach (the
+/// functions around start with a call, and are longer than the reach): a trap at its entry
+/// with --traps.
 const TRAP_ENTRY_S: &str = r#"
     .intel_syntax noprefix
     .text
+    .globl big
+    .type big, @function
+big:
+    .cfi_startproc
+    call next
+    .rept 50
+    add eax, 1
+    .endr
+    ret
+    .cfi_endproc
+    .size big, .-big
     .globl shorty
     .type shorty, @function
 shorty:
@@ -740,8 +835,116 @@ next:
     ret
     .cfi_endproc
     .size next, .-next
+    .globl big2
+    .type big2, @function
+big2:
+    .cfi_startproc
+    call next
+    .rept 50
+    add eax, 1
+    .endr
+    ret
+    .cfi_endproc
+    .size big2, .-big2
     .section .note.GNU-stack,"",@progbits
 "#;
+
+/// Functions too small for an entry window, with a slot in reach: the tail of `host`'s entry
+/// window (5 x mov eax, imm32; add; ret, stretched to its ret). `lone` (a ret with no dead
+/// byte after it) stays too small.
+const REL8_ENTRY_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+    .p2align 4
+FUNC t_xor
+    xor eax, eax
+    ret
+END t_xor
+FUNC t_mov
+.Lt_mov:
+    mov eax, edi
+    ret
+END t_mov
+FUNC t_jmp
+    jmp .Lt_mov
+END t_jmp
+FUNC t_ret1
+    ret
+END t_ret1
+    .nops 2
+FUNC lone
+    ret
+END lone
+FUNC host
+    mov eax, 0x11
+    mov eax, 0x12
+    mov eax, 0x13
+    mov eax, 0x14
+    mov eax, 0x15
+    add eax, edi
+    ret
+END host
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn entry_rel8_slots() {
+    let dir = temp_dir("rel8-entry");
+    let main = "int t_xor(void), t_mov(int), t_jmp(int), t_ret1(void), lone(void), host(int);
+        int main(int c, char **v) { (void)v; return t_xor() + t_mov(c) + t_jmp(c) + t_ret1() + lone() + host(c); }";
+    let bin = gcc(&dir, "t", &[("main.c", main), ("t.s", REL8_ENTRY_S)], &["-O1"]);
+    let p = Planned::new(&bin, false);
+    let host = p.point("host");
+    assert_eq!((host.tactic, host.window_len), (Tactic::Window, 28));
+    let tail = host.address + JMP_LEN..host.address + host.window_len;
+    let mut in_tail = 0;
+    // (function, window): whole instructions up to the transfer; t_ret1's ret takes a byte of
+    // its padding.
+    for (name, window) in [("t_xor", 3), ("t_mov", 3), ("t_jmp", 2), ("t_ret1", 2)] {
+        let pt = p.point(name);
+        assert_eq!((pt.tactic, pt.window_len, pt.emulate_call), (Tactic::Rel8Slot, window, false), "{name}");
+        let slot = p.plan.entry_slots[&pt.address];
+        // Within reach, in dead bytes (check_plan): the padding before t_xor or host's tail.
+        let reach = slot as i64 - (pt.address + JMP8_LEN) as i64;
+        assert!((-128..=127).contains(&reach), "{name}: slot 0x{slot:x}");
+        in_tail += usize::from(tail.contains(&slot));
+        // The transfer is the entry trampoline's last instruction: an entry+exit exit.
+        let last = pt.displaced.last().expect("displaced").ip() as i64 - p.function(name).1.address as i64;
+        assert_eq!(
+            p.exits(name),
+            [format!(
+                "{last:+} {} entry+exit at {last:+} len 0 ins 1",
+                if name == "t_jmp" { "TailJump" } else { "Ret" }
+            )]
+        );
+        assert!(p.timed(name), "{name}");
+    }
+    assert!(in_tail >= 1, "host's tail holds no slot");
+    // Four slots, none shared.
+    let mut slots: Vec<u64> = p.plan.entry_slots.values().copied().collect();
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), 4);
+    let (i, _) = p.function("lone");
+    assert_eq!(p.plan.skipped.iter().find(|s| s.function == i).map(|s| &s.reason), Some(&SkipReason::TooSmall));
+    // Points stay numbered in function order.
+    assert!(p.plan.points.windows(2).all(|w| w[0].function < w[1].function
+        || w[0].wrap.is_some()
+        || w[1].wrap.is_some()
+        || w[0].import.is_some()
+        || w[1].import.is_some()));
+    assert!(p.plan.points.iter().enumerate().all(|(i, pt)| pt.id == i as u32));
+}
 
 #[test]
 fn entry_trap() {
@@ -1267,6 +1470,116 @@ fn exit_tactics_window_jumps() {
     assert!(!p.timed("jw_out"));
 }
 
+/// `table+jumps`: rg's errno-to-kind switch, `mov al, n; ret` cases packed after a relative
+/// jump table's dispatch, fillers around them with no dead byte.
+const TJ_S: &str = ".intel_syntax noprefix
+.macro FILLER name
+.globl \\name
+.type \\name, @function
+\\name:
+.cfi_startproc
+    call ext_fn
+.rept 44
+    add eax, 1
+.endr
+    ret
+.cfi_endproc
+.size \\name, .-\\name
+.endm
+.macro TABLE_FN name, guard
+.globl \\name
+.type \\name, @function
+\\name:
+.cfi_startproc
+    add edi, -1
+    \\guard
+    mov al, 0x22
+    lea rcx, [rip + .L\\name\\()_table]
+    movsxd rdx, dword ptr [rcx + rdi * 4]
+    add rdx, rcx
+    jmp rdx
+.L\\name\\()_1:
+    mov al, 1
+    ret
+.L\\name\\()_default:
+    mov al, 0x28
+    ret
+.L\\name\\()_2:
+    mov al, 2
+    ret
+.L\\name\\()_3:
+    mov al, 3
+    ret
+.cfi_endproc
+.size \\name, .-\\name
+.section .rodata
+.p2align 2
+.L\\name\\()_table:
+    .long .L\\name\\()_1 - .L\\name\\()_table
+    .long .L\\name\\()_default - .L\\name\\()_table
+    .long .L\\name\\()_2 - .L\\name\\()_table
+    .long .L\\name\\()_default - .L\\name\\()_table
+    .long .L\\name\\()_3 - .L\\name\\()_table
+.text
+FILLER \\name\\()_filler
+.endm
+.text
+.globl ext_fn
+.type ext_fn, @function
+ext_fn:
+    ret
+.size ext_fn, .-ext_fn
+FILLER tj_filler0
+TABLE_FN tj, \"cmp edi, 4; ja.d32 .Ltj_default\"
+TABLE_FN tj_nobound, \"and edi, 3\"
+";
+
+#[test]
+fn exit_tactics_table_jumps() {
+    let dir = temp_dir("tj");
+    let main = "int tj(int), tj_nobound(int);
+        int main(int c, char **v) { (void)v; return tj(c) + tj_nobound(c); }";
+    let p = Planned::new(&gcc(&dir, "tj", &[("main.c", main), ("tj.s", TJ_S)], &["-O1"]), false);
+    // add edi, -1 (3); cmp edi, 4 (+3, 3) = the entry window | ja rel32 (+6, 6) | mov al (+12)
+    // | lea (+14, 7) | movsxd (+21, 4) | add (+25) | jmp rdx (+28) | the cases (+30, +33, +36,
+    // +39), 3 bytes each. The first takes the one slot the planner finds in reach;
+    // for the others nothing is patched at them, the table entries lead to their
+    // copies, the ja (rel32) to the default case's.
+    assert_eq!(
+        p.exits("tj"),
+        [
+            "+32 Ret jmp8+slot at +30 len 3 ins 2",
+            "+35 Ret table+jumps at +33 len 0 ins 2",
+            "+38 Ret table+jumps at +36 len 0 ins 2",
+            "+41 Ret table+jumps at +39 len 0 ins 2",
+        ]
+    );
+    assert!(p.timed("tj"));
+    let (i, f) = p.function("tj");
+    let exits: Vec<&Exit> = p.plan.exits.iter().filter(|x| x.function == i).collect();
+    let entries = |x: &Exit| {
+        x.redirects.iter().filter_map(|r| r.table.map(|add| (r.jump - add, r.to - f.address))).collect::<Vec<_>>()
+    };
+    // The table: entries 0..=4 (cmp edi, 4; ja), two of them to the default case.
+    assert_eq!(entries(exits[0]), []);
+    assert_eq!(entries(exits[1]), [(4, 33), (12, 33)]);
+    assert_eq!(entries(exits[2]), [(8, 36)]);
+    assert_eq!(entries(exits[3]), [(16, 39)]);
+    let jumps: Vec<(u64, u64, u64)> = exits[1]
+        .redirects
+        .iter()
+        .filter(|r| r.table.is_none())
+        .map(|r| (r.jump - f.address, r.len, r.to - f.address))
+        .collect();
+    assert_eq!(jumps, [(6, 6, 33)]);
+    // Without a `cmp; ja` guard before the table load the entries the program reads are not
+    // known: no entry is rewritten, and the cases stay unpatched.
+    assert!(!p.timed("tj_nobound"));
+    let (i, _) = p.function("tj_nobound");
+    assert!(p.plan.exits.iter().all(|x| x.function != i));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `import_refs` (one decoding shared by the GOT-wrap and import passes) keeps exactly what
 /// those passes use from a full decoding of every function: the RIP-relative instructions on
 /// a named GOT slot and the calls with an import callee, in order, and `None` for the same
@@ -1283,8 +1596,7 @@ fn import_refs_keep_what_the_import_passes_use() {
         let data = std::fs::read(bin).expect("read binary");
         let elf = InputElf::parse(&data).expect("parse");
         let an = analyze(&elf).expect("analyze");
-        let by_stub: HashMap<u64, (u64, &str)> =
-            an.plt_stubs.iter().map(|s| (s.address, (s.address, s.name.as_str()))).collect();
+        let by_stub = Stubs::new(&an);
         let used = |x: &Instruction| {
             (x.is_ip_rel_memory_operand() && an.got_imports.contains_key(&x.ip_rel_memory_address()))
                 || (is_call(x) && import_callee(&an, &by_stub, x).is_some())
@@ -1304,7 +1616,7 @@ fn import_refs_keep_what_the_import_passes_use() {
             for x in kept.iter().filter(|x| !used(x)) {
                 assert!(
                     matches!(x.code(), Code::Jmp_rel32_64 | Code::Jmp_rel8_64)
-                        && by_stub.contains_key(&x.near_branch_target()),
+                        && by_stub.by_address.contains_key(&x.near_branch_target()),
                     "{}: {}: kept {x}",
                     bin.display(),
                     f.name
@@ -1313,7 +1625,6 @@ fn import_refs_keep_what_the_import_passes_use() {
         }
         assert!(n_used > 0, "{}: no import references", bin.display());
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Hub `ret`s and slots where no dead byte is in reach: a jump window over a compare-and-branch
@@ -1633,6 +1944,42 @@ FUNC ij_ptr
     pop rbx
     jmp rax
 END ij_ptr
+# A callback loaded by the parent and tail-called from its cold part after the epilogue's
+# pop (python3.11's shape), and the same without the pop right before the jump.
+    .macro COLD_TAIL name, before
+FUNC \name
+    push rbx
+    .cfi_def_cfa_offset 16
+    .cfi_offset rbx, -16
+    mov rbx, rsi
+    mov rax, [rdi + 8]
+    test rax, rax
+    jne .L\name\()_cold
+    mov eax, ebx
+    pop rbx
+    .cfi_def_cfa_offset 8
+    ret
+END \name
+FUNC \name\()_filler
+    call ext
+    .rept 20
+    add eax, 1
+    .endr
+    ret
+END \name\()_filler
+    .section .text.unlikely
+    .cfi_startproc
+    .cfi_def_cfa_offset 16
+    .cfi_offset rbx, -16
+.L\name\()_cold:
+    \before
+    .cfi_def_cfa_offset 8
+    jmp rax
+    .cfi_endproc
+    .text
+    .endm
+COLD_TAIL ij_cold_tail, "mov rsi, rbx; pop rbx"
+COLD_TAIL ij_cold_nopop, "pop rbx; mov esi, 1"
 
     .section .rodata
     .p2align 2
@@ -1654,8 +2001,9 @@ END ij_ptr
 fn indirect_jumps_program(tag: &str, flags: &[&str]) -> Planned {
     let dir = temp_dir(tag);
     let main = "int ij_dom(int), ij_flow(int), ij_two(int), ext(int);
-        int ij_ptr(long, int (*)(int));
-        int main(int c, char **v) { (void)v; return ij_dom(c) + ij_flow(c) + ij_two(c) + ij_ptr(c, ext); }";
+        int ij_ptr(long, int (*)(int)), ij_cold_tail(void *, int), ij_cold_nopop(void *, int);
+        int main(int c, char **v) { return ij_dom(c) + ij_flow(c) + ij_two(c) + ij_ptr(c, ext)
+            + ij_cold_tail(v, c) + ij_cold_nopop(v, c); }";
     Planned::new(&gcc(&dir, "ij", &[("main.c", main), ("ij.s", IJ_S)], flags), false)
 }
 
@@ -1687,6 +2035,7 @@ fn entry_indirect_jumps_pie() {
     let (i, _) = p.function("ij_two");
     let skipped = p.plan.skipped.iter().find(|s| s.function == i).expect("ij_two is skipped");
     assert_eq!(skipped.reason, SkipReason::UnresolvedIndirectJump);
+    check_cold_tails(&p);
 }
 
 /// In a fixed-address program, data words pointing into a function are not known: the
@@ -1698,4 +2047,417 @@ fn entry_indirect_jumps_non_pie() {
     assert_eq!(jump_kinds(&p, "ij_flow"), [IndirectJump::Unresolved]);
     assert_eq!(jump_kinds(&p, "ij_ptr"), [IndirectJump::TailCall]);
     assert_eq!(jump_kinds(&p, "ij_two"), [IndirectJump::Unresolved]);
+    check_cold_tails(&p);
+}
+
+/// `ij_cold_tail`'s cold part ends `mov rsi, rbx; pop rbx; jmp rax`, `rax` loaded by the
+/// parent: a tail call right after the epilogue's pop, an exit of the parent, which is timed.
+/// `ij_cold_nopop` ends `pop rbx; mov esi, 1; jmp rax`: unresolved, untimed.
+fn check_cold_tails(p: &Planned) {
+    let cold_jump = |name: &str| {
+        let (_, f) = p.function(name);
+        let cold =
+            p.an.functions
+                .iter()
+                .find(|g| g.kind == FunctionKind::ColdPart { parent: Some(f.address) })
+                .unwrap_or_else(|| panic!("{name}'s cold part"));
+        p.an.indirect_jumps.range(cold.address..cold.end()).map(|(&a, &k)| (a - cold.address, k)).collect::<Vec<_>>()
+    };
+    assert_eq!(cold_jump("ij_cold_tail"), [(4, IndirectJump::TailCall)]);
+    assert!(p.timed("ij_cold_tail"));
+    let (i, _) = p.function("ij_cold_tail");
+    let kinds: Vec<ExitKind> = p.plan.exits.iter().filter(|x| x.function == i).map(|x| x.kind).collect();
+    assert_eq!(kinds, [ExitKind::Ret, ExitKind::TailJump]);
+    assert_eq!(cold_jump("ij_cold_nopop"), [(6, IndirectJump::Unresolved)]);
+    assert!(!p.timed("ij_cold_nopop"));
+}
+
+// ---- Entry windows with branch targets inside, and tiny functions before nops (issue 12,
+// entry99). ----
+
+/// One function per shape: `ew_jmp8` (`xor eax, eax; jmp .Lcheck; T:`), `ew_loop` (`push rbx;
+/// mov rbx, rdi; T:`, a loop back to after the prologue by `jg rel8`), `ew_cmp` (`xor eax,
+/// eax; T: cmp …`), `ew_far` (as `ew_loop`, its back edge a `jg rel32`); refused: `ew_taken`
+/// (its target's address is taken: not only jumps reach it) and `ew_retin` (the target inside
+/// the window is its `ret`, which the entry tail cannot run); `tn_ret`, a lone `ret` before
+/// 7 bytes of nops and a `ud2` that no function owns (so no padding of its own).
+const EW_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+
+    .p2align 4
+FUNC ew_leaf
+    mov eax, edi
+    add eax, 1
+    ret
+END ew_leaf
+
+    .p2align 4
+FUNC ew_jmp8
+    xor eax, eax
+    jmp .Lj8_check
+.Lj8_loop:
+    add eax, edi
+    sub edi, 1
+.Lj8_check:
+    test edi, edi
+    jg .Lj8_loop
+    ret
+END ew_jmp8
+
+    .p2align 4
+FUNC ew_loop
+    push rbx
+    .cfi_def_cfa_offset 16
+    .cfi_offset rbx, -16
+    mov rbx, rdi
+.Lloop_top:
+    mov rdi, rbx
+    call ew_leaf
+    sub rbx, 1
+    jg .Lloop_top
+    pop rbx
+    .cfi_def_cfa_offset 8
+    ret
+END ew_loop
+
+    .p2align 4
+FUNC ew_cmp
+    xor eax, eax
+.Lcmp_top:
+    cmp rax, rdi
+    jge .Lcmp_done
+    add rax, 1
+    jmp .Lcmp_top
+.Lcmp_done:
+    ret
+END ew_cmp
+
+    .p2align 4
+FUNC ew_far
+    push rbx
+    .cfi_def_cfa_offset 16
+    .cfi_offset rbx, -16
+    mov rbx, rdi
+.Lfar_top:
+    mov rdi, rbx
+    call ew_leaf
+    .skip 130, 0x90
+    sub rbx, 1
+    jg .Lfar_top
+    pop rbx
+    .cfi_def_cfa_offset 8
+    ret
+END ew_far
+
+    .p2align 4
+FUNC ew_taken
+    push rbx
+    .cfi_def_cfa_offset 16
+    .cfi_offset rbx, -16
+    mov rbx, rdi
+.Ltk_top:
+    sub rbx, 1
+    jg .Ltk_top
+    lea rax, [rip + .Ltk_top]
+    xor eax, eax
+    pop rbx
+    .cfi_def_cfa_offset 8
+    ret
+END ew_taken
+
+    .p2align 4
+FUNC ew_retin
+    test esi, esi
+    jne .Lri_body
+.Lri_ret:
+    ret
+.Lri_body:
+    mov eax, edi
+    test edi, edi
+    je .Lri_ret
+    add eax, esi
+    ret
+END ew_retin
+
+    .p2align 4
+FUNC tn_ret
+    ret
+END tn_ret
+    .p2align 3
+    ud2
+    .p2align 4
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+fn entry_windows_program(tag: &str, flags: &[&str]) -> Planned {
+    let dir = temp_dir(tag);
+    let main = "int ew_jmp8(int), ew_loop(long), ew_cmp(long), ew_far(long), ew_taken(long), ew_retin(int, int);
+        void tn_ret(void);
+        int main(int c, char **v) { (void)v; tn_ret();
+            return ew_jmp8(c) + ew_loop(c) + ew_cmp(c) + ew_far(c) + ew_taken(c) + ew_retin(c, c); }";
+    Planned::new(&gcc(&dir, "ew", &[("main.c", main), ("ew.s", EW_S)], flags), false)
+}
+
+/// The entry of `name`: its tactic, window length and, per jump led to its entry tail,
+/// (jump offset, length, target offset, slot or window).
+fn entry_jumps(p: &Planned, name: &str) -> (Tactic, u64, Vec<String>) {
+    let (_, f) = p.function(name);
+    let point = p.point(name);
+    let off = |a: u64| a as i64 - f.address as i64;
+    let jumps = p.plan.entry_jumps.get(&point.id).into_iter().flatten().map(|r| {
+        let how = match (r.slot, r.window.is_empty()) {
+            (Some(_), _) => "slot",
+            (None, false) => "window",
+            (None, true) => "rel32",
+        };
+        format!("{:+} len {} to {:+} {how}", off(r.jump), r.len, off(r.to))
+    });
+    (point.tactic, point.window_len, jumps.collect())
+}
+
+fn check_entry_windows(p: &Planned) {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    // xor eax, eax (2); jmp rel8 (2); T: add eax, edi (2) — the back edge jg rel8 at +13.
+    assert_eq!(entry_jumps(p, "ew_jmp8"), (Tactic::WindowJumps, 6, s(&["+11 len 2 to +4 slot"])));
+    // push rbx (1); mov rbx, rdi (3); T: mov rdi, rbx (3) — jg rel8 at +16.
+    assert_eq!(entry_jumps(p, "ew_loop"), (Tactic::WindowJumps, 7, s(&["+16 len 2 to +4 slot"])));
+    // xor eax, eax (2); T: cmp rax, rdi (3) — jmp rel8 at +11.
+    assert_eq!(entry_jumps(p, "ew_cmp"), (Tactic::WindowJumps, 5, s(&["+11 len 2 to +2 slot"])));
+    // The back edge over 130 bytes: jg rel32 at +146, its displacement changed.
+    assert_eq!(entry_jumps(p, "ew_far"), (Tactic::WindowJumps, 7, s(&["+146 len 6 to +4 rel32"])));
+    let skipped = |name: &str| {
+        let (i, f) = p.function(name);
+        let s = p.plan.skipped.iter().find(|s| s.function == i).unwrap_or_else(|| panic!("{name} is patched"));
+        reason(&s.reason, f)
+    };
+    assert_eq!(skipped("ew_taken"), "branch target +4");
+    assert_eq!(skipped("ew_retin"), "branch target +4");
+    // A lone ret: the window takes 4 of the 7 nop bytes after it.
+    let t = p.point("tn_ret");
+    assert_eq!((t.tactic, t.window_len, t.displaced.len()), (Tactic::WindowPadding, JMP_LEN, 1));
+    assert_eq!(p.function("tn_ret").1.padding, 0, "the gap up to the next function is not all padding");
+    // The exits of these are patched, so they are timed. (ew_cmp's `ret` is the target of its
+    // jge rel8 and follows its jmp: whether an exit tactic finds it a slot depends on the
+    // layout, and it is not this test's subject.)
+    for name in ["ew_jmp8", "ew_loop", "ew_far", "tn_ret"] {
+        assert!(p.timed(name), "{name}: {:?}", p.exits(name));
+    }
+}
+
+#[test]
+fn entry_windows_with_targets_pie() {
+    check_entry_windows(&entry_windows_program("ew-pie", &["-O1", "-fPIE", "-pie"]));
+}
+
+#[test]
+fn entry_windows_with_targets_non_pie() {
+    check_entry_windows(&entry_windows_program("ew-nopie", &["-O1", "-fno-pie", "-no-pie"]));
+}
+
+// ---- Exit coverage of the 16 corpus programs (issue 12): slot windows before a later exit. ----
+
+/// cppcheck's `std::function` managers: the first `ret` has 3 bytes from a jump target, and
+/// no dead byte in reach; the only run to move out for a slot (`lea; mov`, 10 bytes) lies
+/// before the second `ret`, whose own window then needs the padding after it.
+const MGR_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+    .macro FILLER name
+FUNC \name
+    call ext
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END \name
+    .endm
+    .macro MANAGER name
+FUNC \name
+    test edx, edx
+    je 2f
+    cmp edx, 1
+    jne 1f
+    mov [rdi], rsi
+1:
+    xor eax, eax
+    ret
+2:
+    lea rax, [rip + ext]
+    mov [rdi], rax
+    xor eax, eax
+    ret
+    .endm
+
+    .p2align 4
+FUNC ext
+    lea eax, [rdi + 1]
+    ret
+END ext
+    FILLER mgr_filler1
+# xor; ret; nop3: 6 bytes for the second exit's window with the run moved out.
+    MANAGER mgr
+    nop dword ptr [rax]
+END mgr
+    FILLER mgr_filler2
+# No padding: the second exit's window needs the run, which therefore stays.
+    MANAGER mgr_tight
+END mgr_tight
+    FILLER mgr_filler3
+# python3.11's callbacks: the tail jump's window would take in the je, the only way into the
+# cold part's xor; ret; with the padding after it, the je stays and is retargeted.
+    .p2align 4
+FUNC cb
+    mov rdi, [rdi + 8]
+    mov rax, rsi
+    mov rsi, rdx
+    test rdi, rdi
+    je .Lcb_cold
+    jmp rax
+END cb
+    .nops 8
+FUNC after_cb
+    lea eax, [rdi + 2]
+    ret
+END after_cb
+# The cold part as a stripped program has it: an FDE, no symbol; code right before and after it.
+    .section .text.unlikely
+    FILLER cb_filler0
+.Lcb_cold:
+    .cfi_startproc
+    xor eax, eax
+    ret
+    .cfi_endproc
+    FILLER cb_filler
+    .text
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+/// [`MGR_S`] built with a `main` that calls every function, planned; and its directory.
+fn mgr_program(tag: &str) -> (TempDir, Planned) {
+    let dir = temp_dir(tag);
+    let main = "int mgr(void **, void *, int), mgr_tight(void **, void *, int), mgr_filler1(int), mgr_filler2(int),
+        mgr_filler3(int), cb(void **, int (*)(int), int), after_cb(int);
+        int main(int c, char **v) { void *p = 0; return mgr(&p, v, c) + mgr_tight(&p, v, c) + mgr_filler1(c)
+            + mgr_filler2(c) + mgr_filler3(c) + cb(&p, after_cb, c); }";
+    let p = Planned::new(&gcc(&dir, "mgr", &[("main.c", main), ("mgr.s", MGR_S)], &["-O1"]), false);
+    (dir, p)
+}
+
+#[test]
+fn exit_slot_window_before_a_later_exit_with_room() {
+    let (_dir, p) = mgr_program("mgr");
+    // test edx, edx; je rel8 (+2); cmp edx, 1 (+4) = the entry window | jne rel8 (+7) | mov
+    // [rdi], rsi (+9) | xor eax, eax (+12, a jump target) | ret (+14) | lea rax, [rip+ext] (+15,
+    // 7, a jump target) | mov [rdi], rax (+22) | xor eax, eax (+25) | ret (+27) | nop3 (+28).
+    for name in ["mgr", "mgr_tight"] {
+        assert_eq!(p.point(name).window_len, 7, "{name}");
+    }
+    // The run lea; mov moves out; its tail (+20) is the first exit's slot; the second exit's
+    // window is xor; ret and 2 bytes of the padding.
+    assert_eq!(p.exits("mgr"), ["+14 Ret jmp8+slot at +12 len 3 ins 2", "+27 Ret window+padding at +25 len 5 ins 2"]);
+    let (i, f) = p.function("mgr");
+    let a = f.address;
+    let first = p.plan.exits.iter().find(|x| x.function == i && x.site == a + 14).expect("exit");
+    assert_eq!(first.slot, Some(a + 20));
+    let windows: Vec<(u64, u64, usize)> = p
+        .plan
+        .slot_windows
+        .iter()
+        .map(|w| (w.patch().0, w.patch().1, w.displaced.len()))
+        .filter(|w| w.0 >= a && w.0 < a + 31)
+        .collect();
+    assert_eq!(windows, [(a + 15, 10, 2)]);
+    assert!(p.timed("mgr"));
+    // Without the padding, moving the run out would leave the second exit 3 bytes: no slot,
+    // so the first exit stays unpatched and the function untimed, as before.
+    assert_eq!(
+        p.exits("mgr_tight"),
+        [
+            "+14 Ret skipped: branch target +12",
+            "+27 Ret skipped: another exit of the function cannot be patched (fits window)"
+        ]
+    );
+    assert!(!p.timed("mgr_tight"));
+    assert_eq!(p.plan.slot_windows.len(), 1);
+}
+
+#[test]
+fn exit_tail_jump_leaves_a_jcc_into_the_cold_part_to_its_exit() {
+    let (_dir, p) = mgr_program("mgr-cb");
+    // mov rdi, [rdi+8] (4); mov rax, rsi (+4, 3) = the entry window | mov rsi, rdx (+7) | test
+    // (+10) | je rel32 (+13, 6) | jmp rax (+19, 2) | 8 bytes of padding. The cold part: xor eax,
+    // eax; ret, entered only by the je.
+    assert_eq!(p.point("cb").window_len, 7);
+    let (i, f) = p.function("cb");
+    let cold =
+        p.an.functions
+            .iter()
+            .find(|g| g.kind == FunctionKind::ColdPart { parent: Some(f.address) })
+            .expect("cb's cold part");
+    let c = cold.address as i64 - f.address as i64;
+    let mut want = vec![
+        "+19 TailJump window+padding at +19 len 5 ins 1".to_string(),
+        format!("{:+} Ret retarget at {c:+} len 0 ins 2", c + 2),
+    ];
+    want.sort_by_key(|r| r.split(' ').next().and_then(|o| o.parse::<i64>().ok()));
+    assert_eq!(p.exits("cb"), want);
+    let x = p.plan.exits.iter().find(|x| x.function == i && x.tactic == Tactic::Retarget).expect("retarget");
+    assert_eq!(x.retargets, [(f.address + 13, 6)]);
+    assert!(p.timed("cb"));
+}
+
+/// The plan of a real program (sqlite3, on a machine that has it; else the hub program) is the
+/// same with 1 and with 4 threads, with and without traps. The exit sites and dead bytes are
+/// found on the other cores ahead of the tactics (`par::pipeline`); the tactics take slots,
+/// stretch entry windows and move runs out in point order, each exit's choice changing what the
+/// next one finds, so a scan that depended on the tactics before it would show here.
+#[test]
+fn one_thread_and_four_give_the_same_plan() {
+    let dir = temp_dir("threads");
+    let bin = match std::fs::metadata("/usr/bin/sqlite3") {
+        Ok(_) => PathBuf::from("/usr/bin/sqlite3"),
+        Err(_) if std::env::var_os("CI").is_none() => {
+            let main = "int chain(int), entry_jump(int), stretch_call(int), evict(int), filler1(int),
+                filler2(int), filler3(int), filler4(int), filler5(int);
+                int main(int c, char **v) { (void)v; return chain(c) + entry_jump(c) + stretch_call(c)
+                    + evict(c) + filler1(c) + filler2(c) + filler3(c) + filler4(c) + filler5(c); }";
+            gcc(&dir, "hub", &[("main.c", main), ("hub.s", HUB_S)], &["-O1"])
+        }
+        Err(e) => panic!("/usr/bin/sqlite3: {e} (CI installs sqlite3)"),
+    };
+    let data = std::fs::read(&bin).expect("read binary");
+    let elf = InputElf::parse(&data).expect("parse");
+    let an = analyze(&elf).expect("analyze");
+    let spec = Spec::default_spec();
+    for traps in [false, true] {
+        let opts = PlanOptions { shadow_stack: false, traps };
+        let run = |threads| crate::par::with_threads(threads, || plan(&elf, &an, &spec, opts));
+        let (one, four) = (run(1), run(4));
+        // The exits share what the tactics hand out: slots, stretched entry windows.
+        let slotted = one.exits.iter().filter(|x| x.slot.is_some()).count();
+        assert!(slotted > 0, "traps {traps}: no exit took a slot");
+        assert_eq!(one.exits.len(), four.exits.len(), "traps {traps}: exits");
+        assert!(format!("{one:?}") == format!("{four:?}"), "traps {traps}: plans differ");
+    }
 }

@@ -183,7 +183,7 @@ fn one_fde(eh_at: u64, start: u64, len: u32, program: Vec<(u32, Cfi)>) -> Vec<u8
         fde.add_instruction(offset, i);
     }
     table.add_fde(cie, fde);
-    write_eh_frame(&table, eh_at).unwrap()
+    write_eh_frame(&table, eh_at, 0).unwrap()
 }
 
 /// Rules the data alignment factor cannot express are written as expressions, and every
@@ -255,7 +255,7 @@ fn pieces_of(data: &[u8], at: u64) -> Vec<(Piece, Vec<u64>)> {
         let start = next;
         let code = code(start).unwrap_or_else(|e| panic!("piece {} at {initial:?}: {e}", pieces.len()));
         next = (start + code.len() as u64).next_multiple_of(16);
-        pieces.push((Piece { start, code, initial }, back));
+        pieces.push((Piece { start, code, initial, shape: None }, back));
         start
     };
     let mut put = |initial: Initial, code: &dyn Fn(u64) -> crate::Result<Vec<u8>>| put_back(initial, vec![], code);
@@ -267,6 +267,10 @@ fn pieces_of(data: &[u8], at: u64) -> Vec<(Piece, Vec<u64>)> {
         active: 0x1000,
         cpu: 0x2000,
         wall: 0x3000,
+        sq_cpu: 0x3400,
+        sq_wall: 0x3800,
+        sampled: 0x3c00,
+        sampling: true,
         cct_index: 0x4000,
         cct_nodes: 0x8000,
         timer_stub,
@@ -453,7 +457,7 @@ fn round_trip_through_gimli() {
         let pieces: Vec<Piece> = pieces_of(&data, at + 0x40_0000).into_iter().map(|p| p.0).collect();
         let (off, len) = (crate::rtimage::EH_FRAME_OFFSET as usize, crate::rtimage::EH_FRAME_LEN as usize);
         let rt = (at + 0x20_0000, &crate::rtimage::IMAGE[off..off + len]);
-        let eh = build(&elf, &pieces, rt, at).unwrap().expect("has PT_GNU_EH_FRAME");
+        let eh = build(&elf, &pieces, rt, at, &HashMap::new()).unwrap().expect("has PT_GNU_EH_FRAME");
         assert_eq!(eh.hdr_at % 4, 0);
         let got = check_output(&eh, path);
         let want = input_fdes(&elf);
@@ -491,6 +495,44 @@ fn round_trip_through_gimli() {
             assert!(got.iter().any(|g| g.0 == p.start && g.1 == p.code.len() as u64), "{path}: piece 0x{:x}", p.start);
         }
     }
+}
+
+/// The `.eh_frame_hdr` built from the initial locations unwind added ([`hdr_index`]) is the
+/// one built from the written `.eh_frame` parsed back with gimli (every FDE's initial
+/// location and offset), on real programs (C and C++).
+#[test]
+fn the_header_from_the_added_fdes_is_the_one_parsed_back() {
+    let mut checked = 0;
+    for path in ["/usr/bin/ls", "/usr/bin/apt"] {
+        let Some(data) = system_binary(path) else { continue };
+        let elf = InputElf::parse(&data).unwrap();
+        let end = elf.loads().map(|s| s.vaddr + s.memsz).max().unwrap();
+        let at = (end + 0x10_0000).next_multiple_of(8);
+        let pieces: Vec<Piece> = pieces_of(&data, at + 0x40_0000).into_iter().map(|p| p.0).collect();
+        let (off, len) = (crate::rtimage::EH_FRAME_OFFSET as usize, crate::rtimage::EH_FRAME_LEN as usize);
+        let rt = (at + 0x20_0000, &crate::rtimage::IMAGE[off..off + len]);
+        let eh = build(&elf, &pieces, rt, at, &HashMap::new()).unwrap().expect("has PT_GNU_EH_FRAME");
+        let written = EhFrameIn::new(at, &eh.eh_frame, "new .eh_frame");
+        let parsed: Vec<(u64, u64)> = written
+            .fdes()
+            .map(|f| f.map(|f| (f.initial_address(), at + f.offset() as u64)))
+            .collect::<Result<_>>()
+            .unwrap();
+        assert!(parsed.len() > pieces.len(), "{path}: {} FDEs", parsed.len());
+        assert_eq!(build_hdr(at, eh.hdr_at, parsed).unwrap(), eh.eh_frame_hdr, "{path}");
+        checked += 1;
+    }
+    assert!(checked > 0 || std::env::var_os("CI").is_none(), "no program to check");
+}
+
+/// [`hdr_index`] refuses a section whose FDEs are not the ones added.
+#[test]
+fn the_header_index_counts_the_fdes() {
+    let eh = one_fde(0x1000, 0x2000, 16, vec![]);
+    assert_eq!(hdr_index(&eh, 0x1000, &[0x2000]).unwrap().len(), 1);
+    assert!(hdr_index(&eh, 0x1000, &[]).is_err());
+    assert!(hdr_index(&eh, 0x1000, &[0x2000, 0x3000]).is_err());
+    assert!(hdr_index(&eh[..eh.len() - 8], 0x1000, &[0x2000]).is_err());
 }
 
 /// gimli evaluates the rows of a generated FDE to the states the tracker computed.
@@ -590,9 +632,9 @@ fn eh_fixture(base: u64, enc: u8, fdes: &[(u64, u64)]) -> Vec<u8> {
 /// The entries of `data` (at `base`) converted into a new `.eh_frame` at `at` and read back.
 fn convert_fixture(base: u64, data: &[u8], at: u64, pie: bool) -> Result<Vec<u8>> {
     let old = EhFrameIn::new(base, data, "fixture");
-    let mut table = FrameTable::default();
+    let mut table = Frames::default();
     Converter::new(&old, at, pie).convert(old.fdes(), &mut table)?;
-    write_eh_frame(&table, at)
+    write_eh_frame(&table.table, at, 0)
 }
 
 /// Null personality and LSDA pointers stay "none", a non-null LSDA and the code range move to
@@ -631,4 +673,375 @@ fn absolute_pointers_only_outside_pies() {
     assert_eq!((f.initial_address(), f.lsda()), (0x1000, Some(Pointer::Direct(0x3000))));
     let e = convert_fixture(base, &data, at, true).unwrap_err();
     assert!(e.to_string().contains("absolute pointer (encoding 0x03) in a position-independent program"), "{e}");
+}
+
+/// The exception tables of import trampolines: `noexcept` callers share one empty call-site
+/// table; a cleanup's table leads the whole trampoline to the caller's pad through its own
+/// pc-relative `LPStart`; other pieces get none, and without any the `.eh_frame` stays at `at`.
+#[test]
+fn import_trampolines_restate_the_callers_exception_table() {
+    let piece = |start: u64, len: usize, initial: Initial| Piece { start, code: vec![0x90; len], initial, shape: None };
+    let pieces = [
+        piece(0x50_0000, 40, Initial::Called(0x1000)),
+        piece(0x50_0040, 40, Initial::Called(0x1100)),
+        piece(0x50_0080, 200, Initial::Called(0x1200)),
+        piece(0x50_0180, 40, Initial::Called(0x1300)),
+        piece(0x50_0200, 16, Initial::Call),
+    ];
+    let refs: Vec<&Piece> = pieces.iter().collect();
+    let called = HashMap::from([
+        (0x1000, SiteEh::Terminate),
+        (0x1100, SiteEh::Terminate),
+        (0x1200, SiteEh::Cleanup(0x1234)),
+        (0x1300, SiteEh::Pass),
+    ]);
+    let at = 0x60_0004;
+    let eh = CalledEh::lay_out(&refs, &called, at, &|_| None, true).unwrap();
+    assert_eq!(eh.at.len(), 3, "{:?}", eh.at);
+    let (t1, t2, c) = (eh.at[&0x50_0000], eh.at[&0x50_0040], eh.at[&0x50_0080]);
+    assert_eq!(t1, t2, "one shared table for noexcept callers");
+    let bytes = |a: u64| &eh.bytes[(a - at) as usize..];
+    assert_eq!(&bytes(t1)[..4], &[0xff, 0xff, 0x01, 0x00], "LPStart and types omitted, no rows");
+    let b = bytes(c);
+    assert_eq!(b[0], 0x1b, "LPStart pcrel|sdata4");
+    let lp_start = (c + 1).wrapping_add(i32::from_le_bytes(b[1..5].try_into().unwrap()) as i64 as u64);
+    assert_eq!(&b[5..7], &[0xff, 0x01], "no type table, ULEB128 call sites");
+    // One row: start 0, the piece's 200 bytes (ULEB128 c8 01), pad LPStart + 1, action 0.
+    assert_eq!(&b[7..13], &[5, 0, 0xc8, 0x01, 1, 0]);
+    assert_eq!(lp_start + 1, 0x1234, "the landing pad is the caller's");
+    assert_eq!(eh.end % 8, 0);
+    assert_eq!(eh.end, at + eh.bytes.len() as u64);
+    let none = CalledEh::lay_out(&refs, &HashMap::new(), at, &|_| None, true).unwrap();
+    assert!(none.bytes.is_empty() && none.at.is_empty());
+    assert_eq!(none.end, at, "without tables the .eh_frame starts at `at`");
+}
+
+/// The CFI memo (one program per piece shape): entry trampolines of two points with other
+/// gates, ids, counters and program addresses share one traced program, which is the one
+/// traced for each; another stack adjustment in the window or another initial state is a
+/// shape of its own, traced afresh.
+#[test]
+fn a_cfi_program_from_the_memo_is_the_traced_one() {
+    let piece = |at: u64, prog: u64, id: u32, sub: u8| {
+        // push rbp; mov rbp, rsp; sub rsp, <sub>; at `prog`
+        let window = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, sub];
+        let displaced: Vec<Instruction> =
+            Decoder::with_ip(64, &window, prog, DecoderOptions::NONE).into_iter().collect();
+        let p = crate::plan::Point {
+            id,
+            function: 0,
+            address: prog,
+            window_len: 8,
+            displaced,
+            emulate_call: false,
+            tactic: crate::plan::Tactic::Window,
+            bits: 0x7,
+            wrap: None,
+            import: None,
+        };
+        let env = TrampolineEnv {
+            gate: 0x50_0000 + u64::from(id),
+            counter: 0x100 + 8 * id,
+            tid_offset: 0x2d0,
+            slow_stub: 0x60_0000,
+            timer_enter: 0x61_0000,
+            timer_exit: 0x62_0000,
+        };
+        codegen::trampoline(&p, env, at, None).unwrap()
+    };
+    let mut memo = CfiMemo::default();
+    let info = &mut InstructionInfoFactory::new();
+    let mut check = |at: u64, code: &[u8], initial: State, traced: usize| {
+        let fresh = cfi_program(at, code, initial.clone(), info).unwrap();
+        let got = memo.program(at, code, None, initial, info).unwrap().clone();
+        assert_eq!(got, fresh, "at 0x{at:x}");
+        assert_eq!(memo.kept, traced, "programs traced after the piece at 0x{at:x}");
+        got
+    };
+    let (a, b) = (piece(0x70_0000, 0x40_1000, 3, 0x10), piece(0x70_1230, 0x40_5550, 9, 0x10));
+    assert_ne!(a, b);
+    let pa = check(0x70_0000, &a, State::call(), 1);
+    let pb = check(0x70_1230, &b, State::call(), 1); // the same shape: from the memo
+    assert_eq!(pa, pb);
+    let c = piece(0x70_2000, 0x40_1000, 3, 0x20);
+    let pc = check(0x70_2000, &c, State::call(), 2); // sub rsp, 0x20: another shape
+    assert_ne!(pc, pa);
+    check(0x70_0000, &a, State::call().pushed(8), 3); // another initial state: traced again
+    assert_eq!(memo.programs.values().map(Vec::len).sum::<usize>(), 3);
+
+    // By shape id (the layout pass's): a and b share one, traced once more (the id table is
+    // apart from the shapes'); c has its own.
+    let ids = ShapeIds::default();
+    let id = |at: u64, code: &[u8]| {
+        let (mut ins, mut shape) = (Vec::new(), Vec::new());
+        decode_shape(at, code, &mut ins, &mut shape);
+        ids.id(&shape).expect("an id")
+    };
+    let (ia, ib, ic) = (id(0x70_0000, &a), id(0x70_1230, &b), id(0x70_2000, &c));
+    assert_eq!(ia, ib);
+    assert_ne!(ia, ic);
+    let info = &mut InstructionInfoFactory::new();
+    for (at, code, i, want, traced) in
+        [(0x70_0000, &a, ia, &pa, 4), (0x70_1230, &b, ib, &pb, 4), (0x70_2000, &c, ic, &pc, 5)]
+    {
+        let got = memo.program(at, code, Some(i), State::call(), info).unwrap().clone();
+        assert_eq!(&got, want, "at 0x{at:x}");
+        assert_eq!(memo.kept, traced, "programs traced after the piece at 0x{at:x}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Restated rows with handlers that catch (CatchRow)
+// ---------------------------------------------------------------------------------------
+
+/// The caller's function, its LSDA and the `DW.ref` slots of its type table in the fixture.
+const FUNC: u64 = 0x40_1000;
+const LSDA: u64 = 0x40_2000;
+const SLOT1: u64 = 0x40_5000;
+const SLOT2: u64 = 0x40_5008;
+
+/// A GCC-format LSDA at [`LSDA`] as g++ writes it for PIC code: LPStart omitted, type table
+/// `indirect|pcrel|sdata4` with entries 1 → [`SLOT1`], 2 → [`SLOT2`], 3 → null (`catch (...)`),
+/// one exception specification (type 1) at the base; rows (start, pad, first record):
+/// 0x10 → A: catch 2 then 1; 0x20 → C: the specification; 0x30 → D: catch-all; 0x40 → E:
+/// catch 2, then (a negative displacement) A's tail, catch 1. Returns the bytes and each
+/// row's action (1 + the record's offset).
+fn lsda_fixture(tt_enc: u8, entries: [u64; 3]) -> (Vec<u8>, [u64; 4]) {
+    // Action records: A@0 [2, +1] B@2 [1, 0] C@4 [-1, 0] D@6 [3, 0] E@8 [2, -7 → B].
+    let actions = [0x02, 0x01, 0x01, 0x00, 0x7f, 0x00, 0x03, 0x00, 0x02, 0x79];
+    let rows = [(0x10u8, 0x40u8, 1u8), (0x20, 0x50, 5), (0x30, 0x60, 7), (0x40, 0x70, 9)];
+    let mut cs = Vec::new();
+    for (start, pad, action) in rows {
+        cs.extend_from_slice(&[start, 5, pad, action]);
+    }
+    let size = fixed_size(tt_enc & 0x0f).unwrap();
+    let head = 5; // lp enc, tt enc, tt offset (1 byte), cs enc, cs length (1 byte)
+    let tt_base = head + cs.len() + actions.len() + 3 * size;
+    let mut v = vec![0xff, tt_enc, (tt_base - 3) as u8, 0x01, cs.len() as u8];
+    v.extend_from_slice(&cs);
+    v.extend_from_slice(&actions);
+    for i in (1..=3).rev() {
+        let field = LSDA + v.len() as u64;
+        let target = entries[i - 1];
+        let raw = match (target, tt_enc & 0x70) {
+            (0, _) => 0,
+            (t, 0x10) => t.wrapping_sub(field),
+            (t, _) => t,
+        };
+        v.extend_from_slice(&raw.to_le_bytes()[..size]);
+    }
+    v.extend_from_slice(&[0x01, 0x00]); // the specification: type 1
+    (v, [1, 5, 7, 9])
+}
+
+/// One action record as a personality routine reads it: the filter and the types it names.
+type Record = (i64, Vec<Option<u64>>);
+
+/// What a personality routine reads of the table `data` at `base` for a throw at `pc` in a
+/// region starting at `region`: the row's pad, then each record of its chain (filter, and
+/// the address a type entry means before indirection, or the specification's types).
+fn personality_view(data: &[u8], base: u64, region: u64, pc: u64) -> (u64, Vec<Record>) {
+    let mut c = LsdaCursor { data, pos: 0, base };
+    let lp_enc = c.u8().unwrap();
+    let lp_start = match lp_enc {
+        0xff => region,
+        0x1b => {
+            let f = c.at();
+            f.wrapping_add(c.raw(lp_enc).unwrap())
+        }
+        e => panic!("LPStart encoding 0x{e:02x}"),
+    };
+    let tt_enc = c.u8().unwrap();
+    let tt_base = (tt_enc != 0xff).then(|| {
+        let o = c.leb(false).unwrap() as usize;
+        c.pos + o
+    });
+    assert_eq!(c.u8().unwrap(), 0x01, "ULEB128 call sites");
+    let cs_end = c.leb(false).unwrap() as usize + c.pos;
+    let mut found = None;
+    while c.pos < cs_end {
+        let (start, len, pad, action) =
+            (c.leb(false).unwrap(), c.leb(false).unwrap(), c.leb(false).unwrap(), c.leb(false).unwrap());
+        if region + start <= pc && pc < region + start + len {
+            found = Some((lp_start + pad, action));
+        }
+    }
+    let (pad, action) = found.expect("a row covers pc");
+    let mut chain = Vec::new();
+    let mut pos = cs_end + action as usize - 1;
+    let entry = |c: &mut LsdaCursor, i: u64| {
+        let size = fixed_size(tt_enc & 0x0f).unwrap();
+        c.pos = tt_base.unwrap() - i as usize * size;
+        let field = c.at();
+        let raw = c.raw(tt_enc).unwrap();
+        (raw != 0).then(|| if tt_enc & 0x70 == 0x10 { field.wrapping_add(raw) } else { raw })
+    };
+    while action != 0 && chain.len() < MAX_ACTIONS {
+        c.pos = pos;
+        let filter = c.leb(true).unwrap() as i64;
+        let next_at = c.pos;
+        let next = c.leb(true).unwrap() as i64;
+        let types = if filter > 0 {
+            vec![entry(&mut c, filter as u64)]
+        } else if filter < 0 {
+            c.pos = tt_base.unwrap() + (-filter) as usize - 1;
+            let mut list = Vec::new();
+            loop {
+                let i = c.leb(false).unwrap();
+                if i == 0 {
+                    break;
+                }
+                list.push(i);
+            }
+            list.into_iter().map(|i| entry(&mut c, i)).collect()
+        } else {
+            Vec::new()
+        };
+        chain.push((filter, types));
+        if next == 0 {
+            break;
+        }
+        pos = (next_at as i64 + next) as usize;
+    }
+    (pad, chain)
+}
+
+/// A row that catches a type (then another): the table's exact bytes (LPStart to the pad,
+/// one row over the trampoline, the chain's two records, the two entries pc-relative from
+/// their new place, still indirect), and a personality routine reads the caller's answer
+/// from it: the same pad, filters and `DW.ref` slots.
+#[test]
+fn a_catch_row_is_restated_with_its_types() {
+    let (data, actions) = lsda_fixture(0x9b, [SLOT1, SLOT2, 0]);
+    let row = CatchRow::read(&data, LSDA, actions[0], true).unwrap();
+    let t = 0x80_0010;
+    let pad = FUNC + 0x40;
+    let got = row.write(t, pad, 40).unwrap();
+    let mut want = vec![0x1b];
+    want.extend_from_slice(&((pad - 1).wrapping_sub(t + 1) as i32).to_le_bytes());
+    // Types indirect|pcrel|sdata4, base 18 bytes on: call sites (ULEB128, 4 bytes: start 0,
+    // length 40, pad LPStart + 1, action 1), records [2, +1] [1, 0], entries 2 and 1.
+    want.extend_from_slice(&[0x9b, 18, 0x01, 4, 0, 40, 1, 1, 0x02, 0x01, 0x01, 0x00]);
+    for (slot, field) in [(SLOT2, t + 17), (SLOT1, t + 21)] {
+        want.extend_from_slice(&(slot.wrapping_sub(field) as i32).to_le_bytes());
+    }
+    assert_eq!(got, want);
+    let caller = personality_view(&data, LSDA, FUNC, FUNC + 0x12);
+    assert_eq!(caller, (pad, vec![(2, vec![Some(SLOT2)]), (1, vec![Some(SLOT1)])]));
+    assert_eq!(personality_view(&got, t, 0x90_0000, 0x90_0000 + 39), caller);
+    // E's chain joins A's tail through a negative displacement: the same answer.
+    let e = CatchRow::read(&data, LSDA, actions[3], true).unwrap();
+    assert_eq!(e, row);
+}
+
+/// `catch (...)`: the chain's entry is null, written as zeros whatever the caller's encoding
+/// (here absolute, which a PIE could not restate otherwise).
+#[test]
+fn a_catch_all_row_needs_no_address() {
+    let (data, actions) = lsda_fixture(0x03, [SLOT1, SLOT2, 0]);
+    let row = CatchRow::read(&data, LSDA, actions[2], true).unwrap();
+    let (t, pad) = (0x80_0000, FUNC + 0x60);
+    let got = row.write(t, pad, 32).unwrap();
+    let mut want = vec![0x1b];
+    want.extend_from_slice(&((pad - 1).wrapping_sub(t + 1) as i32).to_le_bytes());
+    // udata8, base 8 + 3 * 8 bytes on; record [3, 0]; entries 3, 2, 1 all zero.
+    want.extend_from_slice(&[EH_PE_UDATA8, 32, 0x01, 4, 0, 32, 1, 1, 0x03, 0x00]);
+    want.extend_from_slice(&[0; 24]);
+    assert_eq!(got, want);
+    assert_eq!(personality_view(&got, t, 0x90_0000, 0x90_0000), (pad, vec![(3, vec![None])]));
+}
+
+/// An exception specification (negative filter): its list is copied at the same offset from
+/// the base, and the types it names are restated at their indices.
+#[test]
+fn an_exception_specification_is_restated() {
+    let (data, actions) = lsda_fixture(0x9b, [SLOT1, SLOT2, 0]);
+    let row = CatchRow::read(&data, LSDA, actions[1], true).unwrap();
+    let (t, pad) = (0x80_0003, FUNC + 0x50);
+    let got = row.write(t, pad, 32).unwrap();
+    let mut want = vec![0x1b];
+    want.extend_from_slice(&((pad - 1).wrapping_sub(t + 1) as i32).to_le_bytes());
+    // base 8 + 4 bytes on; record [-1, 0]; entry 1; the list [1, 0].
+    want.extend_from_slice(&[0x9b, 12, 0x01, 4, 0, 32, 1, 1, 0x7f, 0x00]);
+    want.extend_from_slice(&(SLOT1.wrapping_sub(t + 15) as i32).to_le_bytes());
+    want.extend_from_slice(&[0x01, 0x00]);
+    assert_eq!(got, want);
+    let caller = personality_view(&data, LSDA, FUNC, FUNC + 0x20);
+    assert_eq!(caller, (pad, vec![(-1, vec![Some(SLOT1)])]));
+    assert_eq!(personality_view(&got, t, 0x90_0000, 0x90_0000 + 4), caller);
+}
+
+/// Absolute entries keep their value outside PIEs (as udata8) and are refused in a PIE; a
+/// data-relative or LEB128 type table is refused; the reasons name the encoding.
+#[test]
+fn type_tables_that_cannot_be_restated_are_refused() {
+    let (data, actions) = lsda_fixture(0x03, [SLOT1, SLOT2, 0]);
+    let row = CatchRow::read(&data, LSDA, actions[0], false).unwrap();
+    let got = row.write(0x80_0000, FUNC + 0x40, 8).unwrap();
+    let view = personality_view(&got, 0x80_0000, 0x90_0000, 0x90_0000);
+    assert_eq!(view.1, vec![(2, vec![Some(SLOT2)]), (1, vec![Some(SLOT1)])]);
+    let e = CatchRow::read(&data, LSDA, actions[0], true).unwrap_err();
+    assert!(e.contains("0x03") && e.contains("absolute in a position-independent program"), "{e}");
+    let (data, actions) = lsda_fixture(0x3b, [SLOT1, SLOT2, 0]);
+    let e = CatchRow::read(&data, LSDA, actions[0], false).unwrap_err();
+    assert!(e.contains("0x3b") && e.contains("application 0x30"), "{e}");
+    let (mut data, actions) = lsda_fixture(0x9b, [SLOT1, SLOT2, 0]);
+    data[1] = 0x91; // indirect|pcrel|uleb128
+    let e = CatchRow::read(&data, LSDA, actions[0], true).unwrap_err();
+    assert!(e.contains("0x91") && e.contains("variable-length"), "{e}");
+    // A chain that loops.
+    let (mut data, actions) = lsda_fixture(0x9b, [SLOT1, SLOT2, 0]);
+    let b_next = 5 + 16 + 3;
+    data[b_next] = 0x7d; // B's next: -3, back to A
+    let e = CatchRow::read(&data, LSDA, actions[0], true).unwrap_err();
+    assert!(e.contains("longer than 256"), "{e}");
+}
+
+/// Trampolines of one length with the same answer share a table: two calls under one catch
+/// row, two under one cleanup; another length or another row gets its own.
+#[test]
+fn restated_tables_are_shared() {
+    let (data, actions) = lsda_fixture(0x9b, [SLOT1, SLOT2, 0]);
+    let piece = |start: u64, len: usize, site: u64| Piece {
+        start,
+        code: vec![0x90; len],
+        initial: Initial::Called(site),
+        shape: None,
+    };
+    let pieces = [
+        piece(0x50_0000, 40, 0x1010),
+        piece(0x50_0040, 40, 0x1012),
+        piece(0x50_0080, 48, 0x1014),
+        piece(0x50_0100, 40, 0x1030),
+        piece(0x50_0140, 40, 0x1200),
+        piece(0x50_0180, 40, 0x1210),
+    ];
+    let refs: Vec<&Piece> = pieces.iter().collect();
+    let catch = |a: usize| SiteEh::Catch { pad: FUNC + 0x40, lsda: LSDA, action: actions[a] };
+    let called = HashMap::from([
+        (0x1010, catch(0)),
+        (0x1012, catch(0)),
+        (0x1014, catch(0)),
+        (0x1030, catch(2)),
+        (0x1200, SiteEh::Cleanup(0x1234)),
+        (0x1210, SiteEh::Cleanup(0x1234)),
+    ]);
+    let at = 0x60_0000;
+    let lsda = |a: u64| (a == LSDA).then_some(&data[..]);
+    let eh = CalledEh::lay_out(&refs, &called, at, &lsda, true).unwrap();
+    let t = |p: u64| eh.at[&p];
+    assert_eq!(t(0x50_0000), t(0x50_0040), "one catch row, one length: one table");
+    assert_ne!(t(0x50_0000), t(0x50_0080), "another length");
+    assert_ne!(t(0x50_0000), t(0x50_0100), "another row");
+    assert_eq!(t(0x50_0140), t(0x50_0180), "one cleanup pad: one table");
+    let tables: std::collections::BTreeSet<u64> = eh.at.values().copied().collect();
+    assert_eq!(tables.len(), 4);
+    // Each table answers as the caller's row, from where it lies.
+    let caller = personality_view(&data, LSDA, FUNC, FUNC + 0x12);
+    let view = |p: u64, len: u64| personality_view(&eh.bytes[(t(p) - at) as usize..], t(p), p, p + len - 1);
+    assert_eq!(view(0x50_0040, 40), caller);
+    assert_eq!(view(0x50_0080, 48), caller);
+    // A lost LSDA is an internal error, not a table without the row.
+    let Err(e) = CalledEh::lay_out(&refs, &called, at, &|_| None, true) else { panic!("a lost LSDA is an error") };
+    assert!(e.to_string().contains("is gone"), "{e}");
 }
