@@ -758,9 +758,17 @@ mod tests {
         static __rseq_size: u32;
     }
 
+    /// A state that lives as long as the process, as the runtime's does: a test thread's
+    /// area may stay armed with its descriptor after the test, and the kernel reads the
+    /// descriptor (and kills the process if its signature is gone) at the thread's next
+    /// switch. A state freed at the end of the test was the SIGSEGV of CI's unit tests.
+    fn process_state() -> &'static RseqState {
+        Box::leak(Box::default())
+    }
+
     #[test]
     fn the_descriptor_is_a_valid_empty_section() {
-        let rs = Box::new(RseqState::default());
+        let rs = process_state();
         rs.init_desc();
         let d: Vec<u64> = rs.desc.iter().map(|w| w.load(Ordering::Relaxed)).collect();
         assert_eq!(rs.desc_addr() % 32, 0, "struct rseq_cs is 32-byte aligned");
@@ -776,7 +784,7 @@ mod tests {
 
     #[test]
     fn glibc_s_area_is_found_by_asking_the_kernel() {
-        let rs = Box::new(RseqState::default());
+        let rs = process_state();
         rs.init_desc();
         let tp = sys::thread_pointer();
         let area = rs.thread_area(tp).expect("this thread has an rseq area");
@@ -794,7 +802,7 @@ mod tests {
 
     #[test]
     fn a_sleep_clears_the_armed_area_and_the_clock_resyncs() {
-        let rs = Box::new(RseqState::default());
+        let rs = process_state();
         rs.init_desc();
         let area = rs.thread_area(sys::thread_pointer()).expect("this thread has an rseq area");
         assert!(self_test(area, rs.desc_addr()), "a nanosleep did not clear rseq_cs");
@@ -807,31 +815,31 @@ mod tests {
             sync_ticks: 1 << 40,
             ..Default::default()
         };
-        resync(&mut col, hz, &rs);
+        resync(&mut col, hz, rs);
         // With no switch the clock extrapolates (a loaded host may preempt a try or two).
         let quiet = (0..50).any(|_| {
             let before = col.resyncs;
-            let _ = cpu_ticks_now(&mut col, hz, &rs);
+            let _ = cpu_ticks_now(&mut col, hz, rs);
             before == col.resyncs
         });
         assert!(quiet, "every read re-synchronised: the armed word never stays");
         for _ in 0..3 {
             let before = col.resyncs;
             let _ = sys::nanosleep(0);
-            let _ = cpu_ticks_now(&mut col, hz, &rs);
+            let _ = cpu_ticks_now(&mut col, hz, rs);
             assert_eq!(col.resyncs, before + 1, "a sleep is a switch: one re-synchronisation");
         }
         // The clock is the thread's: within 100 µs of CLOCK_THREAD_CPUTIME_ID.
         let mine = ns_to_ticks(sys::clock_ns(sys::CLOCK_THREAD_CPUTIME_ID), hz);
-        let clock = cpu_ticks_now(&mut col, hz, &rs);
+        let clock = cpu_ticks_now(&mut col, hz, rs);
         assert!(clock.abs_diff(mine) < hz / 10_000, "clock {clock} ticks, the thread's {mine}");
         // A column written by someone else: its pointer and descriptor are not written
         // through (a forged `seq_ptr` at a word of ours stays as it is; the clock still
         // re-synchronises, with the system call, at every event).
         let mut word = 0x1234_u64;
         let mut forged = ColumnHeader { seq_ptr: &mut word as *mut u64 as u64, rseq_cs: 0xdead_beef, ..col };
-        resync(&mut forged, hz, &rs);
-        let _ = cpu_ticks_now(&mut forged, hz, &rs);
+        resync(&mut forged, hz, rs);
+        let _ = cpu_ticks_now(&mut forged, hz, rs);
         // Safety: a local the test owns, read once.
         let after = unsafe { core::ptr::read_volatile(&word) };
         assert_eq!(after, 0x1234, "a forged seq_ptr was written through");
@@ -839,7 +847,7 @@ mod tests {
 
     #[test]
     fn the_process_takes_rseq_where_the_page_has_no_user_time() {
-        let rs = Box::new(RseqState::default());
+        let rs = process_state();
         let user_time = CpuPage::perf().page.is_some_and(|p| page_caps(p) & CAP_USER_TIME != 0);
         let got = rs.decide(sys::thread_pointer());
         let want = if user_time { MODE_PERF } else { MODE_RSEQ };
