@@ -10,9 +10,10 @@
 //
 // With TIMES_FILE set (see timing.h), it writes
 //     f TID CPU_NS WALL_NS      around each call of f, measured by main
-//     g TID 0 WALL_NS           sum over the jumps of (landing - the clock read at the top
-//     h TID 0 WALL_NS           of g, h, k)
-//     k TID 0 WALL_NS
+//     g TID 0 WALL_NS           sum over the jumps of (early landing - the clock read at the
+//     h TID 0 WALL_NS           top of g, h, k): the early landing is read by a system call
+//     k TID 0 WALL_NS           of its own just before the landing's libc call, so these
+//                               are lower bounds of the frames' times
 //     g_call TID 0 WALL_NS      the same from the clock read by the caller just before the
 //     h_call TID 0 WALL_NS      call: the entry trampolines (of the function and of the
 //     k_call TID 0 WALL_NS      clock read's libc call) run between the two reads, and
@@ -76,12 +77,15 @@ __attribute__((noipa)) unsigned long f(unsigned long x) {
         fprintf(stderr, "longjmp: g returned\n");
         exit(1);
     }
-    /* The landing: the call of this clock read is the first event above g, h and k (the
-       CPU clock's system call, where a loaded machine switches threads, comes after it). */
+    /* The landing: the call of this clock read is the first event above g, h and k. Its
+       trampoline runs before the read and may make the CPU clock's system call, where a
+       loaded machine switches threads, so `landing` can be late by a time slice; `early`
+       (a system call of its own, not an event) is read before that event. */
+    long early = wall_now_raw();
     long landing = wall_now();
-    g_span += landing - g_start;
-    h_span += landing - h_start;
-    k_span += landing - k_start;
+    g_span += early - g_start;
+    h_span += early - h_start;
+    k_span += early - k_start;
     g_call_span += landing - g_call;
     h_call_span += landing - h_call;
     k_call_span += landing - k_call;

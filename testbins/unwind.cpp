@@ -17,10 +17,16 @@
 //
 // With TIMES_FILE set (see timing.h), it writes sums over the throws of
 //     a TID CPU_NS WALL_NS       around each call of a, measured by main
-//     b TID 0 WALL_NS            landing - the clock read at the top of b
-//     c TID 0 WALL_NS            unwound - the clock read at the top of c
+//     b TID 0 WALL_NS            guarded - the clock read at the top of b
+//     c TID 0 WALL_NS            thrown - the clock read at the top of c
 //     c_late TID 0 WALL_NS       landing - the clock read at the top of c
-//     d TID 0 WALL_NS            unwound - the clock read at the top of d
+//     d TID 0 WALL_NS            thrown - the clock read at the top of d
+//                                (thrown: read by d just before the throw; guarded: read by
+//                                ~Guard as it ends; both by a system call of their own, not
+//                                an event of the rewritten program, so these are lower
+//                                bounds: a read after the event that closes a frame, such
+//                                as unwound or landing, can be late by a time slice when the
+//                                event's trampoline makes the CPU clock's system call)
 //     b_call, c_late_call, d_call TID 0 WALL_NS   from the clock read by the caller just
 //                                before the call to the clock read just before after()
 //                                (b_call, c_late_call) or unwound (d_call): the upper bounds
@@ -50,6 +56,7 @@ struct Boom {
 
 static volatile unsigned long sink;
 static long b_start, c_start, d_start, unwound; /* read at the top of b, c, d */
+static long thrown, guarded;                   /* read before the throw, as ~Guard ends */
 static long b_call, c_call, d_call;             /* read by their callers just before the call */
 static long b_span, c_span, c_late_span, d_span, b_call_span, c_late_call_span, d_call_span;
 static long guards_alive;
@@ -61,10 +68,11 @@ struct Guard {
     /* Runs only while unwinding: b never returns normally. */
     __attribute__((noinline)) ~Guard() {
         unwound = wall_now();
-        c_span += unwound - c_start;
-        d_span += unwound - d_start;
+        c_span += thrown - c_start;
+        d_span += thrown - d_start;
         d_call_span += unwound - d_call;
         guards_alive--;
+        guarded = wall_now_raw();
     }
 };
 
@@ -77,8 +85,10 @@ __attribute__((noipa)) unsigned long after(unsigned long x) {
 __attribute__((noipa)) unsigned long d(unsigned long x) {
     d_start = wall_now();
     x = spin(x, UNIT);
-    if (x != 0) /* always: a throw the compiler cannot prove */
+    if (x != 0) { /* always: a throw the compiler cannot prove */
+        thrown = wall_now_raw();
         throw Boom{x};
+    }
     return x;
 }
 
@@ -112,7 +122,7 @@ __attribute__((noipa)) unsigned long a(unsigned long x) {
            switches threads): only __cxa_begin_catch and this read's call lie between the
            first event above b's frame and the read. */
         long landing = wall_now();
-        b_span += landing - b_start;
+        b_span += guarded - b_start;
         c_late_span += landing - c_start;
         struct span s = span_start();
         /* At -O2 the catch block is in a.cold; b closed later than the landing there under
