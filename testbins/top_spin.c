@@ -1,7 +1,9 @@
 // top_spin: main and two worker threads named "spin-a" and "spin-b" (pthread_setname_np)
-// that, for argv[1] milliseconds (default 3000), loop calling `work` under a shared mutex,
-// then main joins them and exits 0. tests/top.rs watches a long run of it with
-// `stint top --once` and `stint ls` while it runs; the behaviour tests run it briefly.
+// that, for argv[1] milliseconds (default 3000), or with argv[1] "-" until the process
+// gets SIGUSR1, loop calling `work` under a shared mutex, then main joins them and exits 0.
+// tests/top.rs watches a run of it with `stint top --once` and `stint ls` (main waits in
+// the join meanwhile) and sends SIGUSR1 when it has seen what it needs; the behaviour tests
+// run it briefly.
 // Nothing it prints depends on timing.
 //
 //# args: 100
@@ -13,6 +15,7 @@
 //# expect: main calls main 1
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -37,7 +40,7 @@ __attribute__((noipa)) long work(long x) {
 __attribute__((noipa)) void *spin(void *arg) {
     pthread_setname_np(pthread_self(), (const char *)arg);
     long i = 0;
-    while (now_ms() < deadline_ms) {
+    while (now_ms() < __atomic_load_n(&deadline_ms, __ATOMIC_RELAXED)) {
         pthread_mutex_lock(&m);
         shared += work(i++);
         pthread_mutex_unlock(&m);
@@ -45,9 +48,17 @@ __attribute__((noipa)) void *spin(void *arg) {
     return NULL;
 }
 
+static void on_stop(int sig) {
+    (void)sig;
+    __atomic_store_n(&deadline_ms, 0, __ATOMIC_RELAXED);
+}
+
 int main(int argc, char **argv) {
+    int until_signal = argc > 1 && argv[1][0] == '-' && argv[1][1] == 0;
     long run_ms = argc > 1 ? atol(argv[1]) : 3000;
-    deadline_ms = now_ms() + run_ms;
+    deadline_ms = until_signal ? 0x7fffffffffffffffL : now_ms() + run_ms;
+    if (until_signal)
+        signal(SIGUSR1, on_stop);
     pthread_t a, b;
     if (pthread_create(&a, NULL, spin, "spin-a") != 0 || pthread_create(&b, NULL, spin, "spin-b") != 0) {
         fprintf(stderr, "top_spin: pthread_create failed\n");
@@ -55,6 +66,9 @@ int main(int argc, char **argv) {
     }
     pthread_join(a, NULL);
     pthread_join(b, NULL);
-    printf("top_spin: two workers ran for %ld ms\n", run_ms);
+    if (until_signal)
+        printf("top_spin: two workers ran until SIGUSR1\n");
+    else
+        printf("top_spin: two workers ran for %ld ms\n", run_ms);
     return 0;
 }

@@ -19,10 +19,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long `top_spin` runs, ms: long enough for the checks made while it runs (at load 8
-/// they took over 5 s once, and `main` had returned before the last of them).
-const SPIN_MS: &str = "10000";
-
 /// The heading and rows of section `title` of a `--once` frame; `None` if the section
 /// says it is empty (one line in parentheses).
 fn section<'a>(text: &'a str, title: &str) -> Option<(Vec<&'a str>, Vec<&'a str>)> {
@@ -123,7 +119,7 @@ fn observe_live() -> Live {
     let exe = dir.join("top_spin");
     rewrite(&bin, &exe);
     let child = Command::new(&exe)
-        .arg(SPIN_MS)
+        .arg("-") // until SIGUSR1: the checks below take seconds under load
         .env("STINT_PROFILE", profile_template(&dir, "top_spin"))
         .env_remove("STINT_CONTROL")
         .stdin(Stdio::null())
@@ -170,7 +166,9 @@ fn observe_live() -> Live {
         (read_start.duration_since(registered).as_secs_f64() * 1e3, spawned.elapsed().as_secs_f64() * 1e3);
     let report_table = stint(&["report", path_str(&profile)]).stdout_str();
 
-    // After the exit.
+    // After the exit, which SIGUSR1 asks for.
+    // Safety: kill(2) on our own child, which has not been waited for (so the pid is its).
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGUSR1) }, 0, "kill -USR1 {pid}");
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(s) = running.0.try_wait().expect("wait") {
