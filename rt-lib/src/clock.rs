@@ -510,10 +510,16 @@ pub fn cpu_ticks_now(col: &mut ColumnHeader, tsc_hz: u64, rs: &RseqState) -> u64
     if col.clock_source == CLOCK_SOURCE_NONE {
         return 0;
     }
-    if read_seq(col) != col.seq || sys::rdtsc().wrapping_sub(col.sync_tsc) > col.sync_ticks {
+    // The TSC first, then the check: a switch after the read is seen (a needless
+    // re-synchronisation at worst), where a switch between a check and a later read would
+    // put its time slice in the thread's CPU time. The emitted timed path reads in the same
+    // order. After a re-synchronisation, its own reading (checked the same way) is the time.
+    let t = sys::rdtsc();
+    if read_seq(col) != col.seq || t.wrapping_sub(col.sync_tsc) > col.sync_ticks {
         resync(col, tsc_hz, rs);
+        return col.sync_tsc.wrapping_sub(col.cpu_off);
     }
-    sys::rdtsc().wrapping_sub(col.cpu_off)
+    t.wrapping_sub(col.cpu_off)
 }
 
 fn ns_to_ticks(ns: u64, tsc_hz: u64) -> u64 {

@@ -65,15 +65,15 @@ fn rewrite_into(bin: &Path, dir: &Path, traps: bool) -> PathBuf {
     out
 }
 
-/// `samples N added M reached K` from a sample side file.
-fn read_samples(path: &Path) -> (u64, u64, u64) {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+/// `samples N added M reached K` from a sample side file; `None` if the run wrote none.
+fn read_samples(path: &Path) -> Option<(u64, u64, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
     let w: Vec<&str> = text.split_whitespace().collect();
     let num = |i: usize, key: &str| {
         assert_eq!(w.get(i - 1).copied(), Some(key), "{}: {text:?}", path.display());
         w[i].parse::<u64>().unwrap_or_else(|e| panic!("{}: {e}: {text:?}", path.display()))
     };
-    (num(1, "samples"), num(3, "added"), num(5, "reached"))
+    Some((num(1, "samples"), num(3, "added"), num(5, "reached")))
 }
 
 /// The checks of [`behaves_the_same`], each one `#[test]` per variant.
@@ -123,7 +123,9 @@ fn behaves_the_same(variant: Variant) -> Case {
     let original =
         Run::new(&bin, &dir).env("UNWIND_SAMPLES", path_str(&samples("original"))).timeout(RUN_TIMEOUT).run();
     want("original_runs", original.status == 0, &|| format!("{ctx}: the original fails\n{original:?}"));
-    let (_, added, _) = read_samples(&samples("original"));
+    let Some((_, added, _)) = read_samples(&samples("original")) else {
+        panic!("{ctx}: the original wrote no sample file\n{original:?}");
+    };
     want("original_runs", added == 0, &|| format!("{ctx}: the original has {added} samples in added code, want 0"));
     let mut measured_pid = 0;
     for (label, profile, check) in
@@ -140,7 +142,11 @@ fn behaves_the_same(variant: Variant) -> Case {
                 describe_difference("original", &original, label, &got)
             )
         });
-        let (n, added, reached) = read_samples(&samples(label));
+        let Some((n, added, reached)) = read_samples(&samples(label)) else {
+            // Seen once at load 7 (nopie-O0 with traps): say how the run ended.
+            want("samples_unwind", false, &|| format!("{ctx} {label}: the run wrote no sample file\n{got:?}"));
+            continue;
+        };
         want("samples_unwind", added >= 50, &|| format!("{ctx} {label}: only {added} of {n} samples in added code"));
         want("samples_unwind", reached == added, &|| {
             format!("{ctx} {label}: of {added} samples in added code, {reached} unwound to the caller, want all")
