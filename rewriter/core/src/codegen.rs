@@ -1334,7 +1334,9 @@ const SP_FROM_ROUTINE: i64 = 16 + 32;
 /// `enter` pushes a frame (sp, point, gate bits, TSC, CPU ticks = TSC − cpu_off) and raises
 /// the point's active count. `exit` pops the top frame if it is this point's at this stack
 /// pointer; when the active count drops to 0 (the outermost activation: recursion is not
-/// counted twice) it adds the elapsed wall and CPU ticks. Everything else goes to rt-lib
+/// counted twice) it adds the elapsed wall and CPU ticks. With the sampling paths, an exit
+/// whose wall and CPU spans differ (the thread was off a CPU inside the call) goes to
+/// rt-lib too (`timer::close` weighs that time). Everything else goes to rt-lib
 /// (`stint_rt_timer`): the thread was scheduled since the last synchronisation (the perf
 /// page's sequence word changed), the shadow stack is full or empty, an entry finds frames
 /// at or below its stack pointer (left by exception or longjmp), an exit does not match the
@@ -1371,6 +1373,7 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
     // The point's sampling state (the bits of its active count above the open frames): a
     // sampled point times one entry in SAMPLE_EVERY, the others push a frame with no clock.
     let (mut timed, mut untimed, mut slow_tsc) = (a.create_label(), a.create_label(), a.create_label());
+    let mut off_cpu = a.create_label();
     let learn = (SAMPLE_LEARN * SAMPLE_UNIT) as i32;
     if op == TimerOp::Enter && env.sampling {
         let (mut sampled, mut decide) = (a.create_label(), a.create_label());
@@ -1485,7 +1488,6 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.jmp(slow)?;
     } else {
         // rsi = the top frame, ours (checked above).
-        a.dec(gs32(COL_DEPTH_OFFSET))?;
         // rdx = wall span, rax = CPU span (a re-synchronisation inside the frame can put the
         // CPU clock a little behind its extrapolation: never a negative span), each 0 when
         // the frame does not measure it.
@@ -1498,6 +1500,15 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.jns(cpu_ok)?;
         a.xor(eax, eax)?;
         a.set_label(&mut cpu_ok)?;
+        if env.sampling {
+            // Spans that differ: the thread was off a CPU inside the call (a switch seen by
+            // an inner event's re-synchronisation). rt-lib closes such a frame: a learning
+            // call counts it for the sampling decision, a sampled point's timed call adds it
+            // once to its estimate rather than scaled (`timer::close`).
+            a.cmp(rdx, rax)?;
+            a.jne(off_cpu)?;
+        }
+        a.dec(gs32(COL_DEPTH_OFFSET))?;
         a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET)).gs(), u32::from(metric_bit(METRIC_WALL_TIME)))?;
         a.jne(wall_on)?;
         a.xor(edx, edx)?;
@@ -1561,6 +1572,13 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
     a.shl(rdx, 32)?;
     a.or(rax, rdx)?;
     a.jmp(slow)?;
+    if op == TimerOp::Exit && env.sampling {
+        // An exit whose spans differ (rdx = wall span, rsi = the frame): rax = TSC again.
+        a.set_label(&mut off_cpu)?;
+        a.add(rdx, frame64(rsi, FRAME_WALL_OFFSET))?;
+        a.mov(rax, rdx)?;
+        a.jmp(slow)?;
+    }
     if op == TimerOp::Enter && env.sampling {
         // An untimed entry of a sampled point: the frame (marked FRAME_UNTIMED), its
         // call-path node and the active count, as a timed entry but with no clock; rt-lib
