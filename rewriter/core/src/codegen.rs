@@ -1421,7 +1421,10 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
             a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET + 3)).gs(), (FRAME_UNTIMED >> 24) as i32)?;
             a.je(timed)?;
             a.dec(gs32(COL_DEPTH_OFFSET))?;
-            a.dec(word_ptr(rcx * 8 + env.active).gs())?; // the open frames (low 16 bits)
+            // The open frames (low 16 bits, at least this frame's: no borrow), as a whole
+            // word: the next entry's 64-bit load of it is forwarded from this store, which
+            // a 16-bit store cannot be (the load would wait for the store to retire).
+            a.dec(counter(env.active))?;
             a.jmp(out)?;
         }
     }
@@ -1545,7 +1548,14 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_WALL_OFFSET)).gs(), rdx)?;
         a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_CPU_OFFSET)).gs(), rax)?;
         a.set_label(&mut flat)?;
-        a.dec(word_ptr(rcx * 8 + env.active).gs())?; // the open frames (low 16 bits)
+        if env.sampling {
+            // The sampling state sits above the open frames: a 64-bit decrement (as the
+            // untimed exit's), then the open frames alone.
+            a.dec(counter(env.active))?;
+            a.test(word_ptr(rcx * 8 + env.active).gs(), 0xffff)?;
+        } else {
+            a.dec(word_ptr(rcx * 8 + env.active).gs())?; // the open frames (low 16 bits)
+        }
         a.jne(out)?; // not the outermost
         a.add(counter(env.wall), rdx)?;
         a.add(counter(env.cpu), rax)?;
