@@ -1548,13 +1548,12 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_WALL_OFFSET)).gs(), rdx)?;
         a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_CPU_OFFSET)).gs(), rax)?;
         a.set_label(&mut flat)?;
+        // The open frames, decremented as a whole 64-bit word (the next entry's load of it is
+        // forwarded from this store, as a 16-bit store could not be). Without the sampling
+        // paths nothing sits above them; with them, the open frames alone are tested.
+        a.dec(counter(env.active))?;
         if env.sampling {
-            // The sampling state sits above the open frames: a 64-bit decrement (as the
-            // untimed exit's), then the open frames alone.
-            a.dec(counter(env.active))?;
             a.test(word_ptr(rcx * 8 + env.active).gs(), 0xffff)?;
-        } else {
-            a.dec(word_ptr(rcx * 8 + env.active).gs())?; // the open frames (low 16 bits)
         }
         a.jne(out)?; // not the outermost
         a.add(counter(env.wall), rdx)?;
