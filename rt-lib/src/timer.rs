@@ -20,8 +20,8 @@ use crate::sys;
 use stint_layout::{
     cct_index_offset, cct_nodes_offset, metric_bit, Frame, TimerOp, ACTIVE_MASK, CALIB_SCALE, CCT_LOST, CCT_NODE_SIZE,
     CFG_NO_SAMPLING, FRAME_SAMPLED, FRAME_UNTIMED, METRIC_CPU_TIME, METRIC_WALL_TIME, SAMPLE_FACTOR, SAMPLE_LEARN,
-    SAMPLE_NEVER, SAMPLE_ON, SAMPLE_PAUSED, SAMPLE_UNIT, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_LEARN_CPU, SLOT_LEARN_WALL,
-    SLOT_SAMPLED_SQ_CPU, SLOT_SAMPLED_SQ_WALL, SLOT_SAMPLED_TIMED, SLOT_WALL_TICKS, TIMER_BITS,
+    SAMPLE_NEVER, SAMPLE_ON, SAMPLE_PAUSED, SAMPLE_SWITCHES, SAMPLE_UNIT, SLOT_ACTIVE, SLOT_CPU_TICKS, SLOT_LEARN_CPU,
+    SLOT_LEARN_WALL, SLOT_SAMPLED_SQ_CPU, SLOT_SAMPLED_SQ_WALL, SLOT_SAMPLED_TIMED, SLOT_WALL_TICKS, TIMER_BITS,
 };
 
 const TIMER_OP_ENTER: u32 = TimerOp::Enter as u32;
@@ -53,9 +53,11 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
     // the function either way, as it does for the program's own clock reads around the call.
     let mut cpu_tsc = tsc;
     let mut tsc = tsc;
+    let mut resynced = false;
     if clock::read_seq(col.h) != col.h.seq || tsc.wrapping_sub(col.h.sync_tsc) > col.h.sync_ticks {
         clock::resync(col.h, rt.st.tsc_hz(), &rt.st.rseq);
         cpu_tsc = sys::rdtsc();
+        resynced = true;
         if op == TIMER_OP_EXIT {
             tsc = cpu_tsc;
         }
@@ -110,18 +112,21 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
         lose_entry(col);
         return;
     }
-    let sampled = col.counter_mut(SLOT_ACTIVE, point).is_some_and(|a| *a & SAMPLE_ON != 0);
+    let state = col.counter_mut(SLOT_ACTIVE, point).map_or(0, |a| *a);
+    let sampled = state & SAMPLE_ON != 0;
     let bits = match (untimed, sampled) {
         (true, _) => FRAME_UNTIMED,
         (false, s) => {
             (rt.cfg.gate(point) & TIMER_BITS & col.h.thread_mask as u8) as u32 | if s { FRAME_SAMPLED } else { 0 }
         }
     };
+    // A sampled point's timed call, or a learning one, starts after the re-synchronisation
+    // (wall time as CPU time does): the system call and a preemption inside it are the
+    // runtime's, and would otherwise be scaled to every untimed call or decide the point.
+    let learning = (1..=SAMPLE_LEARN).contains(&(state / SAMPLE_UNIT));
+    let wall_start = if resynced && (sampled || learning) { cpu_tsc } else { now.wall };
     let node = enter_node(rt, col, point);
-    col.set_frame(
-        col.h.depth,
-        Frame { sp, point, bits, wall_start: now.wall, cpu_start: now.cpu, node, ..Frame::default() },
-    );
+    col.set_frame(col.h.depth, Frame { sp, point, bits, wall_start, cpu_start: now.cpu, node, ..Frame::default() });
     let decide = match col.counter_mut(SLOT_ACTIVE, point) {
         Some(active) => {
             *active += 1;
@@ -137,28 +142,36 @@ pub fn timer(rt: &Rt, col: &mut Column, op: u32, point: u32, sp: u64, tsc: u64) 
 
 /// The [`SAMPLE_LEARN`]-th entry of `point` on this thread (the routine counted it and sent
 /// it here): sample the point from now on if its calls so far took less than
-/// [`SAMPLE_FACTOR`] timed calls' cost each (the calibrated `pair_ticks`), else time every
-/// call. Never when the spec turned sampling off or nothing was calibrated; paused
-/// ([`SAMPLE_PAUSED`]) while `stint ctl … sampling off` holds.
+/// [`SAMPLE_FACTOR`] timed calls' cost each (the calibrated `pair_ticks`), in CPU time and
+/// in wall time, else time every call. The wall time leaves out what the learning calls
+/// spent off a CPU when their own exit saw the thread switched out (a preemption: one
+/// switch in a learning window of a few µs must not decide for the whole run), but a point
+/// with more than [`SAMPLE_SWITCHES`] such calls stays timed (a function that blocks keeps
+/// its long wall time). Never when the spec turned sampling off or nothing was calibrated;
+/// paused ([`SAMPLE_PAUSED`]) while `stint ctl … sampling off` holds.
 fn decide_sampling(rt: &Rt, col: &mut Column, point: u32) {
     let pair = rt.st.sample_pair();
     let gate = rt.cfg.gate(point);
-    let slot = if gate & metric_bit(METRIC_WALL_TIME) != 0 { SLOT_WALL_TICKS } else { SLOT_CPU_TICKS };
-    let spent = col.counter_mut(slot, point).map_or(u64::MAX, |c| *c);
+    let mut get = |slot| col.counter_mut(slot, point).map(|c| *c);
+    // Learning calls switched out inside, and their ticks off a CPU (`close`).
+    let (switched, off) = (get(SLOT_LEARN_CPU).unwrap_or(0), get(SLOT_LEARN_WALL).unwrap_or(0));
     // The calls before this one ended (a recursive point adds its outermost calls only,
     // which makes its mean larger, never smaller).
+    let budget = (SAMPLE_FACTOR as u128) * (pair as u128) * (SAMPLE_LEARN as u128 - 1);
+    let under = |spent: Option<u64>| spent.is_some_and(|t| (t as u128) * (CALIB_SCALE as u128) < budget);
+    let measures = |metric| gate & metric_bit(metric) != 0;
     let short = pair != 0
         && rt.cfg.flags & CFG_NO_SAMPLING == 0
         && gate & TIMER_BITS != 0
-        && (spent as u128) * (CALIB_SCALE as u128)
-            < (SAMPLE_FACTOR as u128) * (pair as u128) * (SAMPLE_LEARN as u128 - 1);
-    if short {
-        // The learning calls' time: the exact part of the point's estimate.
-        for (from, to) in [(SLOT_CPU_TICKS, SLOT_LEARN_CPU), (SLOT_WALL_TICKS, SLOT_LEARN_WALL)] {
-            let v = col.counter_mut(from, point).map_or(0, |c| *c);
-            if let Some(c) = col.counter_mut(to, point) {
-                *c = v;
-            }
+        && switched <= SAMPLE_SWITCHES
+        && (!measures(METRIC_WALL_TIME) || under(get(SLOT_WALL_TICKS).map(|w| w.saturating_sub(off))))
+        && (!measures(METRIC_CPU_TIME) || under(get(SLOT_CPU_TICKS)));
+    // The learning calls' time: the exact part of the point's estimate (0 for a point
+    // timed on every call, whose readers never look).
+    for (from, to) in [(SLOT_CPU_TICKS, SLOT_LEARN_CPU), (SLOT_WALL_TICKS, SLOT_LEARN_WALL)] {
+        let v = if short { col.counter_mut(from, point).map_or(0, |c| *c) } else { 0 };
+        if let Some(c) = col.counter_mut(to, point) {
+            *c = v;
         }
     }
     if let Some(active) = col.counter_mut(SLOT_ACTIVE, point) {
@@ -247,21 +260,31 @@ struct Now {
 
 /// Close the top frame (`depth > 0`): its node adds its time; lower the point's active
 /// count, and the outermost activation adds its time to the point.
+///
+/// Closed here rather than by the exit routine, a frame may hold time off a CPU: the wall
+/// span minus the CPU span (equal when the CPU clock was not re-synchronised inside the
+/// call; this exit's re-synchronisation is where a switch out is seen). A sampled point's
+/// timed call adds that time once to the unscaled part of its wall estimate
+/// (`SLOT_LEARN_WALL`) and squares only the rest; a learning call counts it for the
+/// sampling decision ([`decide_sampling`]).
 fn close(col: &mut Column, now: Now) {
     col.h.depth -= 1;
     let Some(f) = col.frame(col.h.depth) else { return };
-    let wall =
-        if f.bits & metric_bit(METRIC_WALL_TIME) as u32 != 0 { now.wall.saturating_sub(f.wall_start) } else { 0 };
+    let wall_on = f.bits & metric_bit(METRIC_WALL_TIME) as u32 != 0;
+    let wall = if wall_on { now.wall.saturating_sub(f.wall_start) } else { 0 };
     let cpu = if f.bits & metric_bit(METRIC_CPU_TIME) as u32 != 0 { now.cpu.saturating_sub(f.cpu_start) } else { 0 };
+    // An untimed frame has no clock (its bits measure nothing): no span, nothing off a CPU.
+    let off = if wall_on { wall.saturating_sub(now.cpu.saturating_sub(f.cpu_start)) } else { 0 };
     if let Some(node) = col.cct_node_mut(f.node) {
         node.wall_ticks += wall;
         node.cpu_ticks += cpu;
     }
-    if f.bits & FRAME_SAMPLED != 0 {
+    let sampled = f.bits & FRAME_SAMPLED != 0;
+    if sampled {
         if let Some(c) = col.counter_mut(SLOT_SAMPLED_TIMED, f.point) {
             *c += 1;
         }
-        for (slot, span) in [(SLOT_SAMPLED_SQ_CPU, cpu), (SLOT_SAMPLED_SQ_WALL, wall)] {
+        for (slot, span) in [(SLOT_SAMPLED_SQ_CPU, cpu), (SLOT_SAMPLED_SQ_WALL, wall - off)] {
             if let Some(c) = col.counter_mut(slot, f.point) {
                 let span = span.min(u32::MAX as u64);
                 *c = c.saturating_add(span * span);
@@ -278,10 +301,23 @@ fn close(col: &mut Column, now: Now) {
     if *active & ACTIVE_MASK != 0 {
         return;
     }
+    // Still learning: entries counted (by a routine with the sampling paths), neither
+    // decided (`SAMPLE_ON` and `SAMPLE_NEVER` are above the count) nor at the decision.
+    let learning = (1..SAMPLE_LEARN).contains(&(*active / SAMPLE_UNIT));
     if let Some(c) = col.counter_mut(SLOT_WALL_TICKS, f.point) {
         *c += wall;
     }
     if let Some(c) = col.counter_mut(SLOT_CPU_TICKS, f.point) {
         *c += cpu;
+    }
+    if off != 0 && (sampled || learning) {
+        if learning {
+            if let Some(c) = col.counter_mut(SLOT_LEARN_CPU, f.point) {
+                *c += 1;
+            }
+        }
+        if let Some(c) = col.counter_mut(SLOT_LEARN_WALL, f.point) {
+            *c = c.saturating_add(off);
+        }
     }
 }

@@ -443,6 +443,7 @@ behaviour_tests! {
     cet: [pie_o2: "pie-O2", nopie_o2: "nopie-O2"];
     compensation: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     sampling: [pie_o2: "pie-O2"];
+    sampling_stall: [pie_o2: "pie-O2"];
     states: [pie_o2: "pie-O2", nopie_o0: "nopie-O0"];
     proctree: [pie_o0: "pie-O0", nopie_o2: "nopie-O2"];
     proctree_end: [pie_o0: "pie-O0"];

@@ -20,6 +20,9 @@
 //! | `stint ctl … sampling on` | sampled again at once: 600–1400 of 64,000 calls timed since a snapshot (1 in 64: 1,000; the whole run's count would be more) |
 //! | `sampling` without sampling code | exit 2, one line, the control page unchanged |
 //! | a control page written by hand | any non-zero `sampling_off` is off once a well-formed request is seen; forged, unknown and out-of-ring requests change nothing, counts stay exact |
+//! | `testbins/sampling_stall.c`: one of `tiny`'s 511 learning calls sleeps 1 ms | `tiny` is sampled all the same (the learning calls' time off a CPU is left out of the decision); its wall estimate holds the sleep once; counts exact |
+//! | `sampling_stall`: 11 learning calls sleep 50 µs (a function that blocks) | `tiny` stays timed on every call |
+//! | `sampling_stall`: a call drawn to be timed after the decision sleeps 5 ms | the wall estimate's bound reaches the sleep and the loop's wall time bounds it from above; under 8 × the sleep (scaled by 64 it was 332 ms) |
 //! | `testbins/sampling_eh.cpp`, -O2 and -O0 | C++ exceptions through sampled (mostly untimed) frames: counts and call paths exact, 2 abandoned frames per throw, `unmatched_exits` 0, the original's output |
 //!
 //! Why pairs: on these 2-core guests a whole process now and then runs about 40 % slower
@@ -459,4 +462,97 @@ fn a_control_page_written_by_hand_switches_sampling_and_nothing_else() {
     let calls: Vec<u64> = tick_timed(&s.report(&[])).iter().map(|c| c.0).collect();
     assert_eq!(calls, vec![6000, 6000], "counts exact");
     s.finish();
+}
+
+// ---- a thread switched out inside a sampled function's calls -------------------------------
+//
+// `testbins/sampling_stall.c`: `loop` calls `tiny` N times; the calls named by its arguments
+// sleep inside `tiny` (a switch out that the exit's re-synchronisation of the CPU clock sees).
+
+/// Calls of `tiny` in each run.
+const STALL_CALLS: u64 = 100_000;
+
+/// `sampling_stall` rewritten with `--sampling` and run with `args` after N (AT EVERY US):
+/// the report JSON and the program's own (loop, stall) wall ns, after checking that the run
+/// behaves as the original's and that the counts are exact.
+fn stalled_run(label: &str, args: &[&str]) -> (Value, f64, f64) {
+    let _turn = cpu_turn();
+    let bin = build(&program("sampling_stall"), Variant::PieO2);
+    let dir = fresh_dir(label);
+    let out = dir.join("sampling_stall");
+    let o = stint(&["rewrite", path_str(&bin), "-o", path_str(&out), "--sampling", "-q"]);
+    assert_eq!(o.status, 0, "rewrite --sampling: {}", o.stderr_str());
+    let calls = STALL_CALLS.to_string();
+    let mut all = vec![calls.as_str()];
+    all.extend_from_slice(args);
+    let orig = Run::new(&bin, &dir).args(all.iter().copied()).run();
+    assert_eq!(orig.status, 0, "original: {}", orig.stderr_str());
+    let (prof, times) = (dir.join("stall.stint"), dir.join("stall.times"));
+    let r = Run::new(&out, &dir)
+        .args(all.iter().copied())
+        .env("STINT_PROFILE", path_str(&prof))
+        .env("TIMES_FILE", path_str(&times))
+        .run();
+    assert!(r.same_behaviour(&orig), "{}", describe_difference("original", &orig, "sampled", &r));
+    let doc = report_json(&prof);
+    assert_eq!(main_function(&doc, "tiny")["calls"], STALL_CALLS, "calls of tiny");
+    assert_eq!(main_function(&doc, "loop")["calls"], 1, "calls of loop");
+    let text = std::fs::read_to_string(&times).expect("times file");
+    let wall = |key: &str| -> f64 {
+        let l = text.lines().find(|l| l.split_whitespace().next() == Some(key)).expect(key);
+        l.split_whitespace().nth(3).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{l:?}"))
+    };
+    (doc, wall("loop"), wall("stall"))
+}
+
+/// (timed, calls) of `tiny`'s `sampled` object, or `None` when it was timed on every call.
+fn tiny_sampled(doc: &Value) -> Option<(u64, u64)> {
+    let s = &main_function(doc, "tiny")["sampled"];
+    s["timed"].as_u64().zip(s["calls"].as_u64())
+}
+
+/// The first entry number at or after `from` that the entry routine times once the point is
+/// sampled (its hash draw, `SAMPLE_HASH`).
+fn timed_entry(from: u32) -> u32 {
+    let limit = ((1u64 << 32) / stint_layout::SAMPLE_EVERY) as u32;
+    (from..).find(|n| n.wrapping_mul(stint_layout::SAMPLE_HASH) < limit).expect("a timed entry")
+}
+
+#[test]
+fn a_call_switched_out_while_learning_still_gets_the_point_sampled() {
+    // Call 100 of the 511 learning calls sleeps 1 ms: 5 times the whole budget of wall time.
+    let (doc, _, stall) = stalled_run("stall-learn", &["100", "0", "1000"]);
+    let (timed, calls) = tiny_sampled(&doc).unwrap_or_else(|| panic!("tiny not sampled: {doc}"));
+    assert!(timed < calls / 8, "tiny: timed {timed} of {calls}");
+    // The learning calls are the exact part of the estimate: the sleep is in it, once.
+    let wall = main_function(&doc, "tiny")["wall_ns"].as_f64().expect("wall_ns");
+    assert!(wall >= stall && wall < 3.0 * stall, "tiny's wall {wall:.0} ns, the sleep {stall:.0} ns");
+}
+
+#[test]
+fn a_function_that_blocks_while_learning_stays_timed() {
+    // Calls 10, 60, 110, … sleep 50 µs each: 11 of the learning calls switched out.
+    let (doc, _, _) = stalled_run("stall-block", &["10", "50", "50"]);
+    assert_eq!(tiny_sampled(&doc), None, "tiny sampled: {}", main_function(&doc, "tiny"));
+}
+
+#[test]
+fn a_stall_in_a_timed_call_counts_once_in_the_wall_estimate() {
+    // A call the routine times after the decision sleeps 5 ms: one call in 64 timed, so the
+    // estimate used to scale it to ≈ 64 × 5 ms.
+    let at = timed_entry(5_000).to_string();
+    let (doc, loop_wall, stall) = stalled_run("stall-timed", &[&at, "0", "5000"]);
+    let tiny = main_function(&doc, "tiny");
+    let (timed, calls) = tiny_sampled(&doc).unwrap_or_else(|| panic!("tiny not sampled: {tiny}"));
+    assert!(timed < calls / 8, "tiny: timed {timed} of {calls}");
+    let est = tiny["wall_ns"].as_f64().expect("wall_ns");
+    let bound = tiny["sampled"]["wall_error_ns"].as_f64().expect("wall_error_ns");
+    // The truth lies between the sleep and the whole loop around the calls.
+    assert!(
+        est + bound >= stall && est - bound <= loop_wall,
+        "tiny {est:.0} ± {bound:.0} ns, sleep {stall:.0}, loop {loop_wall:.0}"
+    );
+    // Scaled, it was ≈ 64 × the sleep (332 ms for a 5.2 ms sleep); the timed call's CPU
+    // time (the sleep's system calls, tens of µs) is still scaled, as it should be.
+    assert!(est < 8.0 * stall, "tiny {est:.0} ns: the 5 ms sleep ({stall:.0} ns) scaled");
 }

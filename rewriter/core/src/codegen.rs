@@ -1334,7 +1334,9 @@ const SP_FROM_ROUTINE: i64 = 16 + 32;
 /// `enter` pushes a frame (sp, point, gate bits, TSC, CPU ticks = TSC − cpu_off) and raises
 /// the point's active count. `exit` pops the top frame if it is this point's at this stack
 /// pointer; when the active count drops to 0 (the outermost activation: recursion is not
-/// counted twice) it adds the elapsed wall and CPU ticks. Everything else goes to rt-lib
+/// counted twice) it adds the elapsed wall and CPU ticks. With the sampling paths, an exit
+/// whose wall and CPU spans differ (the thread was off a CPU inside the call) goes to
+/// rt-lib too (`timer::close` weighs that time). Everything else goes to rt-lib
 /// (`stint_rt_timer`): the thread was scheduled since the last synchronisation (the perf
 /// page's sequence word changed), the shadow stack is full or empty, an entry finds frames
 /// at or below its stack pointer (left by exception or longjmp), an exit does not match the
@@ -1371,6 +1373,7 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
     // The point's sampling state (the bits of its active count above the open frames): a
     // sampled point times one entry in SAMPLE_EVERY, the others push a frame with no clock.
     let (mut timed, mut untimed, mut slow_tsc) = (a.create_label(), a.create_label(), a.create_label());
+    let mut off_cpu = a.create_label();
     let learn = (SAMPLE_LEARN * SAMPLE_UNIT) as i32;
     if op == TimerOp::Enter && env.sampling {
         let (mut sampled, mut decide) = (a.create_label(), a.create_label());
@@ -1418,7 +1421,10 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
             a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET + 3)).gs(), (FRAME_UNTIMED >> 24) as i32)?;
             a.je(timed)?;
             a.dec(gs32(COL_DEPTH_OFFSET))?;
-            a.dec(word_ptr(rcx * 8 + env.active).gs())?; // the open frames (low 16 bits)
+            // The open frames (low 16 bits, at least this frame's: no borrow), as a whole
+            // word: the next entry's 64-bit load of it is forwarded from this store, which
+            // a 16-bit store cannot be (the load would wait for the store to retire).
+            a.dec(counter(env.active))?;
             a.jmp(out)?;
         }
     }
@@ -1485,7 +1491,6 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.jmp(slow)?;
     } else {
         // rsi = the top frame, ours (checked above).
-        a.dec(gs32(COL_DEPTH_OFFSET))?;
         // rdx = wall span, rax = CPU span (a re-synchronisation inside the frame can put the
         // CPU clock a little behind its extrapolation: never a negative span), each 0 when
         // the frame does not measure it.
@@ -1498,6 +1503,15 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.jns(cpu_ok)?;
         a.xor(eax, eax)?;
         a.set_label(&mut cpu_ok)?;
+        if env.sampling {
+            // Spans that differ: the thread was off a CPU inside the call (a switch seen by
+            // an inner event's re-synchronisation). rt-lib closes such a frame: a learning
+            // call counts it for the sampling decision, a sampled point's timed call adds it
+            // once to its estimate rather than scaled (`timer::close`).
+            a.cmp(rdx, rax)?;
+            a.jne(off_cpu)?;
+        }
+        a.dec(gs32(COL_DEPTH_OFFSET))?;
         a.test(byte_ptr(rsi + (SHADOW_OFFSET + FRAME_BITS_OFFSET)).gs(), u32::from(metric_bit(METRIC_WALL_TIME)))?;
         a.jne(wall_on)?;
         a.xor(edx, edx)?;
@@ -1534,7 +1548,13 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_WALL_OFFSET)).gs(), rdx)?;
         a.add(qword_ptr(rdi + (env.cct_nodes + CCT_NODE_CPU_OFFSET)).gs(), rax)?;
         a.set_label(&mut flat)?;
-        a.dec(word_ptr(rcx * 8 + env.active).gs())?; // the open frames (low 16 bits)
+        // The open frames, decremented as a whole 64-bit word (the next entry's load of it is
+        // forwarded from this store, as a 16-bit store could not be). Without the sampling
+        // paths nothing sits above them; with them, the open frames alone are tested.
+        a.dec(counter(env.active))?;
+        if env.sampling {
+            a.test(word_ptr(rcx * 8 + env.active).gs(), 0xffff)?;
+        }
         a.jne(out)?; // not the outermost
         a.add(counter(env.wall), rdx)?;
         a.add(counter(env.cpu), rax)?;
@@ -1561,6 +1581,13 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
     a.shl(rdx, 32)?;
     a.or(rax, rdx)?;
     a.jmp(slow)?;
+    if op == TimerOp::Exit && env.sampling {
+        // An exit whose spans differ (rdx = wall span, rsi = the frame): rax = TSC again.
+        a.set_label(&mut off_cpu)?;
+        a.add(rdx, frame64(rsi, FRAME_WALL_OFFSET))?;
+        a.mov(rax, rdx)?;
+        a.jmp(slow)?;
+    }
     if op == TimerOp::Enter && env.sampling {
         // An untimed entry of a sampled point: the frame (marked FRAME_UNTIMED), its
         // call-path node and the active count, as a timed entry but with no clock; rt-lib

@@ -866,7 +866,9 @@ pub struct Sampled {
     pub raw_wall_ticks: u64,
     /// Of `calls` and `timed`, the learning calls before the runtime decided to sample the
     /// point (every one timed), and their CPU and wall ticks: the exact part of the
-    /// estimate, which scales only the other calls' time.
+    /// estimate, which scales only the other calls' time. The wall ticks also hold, once
+    /// each, the ticks later timed calls spent off a CPU when the thread was switched out
+    /// inside them (seen at their own exit): a stall is not scaled to every untimed call.
     #[serde(default)]
     pub learn_calls: u64,
     #[serde(default)]
@@ -1479,9 +1481,11 @@ fn sampled_since_baseline(col: &[u8], h: &FileHeader, sampled: &mut [SampledAt])
         let p = a.point;
         let n_before = base(stint_layout::SLOT_SAMPLED_TIMED, p);
         if base(stint_layout::SLOT_ACTIVE, p) & stint_layout::SAMPLE_ON != 0 {
-            // Sampled before the interval: no learning call in it.
+            // Sampled before the interval: no learning call in it, but the unscaled wall
+            // ticks its timed calls spent off a CPU since the baseline (`SLOT_LEARN_WALL`).
             a.timed = a.timed.saturating_sub(stint_layout::SAMPLE_LEARN.saturating_add(n_before));
-            (a.learn_calls, a.learn_cpu, a.learn_wall) = (0, 0, 0);
+            let off = a.learn_wall.saturating_sub(base(stint_layout::SLOT_LEARN_WALL, p));
+            (a.learn_calls, a.learn_cpu, a.learn_wall) = (0, 0, off);
         } else {
             // Still learning at the baseline: the learning calls after it.
             let calls = base(SLOT_CALLS, p);
@@ -2626,6 +2630,13 @@ mod sampled_interval_tests {
     /// (`SAMPLE_LEARN` of them before the point was sampled), `cpu` ticks of CPU and wall,
     /// `learn` of them in the first `LEARN_CALLS` calls.
     fn reading(calls: u64, timed: u64, cpu: u64, learn: u64) -> Profile {
+        reading_off(calls, timed, cpu, learn, 0)
+    }
+
+    /// [`reading`] whose timed calls after the decision also spent `off` wall ticks off a
+    /// CPU, seen at their own exits (the runtime adds them to the wall and to its
+    /// unscaled part, `SLOT_LEARN_WALL`).
+    fn reading_off(calls: u64, timed: u64, cpu: u64, learn: u64, off: u64) -> Profile {
         let meta = Meta {
             schema: META_SCHEMA.into(),
             program: "app".into(),
@@ -2650,11 +2661,11 @@ mod sampled_interval_tests {
         let col = h.column_range(0).start;
         for (slot, v) in [
             (SLOT_CPU_TICKS, cpu),
-            (SLOT_WALL_TICKS, cpu),
+            (SLOT_WALL_TICKS, cpu + off),
             (SLOT_ACTIVE, SAMPLE_ON | (calls * SAMPLE_UNIT)),
             (stint_layout::SLOT_SAMPLED_TIMED, timed - SAMPLE_LEARN),
             (stint_layout::SLOT_LEARN_CPU, learn),
-            (stint_layout::SLOT_LEARN_WALL, learn),
+            (stint_layout::SLOT_LEARN_WALL, learn + off),
         ] {
             v.write_to(&mut b, col + counter_offset(1, slot, 0) as usize).unwrap();
         }
@@ -2694,5 +2705,23 @@ mod sampled_interval_tests {
         assert_ne!(whole - 151_110, 1_280_000);
         // A thread with no earlier reading: its whole run.
         assert_eq!(interval_ticks(None, ta, 0), (151_110, 151_110));
+    }
+
+    #[test]
+    fn a_stall_seen_in_a_timed_call_counts_once_in_the_wall_estimate() {
+        // As `first`, and one timed call was switched out for 1,000,000 ticks.
+        let a = reading_off(10_512, 668, 51_100 + 1_570, 51_100, 1_000_000);
+        let t = &a.threads[0];
+        // CPU as before; wall: the stall once, not × 10,001 / 157.
+        assert_eq!(t.times, vec![(0, 151_110, 1_151_110)]);
+        assert_eq!(t.sampled[0].learn_wall_ticks, 51_100 + 1_000_000);
+    }
+
+    #[test]
+    fn an_interval_counts_its_own_stalls_once() {
+        let a = reading_off(10_512, 668, 52_670, 51_100, 1_000);
+        // Then 64,000 calls of 20 ticks (1,000 timed), one of them 500,000 ticks off a CPU.
+        let b = reading_off(74_512, 1_668, 52_670 + 20_000, 51_100, 1_000 + 500_000);
+        assert_eq!(interval_ticks(Some(&a.threads[0]), &b.threads[0], 0), (1_280_000, 1_780_000));
     }
 }

@@ -135,8 +135,23 @@ pub const SLOT_SAMPLED_TIMED: u32 = 6;
 /// [`SAMPLE_LEARN`] − 1 calls, every one timed). Readers keep them apart from the sampled
 /// calls' time, so that learning calls (cold caches, first-call slow paths) do not weigh
 /// 64 times more than a sampled call in the estimate. Layout version 8.
+///
+/// After the decision `SLOT_LEARN_WALL` also gathers, once each, the ticks a timed call of
+/// the point spent off a CPU (its wall span minus its CPU span: the thread was switched out
+/// inside it, preempted or blocked): the part of the wall estimate that is not scaled (a
+/// stall in one call in [`SAMPLE_EVERY`] is not taken for a stall in every untimed call).
+///
+/// Before the decision (while the point learns, and only then) the two slots count the
+/// learning calls that were off a CPU inside (`SLOT_LEARN_CPU`) and their ticks off a CPU
+/// (`SLOT_LEARN_WALL`): the decision discounts those ticks from the learning calls' wall
+/// time and keeps a point timed when more than [`SAMPLE_SWITCHES`] calls were switched out
+/// (a function that blocks). The exit routine sends such a frame (spans that differ) to
+/// the runtime, which closes it (`timer::close`).
 pub const SLOT_LEARN_CPU: u32 = 7;
 pub const SLOT_LEARN_WALL: u32 = 8;
+/// Learning calls switched out inside that a point may have and still be sampled: a preemption or two lands in a learning window now and then; a
+/// function that blocks is switched out in most of its calls.
+pub const SAMPLE_SWITCHES: u64 = 4;
 pub const N_COUNTER_SLOTS: u32 = 9;
 
 /// Every metric this layout version knows, indexed by id.
