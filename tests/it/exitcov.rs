@@ -74,6 +74,8 @@ const TACTICS: &[(&str, &[&str])] = &[
     // default case's `ja rel8` too; the other four are reached through the table alone.
     ("tab_case", &["jmp8+slot", "jmp8+slot", "table+jumps", "table+jumps", "table+jumps", "table+jumps"]),
     ("pop_tail", &["window", "window"]),
+    ("loop_ret", &["window+jumps"]),
+    ("fall_ret", &["window", "window+jumps"]),
 ];
 
 /// Functions too small for an entry window whose entry is `jmp rel8` to a slot, with the
@@ -203,6 +205,8 @@ fn check_run(variant: Variant) {
         ("slot_host", 100),
         ("tab_case", 100),
         ("pop_tail", 100),
+        ("loop_ret", 100),
+        ("fall_ret", 100),
     ];
     for (f, n) in calls {
         assert_eq!(row(&report, f).0, n, "{variant}: calls of {f}");
@@ -249,7 +253,7 @@ fn check_run(variant: Variant) {
     for f in
         ["tiny_ret", "stretch_ret", "stretch_tail", "after_nops", "prologue_fn", "tiny_xor", "tiny_mov", "tiny_jmp"]
             .into_iter()
-            .chain(["tiny_ret1", "slot_host", "tab_case", "pop_tail"])
+            .chain(["tiny_ret1", "slot_host", "tab_case", "pop_tail", "loop_ret", "fall_ret"])
     {
         let (_, c, w) = row(&report, f);
         assert!(c < spin_c_cpu / 4 && w <= main_wall, "{variant}: {f} takes {c} ns cpu, spin_c {spin_c_cpu}");
