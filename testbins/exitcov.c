@@ -89,6 +89,10 @@
 //   entry trampoline's jump back at its window's end and the je (through a slot in the nops
 //   before it) lead to the exit trampoline ("window+jumps"); the other exit, `add eax, 1000;
 //   ret`, is a window. Called with 0..99: 50 fall through, 25 take the je, 25 the add.
+// - fp_tail: perl's `return PL_check[type](o)`: `lea rax, [rip+fp_table]; mov rax, [rax+rbx*8];
+//   mov edi, ebx; pop rbx; jmp rax`, fp_table an array of function pointers (fpt_a, fpt_b) in
+//   .data: a tail call through it, not an unresolved jump table, so the entry is patched and
+//   the jump is an exit ("window"). Called with 0..99, 50 times each way.
 // spin_a, spin_b, spin_c, spin_d and spin_e spin a fixed loop, so the functions that call them take time.
 //
 //# variants: pie-O2 nopie-O0
@@ -131,6 +135,9 @@
 //# expect: main calls pop_tail 100
 //# expect: main calls loop_ret 100
 //# expect: main calls fall_ret 100
+//# expect: main calls fp_tail 100
+//# expect: main calls fpt_a 50
+//# expect: main calls fpt_b 50
 #include <stdio.h>
 
 int tiny_ret(void);
@@ -169,6 +176,7 @@ unsigned char tab_case(int x);
 int pop_tail(struct cb_obj *o, int x);
 int loop_ret(int n);
 int fall_ret(int x);
+int fp_tail(int x);
 
 static int spin(int x, int n) {
     volatile int s = 0;
@@ -828,6 +836,48 @@ __asm__(".intel_syntax noprefix\n"
         ".cfi_endproc\n"
         ".size fall_ret, .-fall_ret\n"
         "SPIN_FILLER fall_ret_filler\n"
+        ".globl fpt_a\n"
+        ".type fpt_a, @function\n"
+        "fpt_a:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    add eax, 7\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size fpt_a, .-fpt_a\n"
+        ".globl fpt_b\n"
+        ".type fpt_b, @function\n"
+        "fpt_b:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    add eax, 9\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size fpt_b, .-fpt_b\n"
+        ".globl fp_tail\n"
+        ".type fp_tail, @function\n"
+        "fp_tail:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    and ebx, 1\n"
+        "    lea rax, [rip + fp_table]\n"
+        "    mov rax, [rax + rbx * 8]\n"
+        "    mov edi, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    jmp rax\n"
+        ".cfi_endproc\n"
+        ".size fp_tail, .-fp_tail\n"
+        "SPIN_FILLER fp_tail_filler\n"
+        ".data\n"
+        ".p2align 3\n"
+        "fp_table:\n"
+        "    .quad fpt_a\n"
+        "    .quad fpt_b\n"
+        ".text\n"
         ".att_syntax prefix\n");
 
 int main(void) {
@@ -859,7 +909,7 @@ int main(void) {
     for (int i = 0; i < 100; i++)
         acc += pop_tail(i & 1 ? &p1 : &p0, i);
     for (int i = 0; i < 100; i++)
-        acc += loop_ret(i % 50) + fall_ret(i);
+        acc += loop_ret(i % 50) + fall_ret(i) + fp_tail(i);
     printf("%ld\n", acc);
     return 0;
 }

@@ -76,6 +76,7 @@ const TACTICS: &[(&str, &[&str])] = &[
     ("pop_tail", &["window", "window"]),
     ("loop_ret", &["window+jumps"]),
     ("fall_ret", &["window", "window+jumps"]),
+    ("fp_tail", &["window"]),
 ];
 
 /// Functions too small for an entry window whose entry is `jmp rel8` to a slot, with the
@@ -207,6 +208,9 @@ fn check_run(variant: Variant) {
         ("pop_tail", 100),
         ("loop_ret", 100),
         ("fall_ret", 100),
+        ("fp_tail", 100),
+        ("fpt_a", 50),
+        ("fpt_b", 50),
     ];
     for (f, n) in calls {
         assert_eq!(row(&report, f).0, n, "{variant}: calls of {f}");
@@ -253,7 +257,7 @@ fn check_run(variant: Variant) {
     for f in
         ["tiny_ret", "stretch_ret", "stretch_tail", "after_nops", "prologue_fn", "tiny_xor", "tiny_mov", "tiny_jmp"]
             .into_iter()
-            .chain(["tiny_ret1", "slot_host", "tab_case", "pop_tail", "loop_ret", "fall_ret"])
+            .chain(["tiny_ret1", "slot_host", "tab_case", "pop_tail", "loop_ret", "fall_ret", "fp_tail"])
     {
         let (_, c, w) = row(&report, f);
         assert!(c < spin_c_cpu / 4 && w <= main_wall, "{variant}: {f} takes {c} ns cpu, spin_c {spin_c_cpu}");

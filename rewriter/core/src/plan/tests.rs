@@ -2120,6 +2120,47 @@ END \name\()_filler
     .endm
 COLD_TAIL ij_cold_tail, "mov rsi, rbx; pop rbx"
 COLD_TAIL ij_cold_nopop, "pop rbx; mov esi, 1"
+FUNC fp_a
+    lea eax, [rdi + 2]
+    ret
+END fp_a
+FUNC fp_b
+    lea eax, [rdi + 3]
+    ret
+END fp_b
+# perl's `return PL_check[type](o)`: an entry of an array of function pointers in .data
+# (other functions' starts), tail-called after the epilogue.
+FUNC ij_fptab
+    push rbx
+    mov ebx, edi
+    and ebx, 1
+    lea rax, [rip + ij_fptrs]
+    mov rax, [rax + rbx*8]
+    mov edi, ebx
+    pop rbx
+    jmp rax
+END ij_fptab
+# perl's `jmp [PL_ppaddr + 8 * i]`: the same through a memory operand.
+FUNC ij_fpmem
+    and edi, 1
+    lea rdx, [rip + ij_fptrs]
+    jmp qword ptr [rdx + rdi*8]
+END ij_fpmem
+# The first word leads into the middle of a function: no function pointer, unresolved.
+FUNC ij_fpmid
+    and edi, 1
+    lea rdx, [rip + ij_fpmid_words]
+    jmp qword ptr [rdx + rdi*8]
+END ij_fpmid
+    .data
+    .p2align 3
+ij_fptrs:
+    .quad fp_a
+    .quad fp_b
+    .quad 0
+ij_fpmid_words:
+    .quad fp_a + 1
+    .quad fp_b
 
     .section .rodata
     .p2align 2
@@ -2142,8 +2183,9 @@ fn indirect_jumps_program(tag: &str, flags: &[&str]) -> Planned {
     let dir = temp_dir(tag);
     let main = "int ij_dom(int), ij_flow(int), ij_two(int), ext(int);
         int ij_ptr(long, int (*)(int)), ij_cold_tail(void *, int), ij_cold_nopop(void *, int);
+        int ij_fptab(int), ij_fpmem(int), ij_fpmid(int);
         int main(int c, char **v) { return ij_dom(c) + ij_flow(c) + ij_two(c) + ij_ptr(c, ext)
-            + ij_cold_tail(v, c) + ij_cold_nopop(v, c); }";
+            + ij_cold_tail(v, c) + ij_cold_nopop(v, c) + ij_fptab(c) + ij_fpmem(c) + ij_fpmid(c); }";
     Planned::new(&gcc(&dir, "ij", &[("main.c", main), ("ij.s", IJ_S)], flags), false)
 }
 
@@ -2176,6 +2218,25 @@ fn entry_indirect_jumps_pie() {
     let skipped = p.plan.skipped.iter().find(|s| s.function == i).expect("ij_two is skipped");
     assert_eq!(skipped.reason, SkipReason::UnresolvedIndirectJump);
     check_cold_tails(&p);
+    check_pointer_tables(&p);
+}
+
+/// A jump through a table of function pointers in `.data` is a tail call: the function's
+/// entry is patched and its tail jump is an exit (timed); a table whose first word leads into
+/// the middle of a function stays unresolved.
+fn check_pointer_tables(p: &Planned) {
+    for name in ["ij_fptab", "ij_fpmem"] {
+        assert_eq!(jump_kinds(p, name), [IndirectJump::TailCall], "{name}");
+        assert!(!p.function(name).1.unresolved_indirect_jump, "{name}");
+        assert!(p.timed(name), "{name}");
+        let exits = p.exits(name);
+        assert!(
+            exits.len() == 1 && exits[0].contains("TailJump") && !exits[0].contains("skipped"),
+            "{name}: {exits:?}"
+        );
+    }
+    assert_eq!(jump_kinds(p, "ij_fpmid"), [IndirectJump::Unresolved]);
+    assert!(p.function("ij_fpmid").1.unresolved_indirect_jump);
 }
 
 /// In a fixed-address program, data words pointing into a function are not known: the
@@ -2188,6 +2249,7 @@ fn entry_indirect_jumps_non_pie() {
     assert_eq!(jump_kinds(&p, "ij_ptr"), [IndirectJump::TailCall]);
     assert_eq!(jump_kinds(&p, "ij_two"), [IndirectJump::Unresolved]);
     check_cold_tails(&p);
+    check_pointer_tables(&p);
 }
 
 /// `ij_cold_tail`'s cold part ends `mov rsi, rbx; pop rbx; jmp rax`, `rax` loaded by the
