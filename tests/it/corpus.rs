@@ -623,7 +623,7 @@ fn tmux() {
 
 #[test]
 fn nginx() {
-    corpus(small("nginx", "/usr/sbin/nginx", "nginx-light", &["-v"]));
+    corpus(small("nginx", "/usr/sbin/nginx", "nginx", &["-v"]));
 }
 
 #[test]

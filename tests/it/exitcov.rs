@@ -315,7 +315,7 @@ const DEBIAN: &[(&str, &str)] = &[
     ("/usr/bin/find", "findutils"),
     ("/usr/bin/xargs", "findutils"),
     ("/usr/bin/tmux", "tmux"),
-    ("/usr/sbin/nginx", "nginx-light"),
+    ("/usr/sbin/nginx", "nginx"),
     ("/usr/lib/postgresql/15/bin/psql", "postgresql-client-15"),
     ("/usr/bin/zsh", "zsh"),
     ("/usr/bin/strace", "strace"),
