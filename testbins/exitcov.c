@@ -79,6 +79,20 @@
 //   rbx; jmp rax`: the callback's pointer comes from the parent, so only the `pop` before the
 //   jump says it is a tail call (as in python3.11's cold parts); its window is the exit
 //   ("window"). Called 50 times each way (cb_target, or the NULL pointer).
+// - loop_ret: `test ecx, ecx; je .Lret; .Ltop: add eax, ecx; sub ecx, 1; jne .Ltop; .Lret:
+//   ret`, a filler right after it: the loop falls into the ret that the je reaches, and every
+//   run ending at the ret takes in the back edge. Last resort: a window over `sub; jne; ret`
+//   (each iteration passes through the trampoline, the jne relocated back to .Ltop) and the
+//   je led to a slot in the nops before it ("window+jumps"). Called with 0..49 twice.
+// - fall_ret: rg's drop glue, `mov eax, edi; test al, 1; jne .Lmore` (the entry window),
+//   `.Lret: ret` right after it, and a later `je .Lret`: nothing is patched at the ret, the
+//   entry trampoline's jump back at its window's end and the je (through a slot in the nops
+//   before it) lead to the exit trampoline ("window+jumps"); the other exit, `add eax, 1000;
+//   ret`, is a window. Called with 0..99: 50 fall through, 25 take the je, 25 the add.
+// - fp_tail: perl's `return PL_check[type](o)`: `lea rax, [rip+fp_table]; mov rax, [rax+rbx*8];
+//   mov edi, ebx; pop rbx; jmp rax`, fp_table an array of function pointers (fpt_a, fpt_b) in
+//   .data: a tail call through it, not an unresolved jump table, so the entry is patched and
+//   the jump is an exit ("window"). Called with 0..99, 50 times each way.
 // spin_a, spin_b, spin_c, spin_d and spin_e spin a fixed loop, so the functions that call them take time.
 //
 //# variants: pie-O2 nopie-O0
@@ -119,6 +133,11 @@
 //# expect: main calls slot_host 100
 //# expect: main calls tab_case 100
 //# expect: main calls pop_tail 100
+//# expect: main calls loop_ret 100
+//# expect: main calls fall_ret 100
+//# expect: main calls fp_tail 100
+//# expect: main calls fpt_a 50
+//# expect: main calls fpt_b 50
 #include <stdio.h>
 
 int tiny_ret(void);
@@ -155,6 +174,9 @@ void tiny_ret1(void);
 int slot_host(int x);
 unsigned char tab_case(int x);
 int pop_tail(struct cb_obj *o, int x);
+int loop_ret(int n);
+int fall_ret(int x);
+int fp_tail(int x);
 
 static int spin(int x, int n) {
     volatile int s = 0;
@@ -777,6 +799,85 @@ __asm__(".intel_syntax noprefix\n"
         ".cfi_endproc\n"
         "SPIN_FILLER pop_tail_filler1\n"
         ".text\n"
+        "    .nops 8\n"
+        ".globl loop_ret\n"
+        ".type loop_ret, @function\n"
+        "loop_ret:\n"
+        ".cfi_startproc\n"
+        "    xor eax, eax\n"
+        "    mov ecx, edi\n"
+        "    test ecx, ecx\n"
+        "    je .Llr_ret\n"
+        ".Llr_top:\n"
+        "    add eax, ecx\n"
+        "    sub ecx, 1\n"
+        "    jne .Llr_top\n"
+        ".Llr_ret:\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size loop_ret, .-loop_ret\n"
+        "SPIN_FILLER loop_ret_filler\n"
+        "    .nops 8\n"
+        ".globl fall_ret\n"
+        ".type fall_ret, @function\n"
+        "fall_ret:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    test al, 1\n"
+        "    jne .Lfr_more\n"
+        ".Lfr_ret:\n"
+        "    ret\n"
+        ".Lfr_more:\n"
+        "    shr eax, 1\n"
+        "    test al, 1\n"
+        "    je .Lfr_ret\n"
+        "    add eax, 1000\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size fall_ret, .-fall_ret\n"
+        "SPIN_FILLER fall_ret_filler\n"
+        ".globl fpt_a\n"
+        ".type fpt_a, @function\n"
+        "fpt_a:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    add eax, 7\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size fpt_a, .-fpt_a\n"
+        ".globl fpt_b\n"
+        ".type fpt_b, @function\n"
+        "fpt_b:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    add eax, 9\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size fpt_b, .-fpt_b\n"
+        ".globl fp_tail\n"
+        ".type fp_tail, @function\n"
+        "fp_tail:\n"
+        ".cfi_startproc\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbx, -16\n"
+        "    mov ebx, edi\n"
+        "    and ebx, 1\n"
+        "    lea rax, [rip + fp_table]\n"
+        "    mov rax, [rax + rbx * 8]\n"
+        "    mov edi, ebx\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    jmp rax\n"
+        ".cfi_endproc\n"
+        ".size fp_tail, .-fp_tail\n"
+        "SPIN_FILLER fp_tail_filler\n"
+        ".data\n"
+        ".p2align 3\n"
+        "fp_table:\n"
+        "    .quad fpt_a\n"
+        "    .quad fpt_b\n"
+        ".text\n"
         ".att_syntax prefix\n");
 
 int main(void) {
@@ -807,6 +908,8 @@ int main(void) {
     struct cb_obj p0 = {0, 0}, p1 = {0, (void *)cb_target};
     for (int i = 0; i < 100; i++)
         acc += pop_tail(i & 1 ? &p1 : &p0, i);
+    for (int i = 0; i < 100; i++)
+        acc += loop_ret(i % 50) + fall_ret(i) + fp_tail(i);
     printf("%ld\n", acc);
     return 0;
 }

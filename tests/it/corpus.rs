@@ -531,6 +531,135 @@ fn diff() {
     });
 }
 
+/// A one-process case of the wider set of `tests/it/exitcov.rs`'s coverage table: `bin` run
+/// with `args` on `files` and `stdin`, with `LC_ALL=C` (no fork: a forked child would write a
+/// profile of its own).
+fn small(name: &'static str, bin: &'static str, package: &'static str, args: &'static [&'static str]) -> Case {
+    Case { name, bin, package, args, stdin: None, files: SMALL_FILES, env: &[("LC_ALL", "C")], threads: 1 }
+}
+
+const SMALL_FILES: &[(&str, &str)] = &[
+    ("a.txt", "alpha beta\ngamma alpha\ndelta\n"),
+    ("Mk", "X := $(strip  a  b  a )\n$(info $(X) $(words $(X)) $(subst a,z,$(X)) $(sort $(X)))\nall: ;\n"),
+];
+
+#[test]
+fn bash() {
+    corpus(small(
+        "bash",
+        "/usr/bin/bash",
+        "bash",
+        &["-c", "x=abcdef; for i in 1 2 3; do echo $((i * i)) ${x:i:2}; done; declare -A m; m[k]=${#x}; echo ${m[k]}"],
+    ));
+}
+
+#[test]
+fn make() {
+    corpus(small("make", "/usr/bin/make", "make", &["-f", "Mk"]));
+}
+
+#[test]
+fn gawk() {
+    let args: &[&str] =
+        &["{ n[$2]++; s += $1 } END { c = length(n); printf \"%d %d %s\\n\", c, s, toupper(substr($2, 1, 3)) }"];
+    corpus(Case { stdin: Some(text(1 << 20)), ..small("gawk", "/usr/bin/gawk", "gawk", args) });
+}
+
+#[test]
+fn perl() {
+    let args: &[&str] = &["-e", "my %h; while (<STDIN>) { my @f = split; $h{$f[1]}++ } print join(',', map { \"$_=$h{$_}\" } sort keys %h), \"\\n\""];
+    corpus(Case { stdin: Some(text(256 << 10)), ..small("perl", "/usr/bin/perl", "perl-base", args) });
+}
+
+#[test]
+fn openssl() {
+    corpus(small("openssl", "/usr/bin/openssl", "openssl", &["dgst", "-sha256", "a.txt"]));
+}
+
+#[test]
+fn curl() {
+    corpus(small("curl", "/usr/bin/curl", "curl", &["-s", "file:///etc/debian_version"]));
+}
+
+#[test]
+fn vim_tiny() {
+    corpus(small(
+        "vim.tiny",
+        "/usr/bin/vim.tiny",
+        "vim-tiny",
+        &["-es", "-n", "-u", "NONE", "-i", "NONE", "-c", "%s/alpha/omega/g", "-c", "%p", "-c", "q!", "a.txt"],
+    ));
+}
+
+#[test]
+fn nano() {
+    corpus(small("nano", "/usr/bin/nano", "nano", &["--version"]));
+}
+
+#[test]
+fn less() {
+    corpus(small("less", "/usr/bin/less", "less", &["a.txt"]));
+}
+
+#[test]
+fn ls() {
+    corpus(small("ls", "/usr/bin/ls", "coreutils", &["-1", "-s", "-R", "."]));
+}
+
+#[test]
+fn cp() {
+    corpus(small("cp", "/usr/bin/cp", "coreutils", &["-v", "a.txt", "c.txt"]));
+}
+
+#[test]
+fn find() {
+    corpus(small("find", "/usr/bin/find", "findutils", &[".", "-maxdepth", "1", "-name", "*.txt", "-size", "-1k"]));
+}
+
+#[test]
+fn tmux() {
+    corpus(small("tmux", "/usr/bin/tmux", "tmux", &["-V"]));
+}
+
+#[test]
+fn nginx() {
+    corpus(small("nginx", "/usr/sbin/nginx", "nginx", &["-v"]));
+}
+
+#[test]
+fn psql() {
+    corpus(small("psql", "/usr/lib/postgresql/15/bin/psql", "postgresql-client-15", &["--version"]));
+}
+
+#[test]
+fn zsh() {
+    corpus(small(
+        "zsh",
+        "/usr/bin/zsh",
+        "zsh",
+        &[
+            "-f",
+            "-c",
+            "integer i; for i in {1..5}; do print $((i * i)); done; typeset -A m; m[k]=abc; print ${(U)m[k]}",
+        ],
+    ));
+}
+
+#[test]
+fn strace() {
+    corpus(small("strace", "/usr/bin/strace", "strace", &["-V"]));
+}
+
+#[test]
+fn htop() {
+    corpus(small("htop", "/usr/bin/htop", "htop", &["--version"]));
+}
+
+#[test]
+fn rsync() {
+    corpus(small("rsync", "/usr/bin/rsync", "rsync", &["--version"]));
+}
+
 /// rg's input: `text(3 MiB)` cut into 24 files over three directories.
 fn rg_tree(cwd: &Path) {
     let t = text(3 << 20);

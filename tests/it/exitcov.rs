@@ -74,6 +74,9 @@ const TACTICS: &[(&str, &[&str])] = &[
     // default case's `ja rel8` too; the other four are reached through the table alone.
     ("tab_case", &["jmp8+slot", "jmp8+slot", "table+jumps", "table+jumps", "table+jumps", "table+jumps"]),
     ("pop_tail", &["window", "window"]),
+    ("loop_ret", &["window+jumps"]),
+    ("fall_ret", &["window", "window+jumps"]),
+    ("fp_tail", &["window"]),
 ];
 
 /// Functions too small for an entry window whose entry is `jmp rel8` to a slot, with the
@@ -203,6 +206,11 @@ fn check_run(variant: Variant) {
         ("slot_host", 100),
         ("tab_case", 100),
         ("pop_tail", 100),
+        ("loop_ret", 100),
+        ("fall_ret", 100),
+        ("fp_tail", 100),
+        ("fpt_a", 50),
+        ("fpt_b", 50),
     ];
     for (f, n) in calls {
         assert_eq!(row(&report, f).0, n, "{variant}: calls of {f}");
@@ -249,7 +257,7 @@ fn check_run(variant: Variant) {
     for f in
         ["tiny_ret", "stretch_ret", "stretch_tail", "after_nops", "prologue_fn", "tiny_xor", "tiny_mov", "tiny_jmp"]
             .into_iter()
-            .chain(["tiny_ret1", "slot_host", "tab_case", "pop_tail"])
+            .chain(["tiny_ret1", "slot_host", "tab_case", "pop_tail", "loop_ret", "fall_ret", "fp_tail"])
     {
         let (_, c, w) = row(&report, f);
         assert!(c < spin_c_cpu / 4 && w <= main_wall, "{variant}: {f} takes {c} ns cpu, spin_c {spin_c_cpu}");
@@ -284,6 +292,35 @@ const DEBIAN: &[(&str, &str)] = &[
     ("/usr/bin/memcached", "memcached"),
     ("/usr/bin/rg", "ripgrep"),
     ("/usr/bin/sysbench", "sysbench"),
+    // The rest of the corpus, and a wider set of Debian programs (each also run rewritten in
+    // tests/it/corpus.rs).
+    ("/usr/bin/gzip", "gzip"),
+    ("/usr/bin/bzip2", "bzip2"),
+    ("/usr/bin/grep", "grep"),
+    ("/usr/bin/sed", "sed"),
+    ("/usr/bin/mawk", "mawk"),
+    ("/usr/bin/tar", "tar"),
+    ("/usr/bin/diff", "diffutils"),
+    ("/usr/bin/bash", "bash"),
+    ("/usr/bin/make", "make"),
+    ("/usr/bin/gawk", "gawk"),
+    ("/usr/bin/perl", "perl-base"),
+    ("/usr/bin/openssl", "openssl"),
+    ("/usr/bin/curl", "curl"),
+    ("/usr/bin/vim.tiny", "vim-tiny"),
+    ("/usr/bin/nano", "nano"),
+    ("/usr/bin/less", "less"),
+    ("/usr/bin/ls", "coreutils"),
+    ("/usr/bin/cp", "coreutils"),
+    ("/usr/bin/find", "findutils"),
+    ("/usr/bin/xargs", "findutils"),
+    ("/usr/bin/tmux", "tmux"),
+    ("/usr/sbin/nginx", "nginx"),
+    ("/usr/lib/postgresql/15/bin/psql", "postgresql-client-15"),
+    ("/usr/bin/zsh", "zsh"),
+    ("/usr/bin/strace", "strace"),
+    ("/usr/bin/htop", "htop"),
+    ("/usr/bin/rsync", "rsync"),
 ];
 
 /// Totals over [`DEBIAN`] with a jcc in jump windows, entry-window jumps redirected in the
@@ -301,6 +338,13 @@ const DEBIAN: &[(&str, &str)] = &[
 /// that keeps room with its padding, and tail-jump windows that leave a jcc into the cold
 /// part to its exit: exits without traps 99.67 %, timed 99.84 % (the 16 before them: 99.52 %,
 /// 99.74 %). The exits threshold is the target, 99.5 %.
+///
+/// With the 27 programs after sysbench (43 in all), `window+jumps` runs over a loop's back
+/// edge (`cmp; jne .Ltop; ret`, the ret also reached by jumps), the entry trampoline's
+/// fall-through led to an exit trampoline (rg's `test; jne; ret`) and jumps through tables of
+/// function pointers as tail calls (perl): entries 99.99 %, exits without traps 99.90 %, timed
+/// 99.94 % (before them 99.97 %, 99.82 %, 99.88 %; the 16 alone: 99.98 %, 99.87 %,
+/// 99.93 %, before 99.98 %, 99.79 %, 99.87 %).
 const MIN_ENTRIES_PCT: f64 = 99.88;
 const MIN_EXITS_PCT: f64 = 99.5;
 const MIN_TIMED_PCT: f64 = 99.6;
@@ -313,9 +357,12 @@ const TARGET_TIMED_PCT: f64 = 99.0;
 const SMALL: u64 = 200;
 
 /// Programs still below a target on their own, with the floor asserted instead, so that
-/// they cannot get worse unnoticed: none since rg's jump-table cases (table+jumps, 99.23 →
-/// 99.56 %) and python3.11's tail calls after the epilogue in cold parts (99.31 → 99.52 %).
-const BELOW_TARGET: &[(&str, &str, f64)] = &[];
+/// they cannot get worse unnoticed (none of the 16 since rg's jump-table cases and
+/// python3.11's tail calls after the epilogue in cold parts). gawk: one function of 856,
+/// `sub_46f080`, has a PIC switch whose base register (`r14`) is written twice (an argument's
+/// value, then the `lea` of the table, across a loop): the jump stays unresolved and the
+/// entry unpatched (99.88 %).
+const BELOW_TARGET: &[(&str, &str, f64)] = &[("gawk", "entries", 99.85)];
 
 /// Whether one program's figure meets its target: `got` of `of` (a percentage of them), or
 /// for a program with fewer than [`SMALL`] functions, all but `missing_functions` ≤ 1.

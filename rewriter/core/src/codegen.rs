@@ -1257,10 +1257,16 @@ pub fn wrap_real(point: &Point, at: u64) -> Result<Vec<u8>> {
 }
 
 /// The displaced instructions of an entry window with every jump in `redirects` (jump →
-/// new target, [`Targets::entry_redirects`]) leading to its new target; `None` if there is
-/// none.
+/// new target, [`Targets::entry_redirects`]) leading to its new target, and the fall-through
+/// at the window's end, when `redirects` has it ([`crate::plan::Redirect::falls_through`]),
+/// made an explicit `jmp` there (at the window's end, 0 bytes long: no program instruction);
+/// `None` if there is none.
 fn redirect_entry_jumps(displaced: &[Instruction], redirects: &BTreeMap<u64, u64>) -> Option<Vec<Instruction>> {
-    if !displaced.iter().any(|x| redirects.contains_key(&x.ip())) {
+    let end = displaced.last().map(Instruction::next_ip)?;
+    let falls = redirects.get(&end).copied().filter(|_| {
+        displaced.last().is_some_and(|x| matches!(x.flow_control(), FlowControl::Next | FlowControl::ConditionalBranch))
+    });
+    if !displaced.iter().any(|x| redirects.contains_key(&x.ip())) && falls.is_none() {
         return None;
     }
     let mut out = displaced.to_vec();
@@ -1268,6 +1274,13 @@ fn redirect_entry_jumps(displaced: &[Instruction], redirects: &BTreeMap<u64, u64
         if let Some(&to) = redirects.get(&x.ip()) {
             x.set_near_branch64(to);
         }
+    }
+    if let Some(to) = falls {
+        let mut j = Instruction::with_branch(Code::Jmp_rel32_64, to).ok()?;
+        j.set_ip(end);
+        j.set_len(0);
+        j.set_next_ip(end);
+        out.push(j);
     }
     Some(out)
 }
@@ -2055,6 +2068,40 @@ mod tests {
         assert!(text.contains("inc qword ptr gs:[98h]"), "{text}");
         assert!(text.contains("jmp 0000000000401008h"), "{text}");
         assert!(text.contains("call 0000000000600000h"), "{text}");
+    }
+
+    /// An entry window whose fall-through is redirected ([`crate::plan::Redirect::falls_through`]):
+    /// both copies of the window (off and measuring paths) and the entry tail end with a jump
+    /// to the exit trampoline's copy, never back to the window's end; the jne keeps its target.
+    #[test]
+    fn entry_fall_through_leads_to_the_exit_copy() {
+        // mov eax, edi; test al, 1; jne +0x10 (to 0x401016) at 0x401000; the ret at 0x401006.
+        let code = [0x89, 0xf8, 0xa8, 0x01, 0x75, 0x10];
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
+        let redirects = BTreeMap::from([(0x401006, 0x750000)]);
+        let out = redirect_entry_jumps(&displaced, &redirects).expect("the fall-through is redirected");
+        assert_eq!(out.len(), 4);
+        assert_eq!((out[3].code(), out[3].near_branch_target(), out[3].ip()), (Code::Jmp_rel32_64, 0x750000, 0x401006));
+        // A jump of the window is no fall-through key: without the end in the map, nothing.
+        assert!(redirect_entry_jumps(&displaced, &BTreeMap::from([(0x401007, 0x750000)])).is_none());
+        let p = Point {
+            id: 3,
+            function: 0,
+            address: 0x401000,
+            window_len: 6,
+            displaced: out.clone(),
+            emulate_call: false,
+            tactic: Tactic::Window,
+            bits: 1,
+            wrap: None,
+            import: None,
+        };
+        let text = disasm(&trampoline(&p, test_env(), 0x700000, None).unwrap(), 0x700000).join("\n");
+        assert_eq!(text.matches("jmp 0000000000750000h").count(), 2, "{text}");
+        assert_eq!(text.matches("jne 0000000000401016h").count(), 2, "{text}");
+        assert!(!text.contains("401006h"), "{text}");
+        let tail = disasm(&entry_tail(&out, false, 0x401002, 0x710000).unwrap(), 0x710000).join("\n");
+        assert_eq!(tail, "test al,1\njne 0000000000401016h\njmp 0000000000750000h");
     }
 
     /// The gate test's taken branch lands on a 16-byte boundary wherever the piece starts,

@@ -511,7 +511,8 @@ pub struct Redirect {
     pub window: Vec<Instruction>,
     /// The jump is one of the function's entry window instructions (`test rdi, rdi; je
     /// .Lret`): nothing is patched in the program, the entry trampoline's copy of the jump
-    /// leads to the copy (`codegen::Targets::entry_redirects`).
+    /// leads to the copy (`codegen::Targets::entry_redirects`). With `len` 0 it is the entry
+    /// trampoline's jump back to the window's end ([`Redirect::falls_through`]).
     pub in_entry: bool,
     /// Not a jump: a 4-byte sign-extended entry of a jump table at `jump` ([`Tactic::TableJumps`],
     /// `len` 4) whose targets are the entries plus this; it gets the copy's address minus it.
@@ -519,6 +520,19 @@ pub struct Redirect {
 }
 
 impl Redirect {
+    /// The entry trampoline's fall-through at the end of its window, `end`, which is the
+    /// first instruction of an exit's run: the jump back the trampoline (and each entry tail)
+    /// ends with leads to the exit trampoline's copy of `end` instead. `len` 0: no instruction
+    /// of the program, nothing patched.
+    pub fn falls_through(end: u64) -> Self {
+        Redirect { jump: end, len: 0, to: end, slot: None, window: Vec::new(), in_entry: true, table: None }
+    }
+
+    /// Whether this is the entry window's fall-through ([`Redirect::falls_through`]).
+    pub fn is_fall_through(&self) -> bool {
+        self.in_entry && self.len == 0
+    }
+
     /// The bytes of the program this redirect patches: its window, else the jump (for a jump
     /// in the entry window, bytes the entry point patches already).
     pub fn patch(&self) -> (u64, u64) {
@@ -1049,7 +1063,15 @@ impl FamilyScan {
     ) -> FamilyScan {
         let family = family_of(function);
         let f = &an.functions[function];
-        let ctx = ExitCtx { an, family: &family, entry: f.address, start: address, window: 0, entry_displaced: &[] };
+        let ctx = ExitCtx {
+            an,
+            family: &family,
+            entry: f.address,
+            start: address,
+            window: 0,
+            entry_displaced: &[],
+            falls: None,
+        };
         let mut scan = FamilyScan { ins: Vec::with_capacity(family.len()), dead: Vec::new(), sites: Vec::new() };
         for &part in &family {
             let fp = &an.functions[part];
@@ -1395,6 +1417,7 @@ fn plan_point_exits(
             start: p.address,
             window: p.window_len,
             entry_displaced: &p.displaced,
+            falls: entry_falls(&p),
         };
         let mut exits: Vec<Exit> = Vec::new();
         let n_windows = plan.slot_windows.len();
@@ -1784,6 +1807,19 @@ fn bulk_map<V>(mut entries: Vec<(u64, V)>) -> BTreeMap<u64, V> {
     out.into_iter().collect()
 }
 
+/// The end of point `p`'s entry window when its trampolines (the entry trampoline, and the
+/// entry tails of `window+jumps` entries) end by jumping there, and that jump may lead to an
+/// exit trampoline instead ([`Redirect::falls_through`]): a plain patched window of the
+/// function's own, whose last instruction falls through (no call to emulate, no transfer).
+fn entry_falls(p: &Point) -> Option<u64> {
+    let last = p.displaced.last()?;
+    let plain = matches!(p.tactic, Tactic::Window | Tactic::WindowJumps);
+    let falls = matches!(last.flow_control(), FlowControl::Next | FlowControl::ConditionalBranch);
+    (plain && falls && p.wrap.is_none() && p.import.is_none() && !p.emulate_call && p.window_len > 0)
+        .then(|| p.address + p.window_len)
+        .filter(|&end| end == last.next_ip())
+}
+
 /// What `plan_exits` knows about the function whose exits it looks for.
 struct ExitCtx<'a> {
     an: &'a Analysis,
@@ -1797,6 +1833,10 @@ struct ExitCtx<'a> {
     /// The instructions the entry trampoline runs (an exit among them is a
     /// [`Tactic::EntryExit`]).
     entry_displaced: &'a [Instruction],
+    /// The end of the entry window when the entry trampoline falls through to it (its last
+    /// instruction neither a transfer nor a call) and may go elsewhere instead: the
+    /// [`Redirect`] of a run there ([`Redirect::falls_through`]).
+    falls: Option<u64>,
 }
 
 impl ExitCtx<'_> {
@@ -2097,9 +2137,15 @@ fn window_jumps(
     room: &mut Room,
 ) -> Option<ExitPatch> {
     check_relocatable(&ins[k]).ok()?;
+    // A run never reaches back into the entry window (its bytes are the entry's patch).
+    let entry_end = ctx.start + ctx.window;
     let extends = |i: usize| -> bool {
         let Some(prev) = i.checked_sub(1).map(|j| &ins[j]) else { return false };
-        prev.next_ip() == ins[i].ip() && !ends_flow(prev) && !is_call(prev) && check_relocatable(prev).is_ok()
+        prev.next_ip() == ins[i].ip()
+            && !ends_flow(prev)
+            && !is_call(prev)
+            && check_relocatable(prev).is_ok()
+            && (ctx.window == 0 || ins[i].ip() != entry_end)
     };
     let len = |i: usize| ins[k].next_ip() - ins[i].ip();
     let shortest = |need: u64| {
@@ -2113,20 +2159,31 @@ fn window_jumps(
     while extends(longest) {
         longest -= 1;
     }
-    // Only jumps enter the longest run: it follows a transfer, or starts a cold part.
+    // Only jumps enter the longest run: it follows a transfer, or starts a cold part; or
+    // besides them the entry trampoline falls into it (rg's `test byte [rdi], 1; jne .Lmore`
+    // entry window, then a `ret` that a later `je` reaches too), which can lead there instead.
     let jumps_only = match longest.checked_sub(1).map(|j| &ins[j]) {
         None => fp.is_cold_part(),
         Some(prev) => prev.next_ip() == ins[longest].ip() && ends_flow(prev),
-    };
+    } || (ctx.falls == Some(ins[longest].ip()) && ctx.an.branch_targets.contains(&ins[longest].ip()));
     let candidates = [
         shortest(JMP_LEN).map(|i| (i, len(i).max(JMP_LEN))),
         shortest(JMP8_LEN).filter(|&i| len(i) + padding < JMP_LEN).map(|i| (i, len(i).max(JMP8_LEN))),
         jumps_only.then_some((longest, 0)),
     ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find_map(|(i, window_len)| run_jumps(ctx, family, ins, i, k, fp, (window_len, false), room))
+    // A run that takes in a loop's back edge (`cmp; jne .Lloop; ret`, the `ret` also reached
+    // by jumps out of the loop) only when nothing else fits: every iteration then passes
+    // through the trampoline (a `jmp` there and the relocated `jcc` back), as a plain window
+    // over a back edge does.
+    let candidates: Vec<(usize, u64)> = candidates.into_iter().flatten().collect();
+    [false, true].into_iter().find_map(|loops| {
+        candidates.iter().find_map(|&(i, window_len)| {
+            if loops && !loops_back(&ins[i..k], fp) {
+                return None; // tried already
+            }
+            run_jumps(ctx, family, ins, i, k, fp, (window_len, false, loops), room)
+        })
+    })
 }
 
 /// [`Tactic::TableJumps`] for the exit `ins[k]` of part `fp`: the longest straight-line
@@ -2161,7 +2218,7 @@ fn table_jumps(
     if !jumps_only {
         return None;
     }
-    run_jumps(ctx, family, ins, i, k, fp, (0, true), room)
+    run_jumps(ctx, family, ins, i, k, fp, (0, true, false), room)
 }
 
 /// The entries of the jump tables of `family` (the jumps [`Analysis::jump_tables`] knows)
@@ -2287,7 +2344,9 @@ fn table_bound(an: &Analysis, part: &[Instruction], k: usize, read: u64) -> Opti
 }
 
 /// One candidate of [`window_jumps`]: the run `ins[i..=k]` patched with `window_len` bytes;
-/// with `tables`, entries of jump tables may lead into the run too ([`table_jumps`]).
+/// with `tables`, entries of jump tables may lead into the run too ([`table_jumps`]); with
+/// `loops`, a branch of the run may lead back before it (a loop's back edge: the relocated
+/// branch re-enters the program, which comes back to the run's first byte), never into it.
 #[allow(clippy::too_many_arguments)]
 fn run_jumps(
     ctx: &ExitCtx,
@@ -2296,11 +2355,11 @@ fn run_jumps(
     i: usize,
     k: usize,
     fp: &Function,
-    (window_len, tables): (u64, bool),
+    (window_len, tables, loops): (u64, bool, bool),
     room: &mut Room,
 ) -> Option<ExitPatch> {
     let at = ins[i].ip();
-    if at >= ctx.start && at - ctx.start < ctx.window || loops_back(&ins[i..k], fp) {
+    if at >= ctx.start && at - ctx.start < ctx.window || (!loops && loops_back(&ins[i..k], fp)) {
         return None;
     }
     let end = at + window_len.max(ins[k].next_ip() - at);
@@ -2414,6 +2473,12 @@ fn run_jumps(
     }
     let tactic = if entries.is_empty() { Tactic::WindowJumps } else { Tactic::TableJumps };
     redirects.append(&mut entries);
+    // Nothing patched at a run the entry trampoline falls into: its jump there leads to the
+    // copy of the run's first instruction too. (A run that only jumps enter follows a
+    // transfer: no fall-through.)
+    if window_len == 0 && ctx.falls == Some(at) && i > 0 && !ends_flow(&ins[i - 1]) {
+        redirects.push(Redirect::falls_through(at));
+    }
     ok.then(|| (tactic, at, window_len, ins[i..=k].to_vec(), slot, Vec::new(), redirects))
 }
 

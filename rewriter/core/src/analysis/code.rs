@@ -1362,7 +1362,19 @@ pub(crate) fn resolve_indirect_jumps(
                 }
                 code.table_targets.extend_from_slice(&targets);
                 let count = targets.len() as u64;
-                if count == 0 {
+                // No entry leads into the function: a table of 8-byte pointers whose entries
+                // are other functions' starts is one of function pointers, and the jump a
+                // tail call through it (perl's `return PL_check[type](aTHX_ o)` after the
+                // epilogue, `jmp [PL_ppaddr + 8 * i]`: 9 functions of /usr/bin/perl).
+                let callee =
+                    |t: u64| index.containing(t).is_some_and(|j| cands[j].address == t && !maybe_cold[j]) && !inside(t);
+                let pointers = count == 0
+                    && size == 8
+                    && add == 0
+                    && !table_targets(elf, reloc_value, (base, size, signed, add, base + 8), &callee).is_empty();
+                if pointers {
+                    note(ip, IndirectJump::TailCall);
+                } else if count == 0 {
                     note(ip, IndirectJump::Unresolved);
                     code.unresolved[fi] = true;
                 } else {

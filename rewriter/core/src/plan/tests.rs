@@ -207,6 +207,16 @@ fn check_plan(elf: &InputElf, an: &Analysis, plan: &Plan, traps: bool) {
                 ranges.push((r.jump, r.jump + 4, format!("table entry {:x}", r.jump)));
                 continue;
             }
+            if r.is_fall_through() {
+                // The entry trampoline's jump back, at the end of its window: the run's start.
+                let p = points[&x.point];
+                assert_eq!((r.jump, r.to), (p.address + p.window_len, x.address), "fall-through of {:x}", x.site);
+                assert!(
+                    x.window_len == 0 && x.tactic == Tactic::WindowJumps && r.slot.is_none() && r.window.is_empty()
+                );
+                assert!(!p.emulate_call && p.displaced.last().is_some_and(|d| !ends_flow(d) && !is_call(d)));
+                continue;
+            }
             let jump = decode_at(elf, r.jump, r.len)[0];
             let to = if jcc { jump.ip() } else { jump.near_branch_target() };
             assert_eq!((to, jump.len() as u64), (r.to, r.len));
@@ -1470,6 +1480,136 @@ fn exit_tactics_window_jumps() {
     assert!(!p.timed("jw_out"));
 }
 
+/// [`Tactic::WindowJumps`] over a loop's back edge: rets that a loop falls into and jumps
+/// from outside it reach, with no run before them that leaves the back edge out.
+const LB_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+
+    .p2align 4
+FUNC lb_pad
+    mov eax, edi
+    ret
+END lb_pad
+    .nops 24
+# xor; mov; test (the entry window) | je rel8 (+6) | .Ltop: add (+8, 2) | sub (+10, 3) | jne
+# rel8 .Ltop (+13) | ret (+15): every run ending at the ret takes in the jne.
+FUNC lb_loop
+    xor eax, eax
+    mov ecx, edi
+    test ecx, ecx
+    je .Llb_loop_ret
+.Llb_loop_top:
+    add eax, ecx
+    sub ecx, 1
+    jne .Llb_loop_top
+.Llb_loop_ret:
+    ret
+END lb_loop
+# The loop's top is the instruction before the jne: a 5-byte window would start at the
+# jne's target (its copy would jump into the patch), so `jne; ret` becomes `jmp rel8` to a
+# slot, the loop running `sub` in place and the jne in the trampoline.
+FUNC lb_short
+    xor eax, eax
+    mov ecx, edi
+    test ecx, ecx
+    je .Llb_short_ret
+.Llb_short_top:
+    sub ecx, 1
+    jne .Llb_short_top
+.Llb_short_ret:
+    ret
+END lb_short
+# Without the je the ret is no branch target: a plain window over the back edge, as before.
+FUNC lb_plain
+    xor eax, eax
+    mov ecx, edi
+    test ecx, ecx
+.Llb_plain_top:
+    add eax, ecx
+    sub ecx, 1
+    jne .Llb_plain_top
+    ret
+END lb_plain
+# rg's drop glue: mov; test; jne .Lmore is the entry window, the ret right after it is also
+# reached by a je: nothing patched at the ret, the entry trampoline's fall-through and the
+# je (through a slot) lead to the exit trampoline.
+FUNC lb_fall
+    mov eax, edi
+    test al, 1
+    jne .Llb_fall_more
+.Llb_fall_ret:
+    ret
+.Llb_fall_more:
+    shr eax, 1
+    test al, 1
+    je .Llb_fall_ret
+    add eax, 1000
+    ret
+END lb_fall
+FUNC lb_filler
+    call lb_pad
+    .rept 40
+    add eax, 1
+    .endr
+    ret
+END lb_filler
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn exit_tactics_loop_back_edge_and_entry_fall_through() {
+    let dir = temp_dir("lb");
+    let main = "int lb_loop(int), lb_short(int), lb_plain(int), lb_fall(int), lb_filler(int);
+        int main(int c, char **v) { (void)v; return lb_loop(c) + lb_short(c) + lb_plain(c) + lb_fall(c) + lb_filler(c); }";
+    let p = Planned::new(&gcc(&dir, "lb", &[("main.c", main), ("lb.s", LB_S)], &["-O1"]), false);
+    let redirects = |name: &str| {
+        let (i, f) = p.function(name);
+        let x = p.plan.exits.iter().find(|x| x.function == i).expect("exit");
+        let off = |a: u64| a as i64 - f.address as i64;
+        (
+            x.slot.map(|s| s < f.address),
+            x.redirects.iter().map(|r| (off(r.jump), r.len, off(r.to), r.slot.is_some())).collect::<Vec<_>>(),
+        )
+    };
+    // A window over sub; jne; ret (6 bytes); the je to a slot in lb_pad's nops that leads to
+    // the trampoline's copy of the ret.
+    assert_eq!(p.exits("lb_loop"), ["+15 Ret window+jumps at +10 len 6 ins 3"]);
+    assert_eq!(redirects("lb_loop"), (None, vec![(6, 2, 15, true)]));
+    assert!(p.timed("lb_loop"));
+    // jne; ret (3 bytes) as `jmp rel8` to a slot before the function, the je to another.
+    assert_eq!(p.exits("lb_short"), ["+13 Ret window+jumps at +11 len 3 ins 2"]);
+    assert_eq!(redirects("lb_short"), (Some(true), vec![(6, 2, 13, true)]));
+    assert!(p.timed("lb_short"));
+    assert_eq!(p.exits("lb_plain"), ["+13 Ret window at +8 len 6 ins 3"]);
+    // lb_fall: mov; test; jne (6, the entry window) | ret (+6) | shr; test (+7) | je rel8 (+11)
+    // | add (+13) | ret (+18): the first ret with nothing patched, the je to a slot, the entry
+    // window's end (len 0) to the copy of the ret.
+    assert_eq!(p.exits("lb_fall"), ["+6 Ret window+jumps at +6 len 0 ins 1", "+18 Ret window at +13 len 6 ins 2"]);
+    assert_eq!(redirects("lb_fall"), (None, vec![(11, 2, 6, true), (6, 0, 6, false)]));
+    assert!(p.timed("lb_fall"));
+    let (i, _) = p.function("lb_fall");
+    let x = p.plan.exits.iter().find(|x| x.function == i).expect("lb_fall exit");
+    assert!(x.redirects[1].is_fall_through() && !x.redirects[0].is_fall_through());
+    // The relocated jne of each run goes back to the loop's top in the program.
+    for (name, top) in [("lb_loop", 8), ("lb_short", 8)] {
+        let (i, f) = p.function(name);
+        let x = p.plan.exits.iter().find(|x| x.function == i).expect("exit");
+        let jne = x.displaced.iter().find(|d| d.is_jcc_short_or_near()).expect("jne in the run");
+        assert_eq!(jne.near_branch_target(), f.address + top, "{name}");
+    }
+}
+
 /// `table+jumps`: rg's errno-to-kind switch, `mov al, n; ret` cases packed after a relative
 /// jump table's dispatch, fillers around them with no dead byte.
 const TJ_S: &str = ".intel_syntax noprefix
@@ -1980,6 +2120,47 @@ END \name\()_filler
     .endm
 COLD_TAIL ij_cold_tail, "mov rsi, rbx; pop rbx"
 COLD_TAIL ij_cold_nopop, "pop rbx; mov esi, 1"
+FUNC fp_a
+    lea eax, [rdi + 2]
+    ret
+END fp_a
+FUNC fp_b
+    lea eax, [rdi + 3]
+    ret
+END fp_b
+# perl's `return PL_check[type](o)`: an entry of an array of function pointers in .data
+# (other functions' starts), tail-called after the epilogue.
+FUNC ij_fptab
+    push rbx
+    mov ebx, edi
+    and ebx, 1
+    lea rax, [rip + ij_fptrs]
+    mov rax, [rax + rbx*8]
+    mov edi, ebx
+    pop rbx
+    jmp rax
+END ij_fptab
+# perl's `jmp [PL_ppaddr + 8 * i]`: the same through a memory operand.
+FUNC ij_fpmem
+    and edi, 1
+    lea rdx, [rip + ij_fptrs]
+    jmp qword ptr [rdx + rdi*8]
+END ij_fpmem
+# The first word leads into the middle of a function: no function pointer, unresolved.
+FUNC ij_fpmid
+    and edi, 1
+    lea rdx, [rip + ij_fpmid_words]
+    jmp qword ptr [rdx + rdi*8]
+END ij_fpmid
+    .data
+    .p2align 3
+ij_fptrs:
+    .quad fp_a
+    .quad fp_b
+    .quad 0
+ij_fpmid_words:
+    .quad fp_a + 1
+    .quad fp_b
 
     .section .rodata
     .p2align 2
@@ -2002,8 +2183,9 @@ fn indirect_jumps_program(tag: &str, flags: &[&str]) -> Planned {
     let dir = temp_dir(tag);
     let main = "int ij_dom(int), ij_flow(int), ij_two(int), ext(int);
         int ij_ptr(long, int (*)(int)), ij_cold_tail(void *, int), ij_cold_nopop(void *, int);
+        int ij_fptab(int), ij_fpmem(int), ij_fpmid(int);
         int main(int c, char **v) { return ij_dom(c) + ij_flow(c) + ij_two(c) + ij_ptr(c, ext)
-            + ij_cold_tail(v, c) + ij_cold_nopop(v, c); }";
+            + ij_cold_tail(v, c) + ij_cold_nopop(v, c) + ij_fptab(c) + ij_fpmem(c) + ij_fpmid(c); }";
     Planned::new(&gcc(&dir, "ij", &[("main.c", main), ("ij.s", IJ_S)], flags), false)
 }
 
@@ -2036,6 +2218,25 @@ fn entry_indirect_jumps_pie() {
     let skipped = p.plan.skipped.iter().find(|s| s.function == i).expect("ij_two is skipped");
     assert_eq!(skipped.reason, SkipReason::UnresolvedIndirectJump);
     check_cold_tails(&p);
+    check_pointer_tables(&p);
+}
+
+/// A jump through a table of function pointers in `.data` is a tail call: the function's
+/// entry is patched and its tail jump is an exit (timed); a table whose first word leads into
+/// the middle of a function stays unresolved.
+fn check_pointer_tables(p: &Planned) {
+    for name in ["ij_fptab", "ij_fpmem"] {
+        assert_eq!(jump_kinds(p, name), [IndirectJump::TailCall], "{name}");
+        assert!(!p.function(name).1.unresolved_indirect_jump, "{name}");
+        assert!(p.timed(name), "{name}");
+        let exits = p.exits(name);
+        assert!(
+            exits.len() == 1 && exits[0].contains("TailJump") && !exits[0].contains("skipped"),
+            "{name}: {exits:?}"
+        );
+    }
+    assert_eq!(jump_kinds(p, "ij_fpmid"), [IndirectJump::Unresolved]);
+    assert!(p.function("ij_fpmid").1.unresolved_indirect_jump);
 }
 
 /// In a fixed-address program, data words pointing into a function are not known: the
@@ -2048,6 +2249,7 @@ fn entry_indirect_jumps_non_pie() {
     assert_eq!(jump_kinds(&p, "ij_ptr"), [IndirectJump::TailCall]);
     assert_eq!(jump_kinds(&p, "ij_two"), [IndirectJump::Unresolved]);
     check_cold_tails(&p);
+    check_pointer_tables(&p);
 }
 
 /// `ij_cold_tail`'s cold part ends `mov rsi, rbx; pop rbx; jmp rax`, `rax` loaded by the
