@@ -8,6 +8,11 @@
 //! at its end.
 
 use std::time::Instant;
+
+/// The allocator `stint` uses (`rewriter/cli/src/main.rs`), so that these figures are the
+/// command's.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use stint_rewrite::spec::Spec;
 use stint_rewrite::{Options, Phase};
 
