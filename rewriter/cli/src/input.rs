@@ -18,9 +18,72 @@ pub fn load_spec(path: &Option<PathBuf>) -> anyhow::Result<Spec> {
     }
 }
 
-/// The bytes of the input executable.
-pub fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| path.display().to_string())
+/// The bytes of the input executable: mapped read-only from the page cache where the file can
+/// be mapped (no copy: 0.06–0.1 s of the calling thread for node's 99 MB), else read.
+pub fn read_input(path: &Path) -> anyhow::Result<InputBytes> {
+    let file = std::fs::File::open(path).with_context(|| path.display().to_string())?;
+    if let Some(m) = Mapped::new(&file) {
+        return Ok(InputBytes::Mapped(m));
+    }
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut &file, &mut data).with_context(|| path.display().to_string())?;
+    Ok(InputBytes::Read(data))
+}
+
+/// An input executable's bytes ([`read_input`]).
+pub enum InputBytes {
+    Mapped(Mapped),
+    /// Read into memory: a file that cannot be mapped (empty, a pipe, a device).
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for InputBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            InputBytes::Mapped(m) => m.bytes(),
+            InputBytes::Read(v) => v,
+        }
+    }
+}
+
+/// A regular file mapped read-only and private (`MAP_PRIVATE`: the program's bytes as they
+/// were when mapped, as far as the kernel keeps them: a file truncated while mapped would
+/// fault, so only commands that read their input once and at once use it).
+pub struct Mapped {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapped {
+    /// `None` where the file is not a non-empty regular file or the mapping fails.
+    fn new(file: &std::fs::File) -> Option<Mapped> {
+        use std::os::fd::AsRawFd;
+        let meta = file.metadata().ok()?;
+        let len = usize::try_from(meta.len()).ok()?;
+        if !meta.is_file() || len == 0 {
+            return None;
+        }
+        // SAFETY: a fresh read-only private mapping of an open file; nothing aliases it
+        // mutably, and it is unmapped only in `drop`.
+        let ptr =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
+        (ptr != libc::MAP_FAILED).then_some(Mapped { ptr, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe {
+            libc::munmap(self.ptr, self.len);
+        }
+    }
 }
 
 /// The program's name as the rewriter records it: the file name of `path`.
@@ -33,4 +96,50 @@ pub fn program_name(path: &Path) -> String {
 /// valid UTF-8 or the current directory is unknown.
 pub fn absolute_input(path: &Path) -> Option<String> {
     std::path::absolute(path).ok()?.to_str().map(String::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of its own under the system's temporary directory, removed at the end.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str, bytes: &[u8]) -> TempFile {
+            let path = std::env::temp_dir().join(format!("stint-input-{}-{name}", std::process::id()));
+            std::fs::write(&path, bytes).unwrap();
+            TempFile(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_regular_input_is_mapped_with_the_files_bytes() {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let f = TempFile::new("regular", &bytes);
+        let input = read_input(&f.0).unwrap();
+        assert!(matches!(input, InputBytes::Mapped(_)));
+        assert_eq!(&*input, &bytes[..]);
+    }
+
+    #[test]
+    fn an_empty_input_is_read_not_mapped() {
+        let f = TempFile::new("empty", b"");
+        let input = read_input(&f.0).unwrap();
+        assert!(matches!(input, InputBytes::Read(_)));
+        assert!(input.is_empty());
+    }
+
+    #[test]
+    fn a_missing_input_is_an_error_naming_it() {
+        let path = std::env::temp_dir().join(format!("stint-input-{}-missing", std::process::id()));
+        let err = read_input(&path).err().expect("a missing file is an error");
+        assert!(format!("{err:#}").starts_with(&path.display().to_string()), "{err:#}");
+    }
 }

@@ -158,13 +158,40 @@ pub fn rewrite_observed(
     opts: &Options,
     on_phase: &mut dyn FnMut(Phase),
 ) -> Result<(Vec<u8>, RewriteReport)> {
+    rewrite_then(data, opts, on_phase, |out| out)
+}
+
+/// [`rewrite_observed`], handing the output to `then` (the caller writes it) as soon as it is
+/// complete: the rewrite report is built on another core meanwhile. `then`'s value is
+/// returned with the report.
+pub fn rewrite_then<T>(
+    data: &[u8],
+    opts: &Options,
+    on_phase: &mut dyn FnMut(Phase),
+    then: impl FnOnce(Vec<u8>) -> T,
+) -> Result<(T, RewriteReport)> {
     let p = plan_observed(data, opts.spec, opts.traps, on_phase)?;
     let (out, layout) = generate(&p, opts, on_phase)?;
-    // Built after the output: the report's memory would add to the passes' peak.
-    let report = RewriteReport::new(&p, opts.program, Some(layout));
+    // Built after the output (the report's memory would add to the passes' peak), while
+    // `then` runs; on this thread if no other can be started.
+    let planned = &p;
+    let report = move |layout| RewriteReport::new(planned, opts.program, Some(layout));
+    let (done, report) = std::thread::scope(|s| {
+        let builder = std::thread::Builder::new().name("stint-report".into());
+        match builder.spawn_scoped(s, {
+            let layout = layout.clone();
+            move || report(layout)
+        }) {
+            Ok(h) => {
+                let done = then(out);
+                (done, h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            }
+            Err(_) => (then(out), report(layout)),
+        }
+    });
     // The analysis and the plan (10^6 allocations in a large program) are freed elsewhere too.
     let Planned { analysis, plan, .. } = p;
     drop_elsewhere((analysis, plan));
     on_phase(Phase::Done);
-    Ok((out, report))
+    Ok((done, report))
 }

@@ -18,12 +18,15 @@ pub fn run(a: RewriteArgs) -> anyhow::Result<()> {
     let program = program_name(&a.input);
     let input = absolute_input(&a.input);
     let opts = stint_rewrite::Options { program: &program, input: input.as_deref(), spec: &spec, traps: a.traps };
-    let mut progress = Progress::new(&a.input, start, !a.quiet);
-    let res = stint_rewrite::rewrite_observed(&data, &opts, &mut |phase| progress.phase(phase));
-    progress.clear();
-    let (out, report) = res.map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a.input)?.permissions());
-    write_atomically(&a.output, &out, (mode & 0o777) | 0o100)?;
+    let mut progress = Progress::new(&a.input, start, !a.quiet);
+    // The output is written while the library builds the rewrite report on another core.
+    let res = stint_rewrite::rewrite_then(&data, &opts, &mut |phase| progress.phase(phase), |out| {
+        write_atomically(&a.output, &out, (mode & 0o777) | 0o100).map(|()| out.len())
+    });
+    progress.clear();
+    let (written, report) = res.map_err(|e| anyhow!("{}: {e}", a.input.display()))?;
+    let out_len = written?;
     if let Some(rp) = &a.report {
         let json = serde_json::to_string_pretty(&report)?;
         write_atomically(rp, json.as_bytes(), 0o644)?;
@@ -39,7 +42,7 @@ pub fn run(a: RewriteArgs) -> anyhow::Result<()> {
             s.entry_coverage_pct,
             s.skipped,
             a.output.display(),
-            out.len() as f64 / 1024.0,
+            out_len as f64 / 1024.0,
             start.elapsed().as_secs_f64()
         );
         if s.trap_sites > 0 {

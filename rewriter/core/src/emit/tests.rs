@@ -183,3 +183,26 @@ fn the_meta_written_in_chunks_is_the_meta_serialised_whole() {
         assert!(chunked == whole, "{threads} threads: the meta differs ({} and {} bytes)", chunked.len(), whole.len());
     }
 }
+
+/// `rewrite_then` hands `then` the bytes `rewrite` returns, once, and returns its value with
+/// the report `rewrite` gives (built on another thread meanwhile); `Done` is the last phase.
+#[test]
+fn rewrite_then_hands_over_the_output_and_the_same_report() {
+    let data = build("then", &["-O2"]);
+    let spec = Spec::default_spec();
+    let opts = Options { program: "p", input: None, spec: &spec, traps: false };
+    let (out, report) = rewrite(&data, &opts).expect("rewrite");
+    let mut phases = Vec::new();
+    let mut calls = 0;
+    let (handed, report_then) = crate::rewrite_then(&data, &opts, &mut |ph| phases.push(ph), |o| {
+        calls += 1;
+        o
+    })
+    .expect("rewrite_then");
+    assert_eq!(calls, 1);
+    assert!(handed == out, "outputs differ ({} and {} bytes)", handed.len(), out.len());
+    let json = |r: &crate::RewriteReport| serde_json::to_string(r).expect("report JSON");
+    assert_eq!(json(&report_then), json(&report));
+    assert_eq!(phases.last(), Some(&crate::Phase::Done));
+    assert_eq!(phases.iter().filter(|&&p| p == crate::Phase::Done).count(), 1);
+}
