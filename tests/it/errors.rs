@@ -230,3 +230,45 @@ fn report_rejects_truncated_profiles() {
     std::fs::write(&foreign, v).unwrap();
     assert_report_refuses(&foreign, "profile of another layout version");
 }
+
+/// An input rewritten in place by another process while `stint rewrite` reads it (`cp` over
+/// the file truncates it; the input is mapped, and a read past the new end raises SIGBUS):
+/// the one-line error naming the file, exit 2, and nothing left in the output directory,
+/// not a death by signal. gdb's rewrite takes 0.5 s or more, its input read to the end by
+/// the output's copy, so a truncation after 150 ms always lands inside it.
+#[test]
+fn rewrite_of_an_input_truncated_while_read() {
+    use std::os::unix::process::ExitStatusExt;
+    let gdb = Path::new("/usr/bin/gdb");
+    if !gdb.is_file() {
+        assert!(!under_ci(), "/usr/bin/gdb: missing under CI");
+        eprintln!("SKIPPED: /usr/bin/gdb is not installed");
+        return;
+    }
+    let dir = fresh_dir("truncated-while-read");
+    let input = dir.join("gdb");
+    std::fs::copy(gdb, &input).expect("copy gdb");
+    let out_dir = fresh_dir("out");
+    let out = out_dir.join("out");
+    let child = std::process::Command::new(stint_bin())
+        .args(["rewrite", path_str(&input), "-o", path_str(&out), "--quiet"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start stint rewrite");
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    std::fs::OpenOptions::new().write(true).open(&input).and_then(|f| f.set_len(4096)).expect("truncate the input");
+    let o = child.wait_with_output().expect("wait for stint rewrite");
+    let outcome = Outcome {
+        pid: 0,
+        status: o.status.code().unwrap_or(128 + o.status.signal().unwrap_or(0)),
+        signal: o.status.signal(),
+        stdout: o.stdout,
+        stderr: o.stderr,
+        elapsed: std::time::Duration::ZERO,
+    };
+    assert_one_line_error(&outcome, &input, "an input truncated while read");
+    assert!(outcome.stderr_str().contains("changed while stint read it"), "{outcome:?}");
+    let left = dir_entries(&out_dir);
+    assert!(left.is_empty(), "stint rewrite left {left:?} in the output directory");
+}

@@ -55,6 +55,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.stint-tmp.{}.{:?}", std::process::id(), std::thread::current().id()));
+    crate::input::sigbus::writing(Some(&tmp));
     let res = (|| -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
@@ -64,6 +65,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<
         std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
         std::fs::rename(&tmp, path)
     })();
+    crate::input::sigbus::writing(None);
     if let Err(e) = res {
         let _ = std::fs::remove_file(&tmp);
         return Err(anyhow!("{}: cannot write: {e}", path.display()));

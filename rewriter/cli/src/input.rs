@@ -23,6 +23,7 @@ pub fn load_spec(path: &Option<PathBuf>) -> anyhow::Result<Spec> {
 pub fn read_input(path: &Path) -> anyhow::Result<InputBytes> {
     let file = std::fs::File::open(path).with_context(|| path.display().to_string())?;
     if let Some(m) = Mapped::new(&file) {
+        sigbus::guard(path);
         return Ok(InputBytes::Mapped(m));
     }
     let mut data = Vec::new();
@@ -82,6 +83,68 @@ impl Drop for Mapped {
         // SAFETY: the mapping made in `new`, unmapped once.
         unsafe {
             libc::munmap(self.ptr, self.len);
+        }
+    }
+}
+
+/// A mapped input that another process truncates while it is read (`cp` over the file
+/// rewrites it in place) raises SIGBUS at the next read of a page past its new end. This
+/// turns that into the one-line error of every bad input, naming the file, removes the
+/// temporary output being written (if any: [`sigbus::writing`]), and exits 2.
+pub mod sigbus {
+    use std::ffi::{c_char, c_int, CString};
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicPtr, Ordering};
+
+    static INPUT: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+    static TEMP: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+    /// A C string that lives as long as the process (the handler may read it at any time).
+    fn leaked(path: &Path) -> *mut c_char {
+        CString::new(path.as_os_str().as_bytes()).map_or(std::ptr::null_mut(), CString::into_raw)
+    }
+
+    /// Report a SIGBUS as the input `path` having changed (the handler is installed once).
+    pub fn guard(path: &Path) {
+        if INPUT.swap(leaked(path), Ordering::AcqRel).is_null() {
+            // SAFETY: a handler that only calls async-signal-safe functions (write, unlink,
+            // _exit) on strings that are never freed.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_sigbus as extern "C" fn(c_int) as usize;
+                libc::sigemptyset(&mut sa.sa_mask);
+                libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+            }
+        }
+    }
+
+    /// The temporary file an output is being written to (`None` once it is renamed or removed).
+    pub fn writing(tmp: Option<&Path>) {
+        if !INPUT.load(Ordering::Acquire).is_null() {
+            TEMP.store(tmp.map_or(std::ptr::null_mut(), leaked), Ordering::Release);
+        }
+    }
+
+    fn put(s: &[u8]) {
+        // SAFETY: write(2) of a valid buffer; a short or failed write only shortens the message.
+        let _ = unsafe { libc::write(2, s.as_ptr().cast(), s.len()) };
+    }
+
+    extern "C" fn on_sigbus(_: c_int) {
+        let input = INPUT.load(Ordering::Acquire);
+        if !input.is_null() {
+            // SAFETY: a NUL-terminated string leaked by `guard`.
+            put(unsafe { std::ffi::CStr::from_ptr(input) }.to_bytes());
+        }
+        put(b": the file changed while stint read it (truncated or rewritten by another process)\n");
+        let tmp = TEMP.load(Ordering::Acquire);
+        // SAFETY: a NUL-terminated string leaked by `writing`; then the process ends at once.
+        unsafe {
+            if !tmp.is_null() {
+                libc::unlink(tmp);
+            }
+            libc::_exit(2);
         }
     }
 }

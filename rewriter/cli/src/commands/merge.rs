@@ -4,9 +4,7 @@
 //! JSON object; several give an array of them, one per program.
 
 use std::io::Write;
-use std::path::Path;
 
-use anyhow::Context;
 use stint_profile::merge;
 
 use crate::args::MergeArgs;
@@ -19,7 +17,7 @@ pub fn run(a: MergeArgs) -> anyhow::Result<()> {
         std::io::stdout().lock().write_all(text.as_bytes())?;
         return Ok(());
     }
-    write_atomically(&a.output, text.as_bytes())?;
+    crate::cache::write_atomically(&a.output, text.as_bytes(), 0o644)?;
     if !a.quiet {
         for m in &merged {
             let fns: usize = m.profile.threads.iter().map(|t| t.functions.len()).sum();
@@ -34,19 +32,4 @@ pub fn run(a: MergeArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Write `bytes` to a temporary file beside `path`, then rename it to `path`: no half-written
-/// output, whatever happens.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let name = path.file_name().with_context(|| format!("{}: not a file name", path.display()))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let r = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r.with_context(|| path.display().to_string())
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::anyhow;
 
 use crate::args::RewriteArgs;
+use crate::cache::write_atomically;
 use crate::input::{absolute_input, load_spec, program_name, read_input};
 
 pub fn run(a: RewriteArgs) -> anyhow::Result<()> {
@@ -99,23 +100,4 @@ impl Progress {
             self.shown = false;
         }
     }
-}
-
-/// Write `bytes` to a temporary file beside `path` and rename it into place, so a failed
-/// run never leaves a half-written output.
-fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.stint-tmp.{}", program_name(path), std::process::id()));
-    let res = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(anyhow!("{}: cannot write: {e}", path.display()));
-    }
-    Ok(())
 }
