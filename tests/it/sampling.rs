@@ -129,8 +129,12 @@ fn a_sampled_estimate_is_within_its_bound() {
         let est = work["cpu_ns"].as_f64().expect("work timed");
         let bound = work["sampled"]["cpu_error_ns"].as_f64().expect("cpu_error_ns");
         // A bound over a quarter of the time: a preemption inside a timed call (scaled by the
-        // sampling rate) on a loaded machine; the pair says nothing, try the next.
-        let allowed = bound + 0.15 * orig;
+        // sampling rate) on a loaded machine; the pair says nothing, try the next. The CPU
+        // time of one run of the original itself moves by up to 40 % between runs while the
+        // rest of the suite runs on the other core (CI, 8d67f18: 4.28–6.05 ms in 5 runs, the
+        // estimates 3.71–5.65 ms), so one pair is compared within 35 %; a wrongly scaled
+        // estimate is off by multiples.
+        let allowed = bound + 0.35 * orig;
         if bound > 0.0 && bound < 0.25 * orig && (est - orig).abs() <= allowed {
             return;
         }
