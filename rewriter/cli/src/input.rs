@@ -132,6 +132,15 @@ pub mod sigbus {
     }
 
     extern "C" fn on_sigbus(_: c_int) {
+        // The rewrite reads on every core: several threads can fault at once. The first
+        // reports and ends the process; the others wait for that.
+        static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if FIRED.swap(true, Ordering::AcqRel) {
+            loop {
+                // SAFETY: pause(2) only waits; the first thread's _exit ends this one too.
+                unsafe { libc::pause() };
+            }
+        }
         let input = INPUT.load(Ordering::Acquire);
         if !input.is_null() {
             // SAFETY: a NUL-terminated string leaked by `guard`.
