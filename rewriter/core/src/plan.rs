@@ -1130,15 +1130,7 @@ fn plan_entry_slots(
         {
             let n = plan.slot_windows.len();
             patches.insert(start, len);
-            let mut room = Room {
-                elf,
-                points: &mut plan.points,
-                by_address: &by_address,
-                patches: &mut *patches,
-                slots: &mut *slots,
-                shadow_stack: opts.shadow_stack,
-                windows: &mut plan.slot_windows,
-            };
+            let mut room = Room::new(elf, plan, &by_address, patches, slots, opts.shadow_stack);
             match room.slot(an, &[], start + JMP8_LEN) {
                 Some(slot) => planned = Some((len, displaced, Tactic::Rel8Slot, Some(slot))),
                 None => {
@@ -1266,15 +1258,7 @@ fn plan_entry_jumps(
             .map(Instruction::ip)
             .filter(|&t| t != p.address && an.branch_targets.contains(&t))
             .collect();
-        let mut room = Room {
-            elf,
-            points: &mut plan.points,
-            by_address: &by_address,
-            patches: &mut *patches,
-            slots: &mut *slots,
-            shadow_stack: opts.shadow_stack,
-            windows: &mut plan.slot_windows,
-        };
+        let mut room = Room::new(elf, plan, &by_address, patches, slots, opts.shadow_stack);
         let whole = decoded.iter().all(|(fp, ins)| ins.last().map_or(fp.address, Instruction::next_ip) == fp.end());
         match whole.then(|| entry_redirects(an, &p, &decoded, &targets, &mut room)).flatten() {
             Some(r) => {
@@ -1450,15 +1434,7 @@ fn plan_point_exits(
             for (k, kind, found) in sites {
                 let x = &ins[k];
                 let res = found.and_then(|()| {
-                    let mut room = Room {
-                        elf,
-                        points: &mut plan.points,
-                        by_address,
-                        patches: &mut *patches,
-                        slots: &mut *slots,
-                        shadow_stack: opts.shadow_stack,
-                        windows: &mut plan.slot_windows,
-                    };
+                    let mut room = Room::new(elf, plan, by_address, patches, slots, opts.shadow_stack);
                     exit_patch(&ctx, ins, k, fp, &decoded_parts, &mut room, opts)
                 });
                 match res {
@@ -2574,7 +2550,27 @@ struct Room<'r, 'a> {
     windows: &'r mut Vec<SlotWindow>,
 }
 
-impl Room<'_, '_> {
+impl<'r, 'a> Room<'r, 'a> {
+    /// The room of `plan`'s points and slot windows, around `patches` and `slots`.
+    fn new(
+        elf: &'r InputElf<'a>,
+        plan: &'r mut Plan,
+        by_address: &'r BTreeMap<u64, usize>,
+        patches: &'r mut Patches,
+        slots: &'r mut Slots,
+        shadow_stack: bool,
+    ) -> Self {
+        Room {
+            elf,
+            points: &mut plan.points,
+            by_address,
+            patches,
+            slots,
+            shadow_stack,
+            windows: &mut plan.slot_windows,
+        }
+    }
+
     /// Make a slot within `jmp rel8` reach of `from` by stretching a nearby entry window over
     /// the straight-line instructions after it until 5 dead bytes follow its `jmp rel32`
     /// (an entry window is run by its trampoline whatever its length; prologues such as
