@@ -1492,11 +1492,7 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.mov(frame64(rdx, FRAME_WALL_OFFSET), rax)?;
         a.sub(rax, gs64(COL_CPU_OFF_OFFSET))?;
         a.mov(frame64(rdx, FRAME_CPU_OFFSET), rax)?;
-        cct_probe(&mut a, env, &mut miss)?;
-        a.mov(frame32(rdx, FRAME_NODE_OFFSET), eax)?;
-        a.inc(counter(env.active))?;
-        a.inc(gs32(COL_DEPTH_OFFSET))?; // publish
-        a.jmp(out)?;
+        push_node_and_publish(&mut a, env, &mut miss, out)?;
         // Nothing is published yet: rt-lib does the whole entry (TSC and S as they were).
         a.set_label(&mut miss)?;
         a.mov(rax, frame64(rdx, FRAME_WALL_OFFSET))?;
@@ -1627,11 +1623,7 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.mov(frame64(rdx, FRAME_SP_OFFSET), rdi)?;
         a.mov(frame32(rdx, FRAME_POINT_OFFSET), ecx)?;
         a.mov(frame32(rdx, FRAME_BITS_OFFSET), FRAME_UNTIMED)?;
-        cct_probe(&mut a, env, &mut miss)?;
-        a.mov(frame32(rdx, FRAME_NODE_OFFSET), eax)?;
-        a.inc(counter(env.active))?;
-        a.inc(gs32(COL_DEPTH_OFFSET))?; // publish
-        a.jmp(out)?;
+        push_node_and_publish(&mut a, env, &mut miss, out)?;
         a.set_label(&mut miss)?;
         a.mov(rdi, frame64(rdx, FRAME_SP_OFFSET))?;
         a.set_label(&mut slow_u)?;
@@ -1645,6 +1637,23 @@ fn timer_routine_asm(at: u64, op: TimerOp, env: TimerEnv) -> std::result::Result
         a.jmp(out)?;
     }
     a.assemble(at)
+}
+
+/// The end of an entry that pushed its frame at rdx (rcx = point): the frame's
+/// calling-context node ([`cct_probe`]; a miss jumps to `miss`), the point's open frames
+/// counted, the frame published (depth + 1), then out.
+fn push_node_and_publish(
+    a: &mut iced_x86::code_asm::CodeAssembler,
+    env: TimerEnv,
+    miss: &mut iced_x86::code_asm::CodeLabel,
+    out: iced_x86::code_asm::CodeLabel,
+) -> std::result::Result<(), iced_x86::IcedError> {
+    use iced_x86::code_asm::*;
+    cct_probe(a, env, miss)?;
+    a.mov(dword_ptr(rdx + (SHADOW_OFFSET + FRAME_NODE_OFFSET)).gs(), eax)?;
+    a.inc(qword_ptr(rcx * 8 + env.active).gs())?;
+    a.inc(dword_ptr(u64::from(COL_DEPTH_OFFSET)).gs())?; // publish
+    a.jmp(out)
 }
 
 /// The calling-context node of an entry (D16), in a timer routine: rcx = point, rdx = the
