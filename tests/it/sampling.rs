@@ -290,10 +290,10 @@ fn tick_timed(doc: &Value) -> Vec<(u64, u64)> {
 const LEARN_TRIES: usize = 4;
 
 /// A live session whose workers each called `tick` `n` times and sample it. Whether a point
-/// is sampled is decided on the wall time of its first 511 calls (a few µs), so a preemption
-/// inside them makes the point timed on every call for the rest of the run, as it should;
-/// on a loaded host that happens to one session in a few. Such a session is finished (its
-/// behaviour still checked) and another started; the failure names what each one showed.
+/// is sampled is decided on its first 511 calls; since the decision leaves out their time
+/// off a CPU (helper `sampling2`), only more than 4 switched-out learning calls keep it
+/// timed, which a very loaded host can still do. Such a session is finished (its behaviour
+/// still checked) and another started; the failure names what each one showed.
 fn sampled_session(label: &str, n: u64) -> Live {
     let mut seen = Vec::new();
     for i in 0..LEARN_TRIES {
