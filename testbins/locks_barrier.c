@@ -44,9 +44,9 @@ __attribute__((noinline)) void *racer(void *arg) {
             while (nanosleep(&ts, &ts) != 0) {
             }
         }
-        long t0 = wall_now();
+        long t0 = wall_now_raw();
         int rc = pthread_barrier_wait(&b);
-        wait_ns += wall_now() - t0;
+        wait_ns += wall_now_raw() - t0;
         waits++;
         if (rc == PTHREAD_BARRIER_SERIAL_THREAD)
             __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED);

@@ -66,9 +66,9 @@ __attribute__((noinline)) void produce_item(long v) {
     pthread_mutex_lock(&q_lock);
     my_locks++;
     while (count == CAP) {
-        long t0 = wall_now();
+        long t0 = wall_now_raw();
         pthread_cond_wait(&not_full, &q_lock);
-        my_cwait_ns += wall_now() - t0;
+        my_cwait_ns += wall_now_raw() - t0;
         my_cwaits++;
     }
     queue[(head + count) % CAP] = v;
@@ -83,9 +83,9 @@ __attribute__((noinline)) long consume_item(void) {
     my_locks++;
     while (count == 0) {
         __atomic_store_n(&consumer_waiting, 1, __ATOMIC_RELEASE);
-        long t0 = wall_now();
+        long t0 = wall_now_raw();
         pthread_cond_wait(&not_empty, &q_lock);
-        my_cwait_ns += wall_now() - t0;
+        my_cwait_ns += wall_now_raw() - t0;
         my_cwaits++;
     }
     long v = queue[head];

@@ -84,9 +84,9 @@ __attribute__((noinline)) void *beta_main(void *arg) {
     }
     SIDE("handle child 0x%lx\n", (unsigned long)c);
     void *v = NULL;
-    long t0 = wall_now();
+    long t0 = wall_now_raw();
     pthread_join(c, &v);
-    SIDE("join beta child %ld\n", wall_now() - t0);
+    SIDE("join beta child %ld\n", wall_now_raw() - t0);
     child_result = (long)v;
     return (void *)22;
 }
@@ -139,7 +139,7 @@ int main(void) {
     __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
     for (int i = 0; i < 4; i++) {
         void *v = NULL;
-        long t0 = wall_now();
+        long t0 = wall_now_raw();
         int rc;
         if (i < 3) {
             rc = pthread_join(th[i].t, &v);
@@ -149,7 +149,7 @@ int main(void) {
             deadline.tv_sec += 10;
             rc = pthread_timedjoin_np(th[i].t, &v, &deadline);
         }
-        SIDE("join main %s %ld\n", th[i].role, wall_now() - t0);
+        SIDE("join main %s %ld\n", th[i].role, wall_now_raw() - t0);
         printf("%s: join %d, returned %ld\n", th[i].role, rc, (long)v);
     }
     printf("child of beta returned %ld\n", child_result);

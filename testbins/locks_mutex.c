@@ -42,12 +42,12 @@ __attribute__((noinline)) void *holder(void *arg) {
     (void)arg;
     SIDE("tid holder %ld\n", thread_id());
     pthread_mutex_lock(&m);
-    long acquired = wall_now();
+    long acquired = wall_now_raw();
     __atomic_store_n(&held, 1, __ATOMIC_RELEASE);
     struct timespec ts = {0, HOLD_MS * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
-    long released = wall_now();
+    long released = wall_now_raw();
     pthread_mutex_unlock(&m);
     SIDE("hold holder m %ld\n", released - acquired);
     return NULL;
@@ -58,9 +58,9 @@ __attribute__((noinline)) void *waiter(void *arg) {
     SIDE("tid waiter %ld\n", thread_id());
     while (!__atomic_load_n(&held, __ATOMIC_ACQUIRE))
         sched_yield();
-    long t0 = wall_now();
+    long t0 = wall_now_raw();
     pthread_mutex_lock(&m);
-    long t1 = wall_now();
+    long t1 = wall_now_raw();
     pthread_mutex_unlock(&m);
     SIDE("wait waiter m %ld\n", t1 - t0);
     return NULL;

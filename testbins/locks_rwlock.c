@@ -47,13 +47,13 @@ __attribute__((noinline)) void *writer(void *arg) {
     (void)arg;
     SIDE("tid writer %ld\n", thread_id());
     pthread_rwlock_wrlock(&rw);
-    long acquired = wall_now();
+    long acquired = wall_now_raw();
     __atomic_store_n(&write_held, 1, __ATOMIC_RELEASE);
     struct timespec ts = {0, HOLD_MS * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
     shared_value = 1;
-    long released = wall_now();
+    long released = wall_now_raw();
     pthread_rwlock_unlock(&rw);
     SIDE("hold writer rw %ld\n", released - acquired);
     while (!__atomic_load_n(&readers_done, __ATOMIC_ACQUIRE))
@@ -71,9 +71,9 @@ __attribute__((noinline)) void *reader(void *arg) {
     SIDE("tid reader%ld %ld\n", k, thread_id());
     while (!__atomic_load_n(&write_held, __ATOMIC_ACQUIRE))
         sched_yield();
-    long t0 = wall_now();
+    long t0 = wall_now_raw();
     pthread_rwlock_rdlock(&rw);
-    long t1 = wall_now();
+    long t1 = wall_now_raw();
     long seen = shared_value;
     pthread_rwlock_unlock(&rw);
     SIDE("wait reader%ld rw %ld\n", k, t1 - t0);

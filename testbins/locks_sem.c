@@ -44,12 +44,12 @@ __attribute__((noinline)) void *stage(void *arg) {
     SIDE("tid stage%ld %ld\n", k, thread_id());
     long waits = 0, wait_ns = 0;
     for (long i = 0; i < TOKENS; i++) {
-        long t0 = wall_now();
+        long t0 = wall_now_raw();
         if (sem_wait(&s[k]) != 0) {
             perror("sem_wait");
             exit(3);
         }
-        wait_ns += wall_now() - t0;
+        wait_ns += wall_now_raw() - t0;
         waits++;
         long v = slot[k][i] * 3 + k;
         checksum[k] = checksum[k] * 31 + (unsigned long)v;
