@@ -261,6 +261,9 @@ pub struct Startup {
     pub calib: stint_layout::Calibration,
     /// TSC at which the start-up calibration began.
     pub calib_tsc: u64,
+    /// 1 when start-up made the fork cookie's page private, anonymous and wipe-on-fork
+    /// (`threads::init_cookie`); a fork child then writes a cookie of its own.
+    pub cookie_ok: u32,
 }
 
 /// The runtime's writable state, in the rewriter-reserved zero-filled pages.

@@ -150,6 +150,8 @@ pub const MAP_ANONYMOUS: usize = 0x20;
 pub const MAP_NORESERVE: usize = 0x4000;
 /// madvise: page faults in the range read no pages around the faulting one.
 pub const MADV_RANDOM: usize = 1;
+/// madvise: a fork child sees the range zero-filled (private anonymous memory, Linux 4.14).
+pub const MADV_WIPEONFORK: usize = 18;
 
 const ARCH_SET_GS: usize = 0x1001;
 const ARCH_SET_FS: usize = 0x1002;
@@ -275,7 +277,7 @@ pub unsafe fn munmap(addr: usize, len: usize) -> SysResult {
 }
 
 /// madvise with an advice that only changes how the kernel pages the range in (never its
-/// contents).
+/// contents in this process; `MADV_WIPEONFORK` zeroes them in a fork child).
 pub fn madvise(addr: usize, len: usize, advice: usize) -> SysResult {
     syscall!(SYS_MADVISE, addr, len, advice)
 }

@@ -24,12 +24,12 @@ use crate::column::{Column, CCT_INITIAL_MASK, SHADOW_FIRST_PAGE};
 use crate::control;
 use crate::process;
 use crate::profile_file;
-use crate::state::{RegGuard, Rt};
+use crate::state::{RegGuard, Rt, Startup};
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    baseline_offset, cct_index_offset, ColumnHeader, CFG_NO_TIMERS, COLUMN_LIVE, COUNTERS_OFFSET, FLAG_FORK_CHILD,
-    FLAG_TID_KEY_VERIFIED, PAGE, STATE_RUN,
+    baseline_offset, cct_index_offset, metric_bit, ColumnHeader, CFG_NO_TIMERS, COLUMN_LIVE, COUNTERS_OFFSET,
+    FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, METRIC_CALLS, PAGE, STATE_RUN,
 };
 
 /// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
@@ -40,6 +40,69 @@ fn key(rt: &Rt, tp: u64) -> u32 {
         unsafe { sys::fs_u32(rt.cfg.tid_offset) }
     } else {
         tp as u32
+    }
+}
+
+// ---- The calls-only entry path (`ColumnHeader::owner_tpx`) ----
+
+const CALLS_BIT: u32 = metric_bit(METRIC_CALLS) as u32;
+
+/// The fork cookie's word: the page before the control region.
+fn cookie_word(rt: &Rt) -> *mut u64 {
+    stint_layout::cookie_addr(rt.cfg.control_region() as u64) as *mut u64
+}
+
+/// Start-up: the cookie's page private and anonymous, zeroed in fork children, with an odd
+/// word. Without it (a kernel before 4.14) the cookie stays 0 and every calls-only entry asks
+/// the runtime, which counts exactly but slowly.
+pub fn init_cookie(rt: &Rt, su: &mut Startup) {
+    let addr = cookie_word(rt) as usize;
+    let rw = sys::PROT_READ | sys::PROT_WRITE;
+    let flags = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_FIXED;
+    // Safety: the page the rewriter reserved for the cookie (`cookie_addr`), which nothing
+    // else uses; replacing it with a zero page changes nothing before the cookie is written.
+    if unsafe { sys::mmap(addr, PAGE as usize, rw, flags, -1, 0) }.is_err()
+        || sys::madvise(addr, PAGE as usize, sys::MADV_WIPEONFORK).is_err()
+    {
+        return;
+    }
+    su.cookie_ok = 1;
+    renew_cookie(rt, su);
+}
+
+/// A fresh odd cookie, where start-up made the page wipe-on-fork (a fork child finds it
+/// zeroed; the page stays wipe-on-fork for its own children).
+pub fn renew_cookie(rt: &Rt, su: &Startup) {
+    if su.cookie_ok == 0 {
+        return;
+    }
+    let w = cookie_word(rt);
+    // Safety: the cookie's page is mapped for the whole run (the rewriter reserved it); only
+    // start-up and the thread that handles a fork write it.
+    unsafe { core::ptr::write_volatile(w, (sys::rdtsc().rotate_left(29) ^ w as u64) | 1) };
+}
+
+/// Arms this thread's calls-only entry path in its own column `h`: `owner_tp ^ cookie` while
+/// there is a cookie and the thread's mask counts calls, else 0 (every calls-only entry then
+/// asks the runtime, which applies the mask).
+pub fn arm_calls_path(rt: &Rt, h: *mut ColumnHeader) {
+    // Safety: `h` is the calling thread's own column header; `stint ctl` may write
+    // `thread_mask` and `owner_tpx` meanwhile (aligned words, read and written whole).
+    unsafe {
+        let cookie = core::ptr::read_volatile(cookie_word(rt));
+        let (mask_word, tpx) = (&raw const (*h).thread_mask, &raw mut (*h).owner_tpx);
+        let mask = || core::ptr::read_volatile(mask_word);
+        if cookie == 0 || mask() & CALLS_BIT == 0 {
+            core::ptr::write_volatile(tpx, 0);
+            return;
+        }
+        core::ptr::write_volatile(tpx, (*h).owner_tp ^ cookie);
+        // `stint ctl` writes a mask, then 0 here: a mask read before its write is followed by
+        // its 0, and one read after it sees the new mask.
+        core::sync::atomic::fence(Ordering::SeqCst);
+        if mask() & CALLS_BIT == 0 {
+            core::ptr::write_volatile(tpx, 0);
+        }
     }
 }
 
@@ -148,6 +211,7 @@ fn refresh_if_owner(rt: &Rt, tp: u64, tid: u32, pid: u32) -> bool {
     let mut col = unsafe { file_column(rt, cur) };
     col.h.owner_key = key(rt, tp);
     col.h.exit_key = col.h.owner_key;
+    arm_calls_path(rt, cur);
     // Our own column and no frame half written: a safe point (`stint ctl` may have changed
     // the key to bring us here).
     control::safe_point(rt, &mut col);
@@ -168,6 +232,10 @@ fn lose(rt: &Rt, held: &RegGuard, hdr: *mut stint_layout::FileHeader, tid: u32) 
 pub fn slow(rt: &Rt, point: u32) -> bool {
     let st = rt.st;
     if !st.active() {
+        // Measuring nothing: the calls-only entries stop asking (the idle word).
+        // Safety: the cookie's page is mapped for the whole run, and `idle_addr` is an
+        // aligned word of it that only this store writes.
+        unsafe { core::ptr::write_volatile(stint_layout::idle_addr(rt.cfg.control_region() as u64) as *mut u64, 1) };
         return false;
     }
     let pid = sys::getpid();
@@ -270,6 +338,7 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     take_pending_name(&mut guard, tp, &mut h.name);
     take_pending_start(rt, tp, h);
     control::on_register(rt, h);
+    arm_calls_path(rt, h);
     if tid == pid && rt.cfg.tid_offset != 0 && h.owner_key == tid {
         // The main thread's tid word is where the rewriter said: start-up checks it, but a
         // static program had no TLS then (its dummy page holds 0), so check it here too.

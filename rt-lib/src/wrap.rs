@@ -1251,6 +1251,7 @@ fn set_name(ev: &mut Ev, thread: u64, name: *const u8) {
         ev.col.h.name = n;
         if rules {
             ev.col.h.thread_mask = control::thread_mask(ev.rt, ev.col.h.tid, &n);
+            threads::arm_calls_path(ev.rt, &mut *ev.col.h);
         }
         return;
     }
@@ -1266,6 +1267,8 @@ fn set_name(ev: &mut Ev, thread: u64, name: *const u8) {
             if rules {
                 let tid = (&raw const (*c).tid).read();
                 (&raw mut (*c).thread_mask).write_volatile(control::thread_mask(ev.rt, tid, &n));
+                // Its calls-only path asks the runtime next, which arms it for the new mask.
+                (&raw mut (*c).owner_tpx).write_volatile(0);
             }
         },
         None => threads::remember_name(&mut guard, thread, n),

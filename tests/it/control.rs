@@ -31,12 +31,40 @@ struct Session {
     dir: PathBuf,
 }
 
-fn binaries(variant: Variant) -> (PathBuf, PathBuf) {
+/// A spec whose every entry can only count calls: they take the calls-only path
+/// (`codegen::calls_trampoline`), which `stint ctl` reaches through `owner_tpx`. `lock_wait`
+/// (off) installs the thread-library wrappers, so that the workers' names, which main gives
+/// them after creating them, are recorded whenever the workers register.
+const CALLS_ONLY: &str = "metrics:\n  - {name: calls, kind: counter, at: entry, on_at_start: true}\n  - {name: lock_wait, kind: wait, at: sync_calls, on_at_start: false}\n";
+
+/// The original ctl_loop and its rewrite with `spec` (None: the default spec).
+fn binaries(variant: Variant, spec: Option<&str>) -> (PathBuf, PathBuf) {
     let p = program("ctl_loop");
     let original = build(&p, variant);
-    let rewritten = run_root().join("control").join(variant.name()).join("ctl_loop");
+    let name = if spec.is_some() { "calls-only" } else { "default" };
+    let rewritten = run_root().join("control").join(variant.name()).join(name).join("ctl_loop");
+    static REWRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = REWRITE.lock().unwrap_or_else(|e| e.into_inner());
     if !rewritten.exists() {
-        rewrite(&original, &rewritten);
+        match spec {
+            None => rewrite(&original, &rewritten),
+            Some(text) => {
+                let dir = rewritten.parent().unwrap();
+                std::fs::create_dir_all(dir).unwrap();
+                let file = dir.join("spec.yaml");
+                std::fs::write(&file, text).unwrap();
+                let o = stint(&[
+                    "rewrite",
+                    path_str(&original),
+                    "-o",
+                    path_str(&rewritten),
+                    "--spec",
+                    path_str(&file),
+                    "-q",
+                ]);
+                assert!(o.status == 0, "stint rewrite --spec: {o:?}");
+            }
+        }
     }
     (original, rewritten)
 }
@@ -44,7 +72,12 @@ fn binaries(variant: Variant) -> (PathBuf, PathBuf) {
 impl Session {
     /// Start the rewritten program with `control` as its control file (None: no file).
     fn start(label: &str, control: Option<&str>) -> Session {
-        let (original, rewritten) = binaries(Variant::PieO2);
+        Session::start_spec(label, control, None)
+    }
+
+    /// The same, rewritten with `spec`.
+    fn start_spec(label: &str, control: Option<&str>, spec: Option<&str>) -> Session {
+        let (original, rewritten) = binaries(Variant::PieO2, spec);
         let dir = fresh_dir(label);
         let mut cmd = Command::new(&rewritten);
         cmd.current_dir(&dir)
@@ -263,6 +296,56 @@ fn enable_for_one_thread() {
     s.finish();
 }
 
+/// A thread mask with the calls-only path: `stint ctl --thread` disarms the named thread's
+/// and every other thread's path with the mask it writes; the runtime re-arms only where the
+/// mask counts calls. Off at start: the first command's calls register the threads (the
+/// calls-only path registers a thread at its first entry, on or off) and count nothing.
+#[test]
+fn calls_only_enable_for_one_thread() {
+    let _turn = cpu_turn();
+    let mut s = Session::start_spec("ctl-calls-thread", Some("on: []\n"), Some(CALLS_ONLY));
+    let r = s.report(&[]);
+    assert_eq!(calls(&r, "worker-a", "tick"), 0, "off at start: {r:#}");
+    let a = tid_of(&r, "worker-a");
+    s.ctl_ok(&["enable", "calls", "--thread", &a]);
+    s.command("work 700", "done 700");
+    let r = s.report(&[]);
+    assert_eq!(calls(&r, "worker-a", "tick"), 700, "{r:#}");
+    assert_eq!(calls(&r, "worker-b", "tick"), 0, "worker-b is outside the focus: {r:#}");
+    assert_eq!(calls(&r, "main", "heartbeat"), 0, "main is outside the focus: {r:#}");
+    // Every thread again, then off for worker-a alone.
+    s.ctl_ok(&["enable", "calls"]);
+    s.command("work 30", "done 30");
+    s.ctl_ok(&["disable", "calls", "--thread", &a]);
+    s.command("work 5", "done 5");
+    let r = s.report(&[]);
+    assert_eq!(calls(&r, "worker-a", "tick"), 730, "{r:#}");
+    assert_eq!(calls(&r, "worker-b", "tick"), 35, "{r:#}");
+    assert_eq!(calls(&r, "main", "heartbeat"), 2, "{r:#}");
+    s.finish();
+}
+
+/// A snapshot request reaches threads that only pass calls-only entries: `stint ctl` disarms
+/// their path with the key, so their next entry takes the request at a safe point.
+#[test]
+fn calls_only_snapshot_is_a_baseline() {
+    let _turn = cpu_turn();
+    let mut s = Session::start_spec("ctl-calls-snapshot", None, Some(CALLS_ONLY));
+    s.command("work 300", "done 300");
+    let line = s.ctl_ok(&["snapshot", "--wait-ms", "50"]);
+    assert!(line.starts_with("snapshot 1: 0 of 3 live threads took it; 3 idle"), "{line}");
+    s.command("work 200", "done 200");
+    let since = s.report(&["--since-snapshot"]);
+    assert_eq!(calls(&since, "worker-a", "tick"), 200, "{since:#}");
+    assert_eq!(calls(&since, "worker-b", "tick"), 200, "{since:#}");
+    assert_eq!(calls(&since, "main", "heartbeat"), 1, "{since:#}");
+    let total = s.report(&[]);
+    assert_eq!(calls(&total, "worker-a", "tick"), 501, "work 1, 300 and 200");
+    let status = s.ctl_ok(&["status"]);
+    assert!(status.contains("snapshot 1: 3 of 3 live threads took it"), "{status}");
+    s.finish();
+}
+
 #[test]
 fn snapshot_is_a_baseline() {
     let _turn = cpu_turn();
@@ -320,7 +403,7 @@ fn bad_control_files_leave_the_program_running() {
         ("missing", None, "cannot read: ENOENT"),
     ];
     for &(label, text, why) in cases {
-        let (original, rewritten) = binaries(Variant::PieO2);
+        let (original, rewritten) = binaries(Variant::PieO2, None);
         let dir = fresh_dir(&format!("ctl-bad-{label}"));
         let path = dir.join("control.yaml");
         if let Some(t) = text {

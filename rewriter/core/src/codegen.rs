@@ -59,8 +59,8 @@ use stint_layout::{
     cct_index_offset, cct_nodes_offset, counter_offset, gate_offset, metric_bit, TimerOp, CCT_CAP, CCT_HASH_MUL,
     CCT_NODE_CALLS_OFFSET, CCT_NODE_CPU_OFFSET, CCT_NODE_PARENT_OFFSET, CCT_NODE_POINT_OFFSET, CCT_NODE_SIZE,
     CCT_NODE_WALL_OFFSET, COL_BUSY_OFFSET, COL_CCT_MASK_OFFSET, COL_CPU_OFF_OFFSET, COL_DEPTH_OFFSET,
-    COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET, COL_SEQ_PTR_OFFSET,
-    COL_SHADOW_READY_OFFSET, COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET,
+    COL_EXIT_KEY_OFFSET, COL_OWNER_KEY_OFFSET, COL_OWNER_TPX_OFFSET, COL_OWNER_TP_OFFSET, COL_SEQ_OFFSET,
+    COL_SEQ_PTR_OFFSET, COL_SHADOW_READY_OFFSET, COL_SYNC_TICKS_OFFSET, COL_SYNC_TSC_OFFSET, COL_THREAD_MASK_OFFSET,
     COL_TIMER_SKIPPED_OFFSET, COL_UNMATCHED_EXITS_OFFSET, FRAME_BITS_OFFSET, FRAME_CPU_OFFSET, FRAME_NODE_OFFSET,
     FRAME_POINT_OFFSET, FRAME_SAMPLED, FRAME_SIZE, FRAME_SP_OFFSET, FRAME_UNTIMED, FRAME_WALL_OFFSET, METRIC_CALLS,
     METRIC_CPU_TIME, METRIC_LOCK_HOLD, METRIC_LOCK_WAIT, METRIC_WALL_TIME, N_COUNTER_SLOTS, SAMPLE_EVERY, SAMPLE_HASH,
@@ -234,6 +234,7 @@ impl Targets {
     fn trampoline_env(&self, point: u32) -> TrampolineEnv {
         TrampolineEnv {
             gate: self.control + gate_offset(point),
+            cookie: stint_layout::cookie_addr(self.control),
             counter: counter_offset(self.n_points, SLOT_CALLS, point) as u32,
             tid_offset: self.tid_offset,
             slow_stub: self.slow_stub,
@@ -396,6 +397,8 @@ fn initial_state(plan: &Plan, kind: PieceKind) -> Result<Initial> {
 pub struct TrampolineEnv {
     /// Gate byte of this point (one bit per metric).
     pub gate: u64,
+    /// The fork cookie's word (`stint_layout::cookie_addr`), for the calls-only entry path.
+    pub cookie: u64,
     /// Offset of this point's call counter in a column (`gs:`-relative).
     pub counter: u32,
     /// fs-relative offset of libc's tid word, 0 to leave it out of the key.
@@ -437,6 +440,9 @@ fn gated_count(b: &mut Block, bits: u8, env: TrampolineEnv) -> Result<()> {
 /// .xskip pop rax / <exit instruction>
 /// ```
 pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64, exit: Option<u64>) -> Result<Vec<u8>> {
+    if calls_only(point, exit) {
+        return calls_trampoline(point, env, at);
+    }
     let mut b = Block::new();
     let (on, count, displaced, slow) = (b.label(), b.label(), b.label(), b.label());
     let exit_at = match exit {
@@ -504,6 +510,74 @@ pub fn trampoline(point: &Point, env: TrampolineEnv, at: u64, exit: Option<u64>)
         b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
         b.add(last);
     }
+    b.encode(at)
+}
+
+/// Whether the entry trampoline of `point` (with the entry+exit tactic's `exit`) is
+/// [`calls_trampoline`]'s, which the layout pass starts on a [`CALLS_ALIGN`] boundary.
+pub fn calls_only(point: &Point, exit: Option<u64>) -> bool {
+    point.bits == CALLS_BIT && exit.is_none()
+}
+
+/// Where a calls-only trampoline starts: its path up to a window of 11 bytes and the jump
+/// back fits in one 64-byte block, and on the AMD EPYC guest it costs one cycle there and
+/// two at 16, 32 or 48 bytes past it (issue 14, `docs/PERFORMANCE.md`).
+pub const CALLS_ALIGN: u64 = 64;
+
+/// The entry trampoline of a point that can only count calls: one straight path for on and
+/// off, so that both cost one cycle (issue 14: a taken branch to a counting path costs a
+/// second one, and so does the libc tid word's test):
+/// ```text
+///        push  rax
+///        mov   rax, fs:[0]
+///        xor   rax, [rip+cookie]            ; 0 in a fork child (MADV_WIPEONFORK)
+///        cmp   rax, gs:[owner_tpx]          ; armed: this thread's column, its mask counts calls
+///        jne   .slow
+///        movzx eax, byte [rip+gate]
+///        and   eax, CALLS
+///        add   gs:[counter], rax            ; + 1 while the gate says calls, + 0 while off
+///        pop   rax
+/// .prog  <displaced instructions>, jmp back
+/// .slow  cmp byte [rip+idle], 0 / jne .skip     ; this process measures nothing
+///        mov eax, <point id> / call slow_stub   ; registers, forks, re-arms owner_tpx
+///        test eax, eax / jne .count
+/// .skip  pop rax / jmp .prog
+/// .count <gate & mask: calls += 1>
+///        pop rax / jmp .prog
+/// ```
+/// `owner_tpx` is `owner_tp ^ cookie`, armed by the runtime only while the thread's mask has
+/// `calls` and written 0 by `stint ctl` to bring the thread to a safe point, so the count is
+/// exact without the tid test: a new thread has another `fs:[0]`, a fork child a zero cookie.
+fn calls_trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
+    let mut b = Block::new();
+    let (slow, count, prog, skip) = (b.label(), b.label(), b.label(), b.label());
+    b.op(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    b.op(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, seg_abs(Register::FS, 0)))?;
+    b.op(Instruction::with2(Code::Xor_r64_rm64, Register::RAX, rip(env.cookie)))?;
+    b.op(Instruction::with2(Code::Cmp_r64_rm64, Register::RAX, seg_abs(Register::GS, COL_OWNER_TPX_OFFSET)))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, slow).map_err(internal)?);
+    b.op(Instruction::with2(Code::Movzx_r32_rm8, Register::EAX, rip(env.gate)))?;
+    b.op(Instruction::with2(Code::And_rm32_imm8, Register::EAX, CALLS_BIT as u32))?;
+    const _: () = assert!(CALLS_BIT == 1, "the count adds the calls bit itself");
+    b.op(Instruction::with2(Code::Add_rm64_r64, seg_abs(Register::GS, env.counter), Register::RAX))?;
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.bind(prog);
+    displaced_code(&mut b, &point.displaced, point.emulate_call)?;
+    b.bind(slow);
+    // A process that measures nothing never asks the runtime again (the idle word).
+    b.op(Instruction::with2(Code::Cmp_rm8_imm8, rip(env.cookie + 8), 0))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, skip).map_err(internal)?);
+    b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
+    b.add(Instruction::with_branch(Code::Call_rel32_64, env.slow_stub).map_err(internal)?);
+    b.op(Instruction::with2(Code::Test_rm32_r32, Register::EAX, Register::EAX))?;
+    b.add(Instruction::with_branch(Code::Jne_rel32_64, count).map_err(internal)?);
+    b.bind(skip);
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, prog).map_err(internal)?);
+    b.bind(count);
+    gated_count(&mut b, point.bits, env)?;
+    b.op(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    b.add(Instruction::with_branch(Code::Jmp_rel32_64, prog).map_err(internal)?);
     b.encode(at)
 }
 
@@ -1992,6 +2066,7 @@ mod tests {
     fn test_env() -> TrampolineEnv {
         TrampolineEnv {
             gate: 0x500000,
+            cookie: 0x4ff000,
             counter: 152,
             tid_offset: 0x2d0,
             slow_stub: 0x600000,
@@ -2063,20 +2138,55 @@ mod tests {
             displaced,
             emulate_call: false,
             tactic: Tactic::Window,
-            bits: 1,
+            bits: 5, // calls and wall time (a calls-only point has `calls_trampoline`)
             wrap: None,
             import: None,
         };
         let env = test_env();
         let out = trampoline(&p, env, 0x700000, None).unwrap();
         let text = disasm(&out, 0x700000).join("\n");
-        assert!(text.contains("test byte ptr [500000h],1"), "{text}");
+        assert!(text.contains("test byte ptr [500000h],5"), "{text}");
         assert!(text.contains("mov rax,fs:[0]"), "{text}");
         assert!(text.contains("cmp rax,gs:[8]"), "{text}");
         assert!(text.contains("mov eax,fs:[2D0h]"), "{text}");
         assert!(text.contains("inc qword ptr gs:[98h]"), "{text}");
         assert!(text.contains("jmp 0000000000401008h"), "{text}");
         assert!(text.contains("call 0000000000600000h"), "{text}");
+    }
+
+    /// A point that can only count calls: on and off run one straight path (fork cookie,
+    /// armed owner word, the gate's calls bit added to the counter); no libc tid word, no
+    /// thread mask and no branch taken until the jump back. The runtime's way (the slow stub,
+    /// then the masked count) is the one branch away.
+    #[test]
+    fn calls_only_point_counts_on_one_straight_path() {
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10]; // push rbp; mov rbp,rsp; sub rsp,16
+        let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
+        let p = Point {
+            id: 3,
+            function: 0,
+            address: 0x401000,
+            window_len: 8,
+            displaced,
+            emulate_call: false,
+            tactic: Tactic::Window,
+            bits: CALLS_BIT,
+            wrap: None,
+            import: None,
+        };
+        let at = 0x700000;
+        let text = disasm(&trampoline(&p, test_env(), at, None).unwrap(), at).join("\n");
+        let path =
+            format!("push rax\nmov rax,fs:[0]\nxor rax,[4FF000h]\ncmp rax,gs:[{:X}h]\njne ", COL_OWNER_TPX_OFFSET);
+        assert!(text.starts_with(&path), "{text}");
+        let count = "movzx eax,byte ptr [500000h]\nand eax,1\nadd gs:[98h],rax\npop rax\npush rbp\nmov rbp,rsp\nsub rsp,10h\njmp 0000000000401008h";
+        assert!(text.contains(count), "{text}");
+        assert!(!text.contains("2D0h"), "no tid word: {text}");
+        // The runtime's way: the slow stub, then the count with the thread's mask.
+        assert!(text.contains("cmp byte ptr [4FF008h],0\njne "), "the idle word first: {text}");
+        assert!(text.contains("mov eax,3\ncall 0000000000600000h\ntest eax,eax\njne "), "{text}");
+        assert!(text.contains("and eax,gs:[130h]"), "{text}");
+        assert_eq!(text.matches("jmp 0000000000401008h").count(), 1, "one copy of the window: {text}");
     }
 
     /// An entry window whose fall-through is redirected ([`crate::plan::Redirect::falls_through`]):
@@ -2101,7 +2211,7 @@ mod tests {
             displaced: out.clone(),
             emulate_call: false,
             tactic: Tactic::Window,
-            bits: 1,
+            bits: 5,
             wrap: None,
             import: None,
         };
@@ -2127,7 +2237,7 @@ mod tests {
             displaced,
             emulate_call: false,
             tactic: Tactic::Window,
-            bits: 1,
+            bits: 5,
             wrap: None,
             import: None,
         };
@@ -2275,6 +2385,7 @@ mod tests {
         };
         let env = TrampolineEnv {
             gate: 0x500000,
+            cookie: 0x4ff000,
             counter: 128,
             tid_offset: 0,
             slow_stub: 0x600000,
@@ -2314,6 +2425,7 @@ mod tests {
         };
         let env = TrampolineEnv {
             gate: 0x600000,
+            cookie: 0x5ff000,
             counter: 0,
             tid_offset: 0,
             slow_stub: 0x500000,

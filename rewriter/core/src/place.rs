@@ -7,6 +7,7 @@
 //! ```text
 //! end of the last RW segment's memsz
 //!   RtState                   64-aligned, RT_STATE_SIZE
+//!   fork cookie               a page (the runtime makes it MADV_WIPEONFORK)
 //!   control pages             page-aligned (the runtime maps the profile's control region
 //!                             over them), ctl_len(n_points): gates first
 //! guard page
@@ -351,7 +352,8 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
         )));
     }
     let state = align_up(last.vaddr + last.memsz, 64);
-    let control = align_up(state + RT_STATE_SIZE, PAGE);
+    // A page of its own before the control pages: the fork cookie (`stint_layout::cookie_addr`).
+    let control = align_up(state + RT_STATE_SIZE, PAGE) + PAGE;
     let control_len = ctl_len(n_points);
     let rw_end = control + control_len;
 
@@ -475,6 +477,9 @@ pub fn place(elf: &InputElf, plan: &Plan, data: &SegmentData) -> Result<Placemen
     for (i, p) in plan.points.iter().enumerate() {
         if p.import.is_some() || p.wrap.is_some() {
             continue; // an import patches nothing itself: its call sites below
+        }
+        if codegen::calls_only(p, plan.entry_exits.get(&p.id).copied()) {
+            c.align(codegen::CALLS_ALIGN);
         }
         let target = c.code(plan, PieceKind::Trampoline(i), &t)?;
         match plan.entry_slots.get(&p.address) {

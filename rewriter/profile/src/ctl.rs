@@ -329,12 +329,16 @@ impl LiveProfile {
         // that names several metrics add up (each starts from what the previous one wrote).
         let control = self.control_now()?;
         let mask_off = offset_of!(ColumnHeader, thread_mask) as u64;
+        let tpx_off = offset_of!(ColumnHeader, owner_tpx) as u64;
         let set_mask = |index: u32, f: &dyn Fn(u32) -> u32| -> Result<(), CtlError> {
             if self.column(index).is_some() {
                 let at = self.column_offset(index) + mask_off;
                 let now = self.read_now(at, size_of::<u32>())?;
                 let mask = u32::from_le_bytes([now[0], now[1], now[2], now[3]]);
                 self.write_at(at, &f(mask).to_le_bytes())?;
+                // After the mask: its calls-only entries ask the runtime, which re-arms the
+                // path (`ColumnHeader::owner_tpx`) only while the new mask counts calls.
+                self.write_at(self.column_offset(index) + tpx_off, &0u64.to_le_bytes())?;
             }
             Ok(())
         };
@@ -426,9 +430,12 @@ impl LiveProfile {
         let key_off = offset_of!(ColumnHeader, owner_key) as u64;
         let threads: Vec<(u32, u32)> =
             self.profile.threads.iter().filter(|t| t.alive).map(|t| (t.index, t.tid)).collect();
+        let tpx_off = offset_of!(ColumnHeader, owner_tpx) as u64;
         for &(index, _) in &threads {
             if let Some(col) = self.column(index) {
                 self.write_at(self.column_offset(index) + key_off, &(col.exit_key ^ KEY_POKE).to_le_bytes())?;
+                // The calls-only entries do not read the key: their path is disarmed too.
+                self.write_at(self.column_offset(index) + tpx_off, &0u64.to_le_bytes())?;
             }
         }
         Ok((seq, threads))

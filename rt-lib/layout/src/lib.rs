@@ -469,7 +469,29 @@ pod_struct! {
         /// descriptor a re-synchronisation writes to the thread's `rseq_cs` field (`seq_ptr`
         /// points at its low half; `seq` holds the descriptor's low 32 bits). 0 otherwise.
         pub rseq_cs: u64,
+        // ---- the calls-only entry path (issue 14) ----
+        /// `owner_tp ^` the process's fork cookie (the word at [`cookie_addr`], in a page the
+        /// kernel zeroes in a fork child), or 0: what a calls-only entry trampoline compares
+        /// `fs:[0] ^ cookie` with before it counts, in place of the thread check. The runtime
+        /// arms it while the thread's mask lets it count calls, and leaves it 0 otherwise (no
+        /// cookie, a mask without `calls`); `stint ctl` writes 0 to send the thread's next
+        /// calls-only entry to the runtime, which arms it again. A fork child's zero cookie
+        /// matches no column of its parent; a cookie is odd, so 0 matches no thread.
+        pub owner_tpx: u64,
     }
+}
+
+/// The page before the control region holds the fork cookie (the rewriter reserves it, the
+/// runtime maps it private and anonymous with `MADV_WIPEONFORK` and writes an odd word).
+pub const fn cookie_addr(control_region: u64) -> u64 {
+    control_region - PAGE
+}
+
+/// The word after the cookie: 1 once the runtime found that this process measures nothing
+/// (no profile, a setuid program, …): the calls-only entries then skip the runtime when their
+/// thread check fails. 0 in a fork child (the page is wiped), whose first entry decides again.
+pub const fn idle_addr(control_region: u64) -> u64 {
+    cookie_addr(control_region) + 8
 }
 
 /// `ColumnHeader::lazy_ready`: the held and wait tables have their file blocks.
@@ -576,6 +598,7 @@ const _: () = assert!(size_of::<ColumnHeader>() as u64 <= COLUMN_HEADER_RESERVED
 pub const COL_SELF_OFFSET: u32 = offset_of!(ColumnHeader, self_addr) as u32;
 pub const COL_OWNER_TP_OFFSET: u32 = offset_of!(ColumnHeader, owner_tp) as u32;
 pub const COL_OWNER_KEY_OFFSET: u32 = offset_of!(ColumnHeader, owner_key) as u32;
+pub const COL_OWNER_TPX_OFFSET: u32 = offset_of!(ColumnHeader, owner_tpx) as u32;
 pub const COL_SEQ_PTR_OFFSET: u32 = offset_of!(ColumnHeader, seq_ptr) as u32;
 pub const COL_CPU_OFF_OFFSET: u32 = offset_of!(ColumnHeader, cpu_off) as u32;
 pub const COL_SEQ_OFFSET: u32 = offset_of!(ColumnHeader, seq) as u32;

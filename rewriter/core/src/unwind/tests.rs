@@ -278,8 +278,15 @@ fn pieces_of(data: &[u8], at: u64) -> Vec<(Piece, Vec<u64>)> {
     let timer_enter = put(Initial::Call, &|a| codegen::timer_routine(a, stint_layout::TimerOp::Enter, tenv));
     let timer_exit = put(Initial::Call, &|a| codegen::timer_routine(a, stint_layout::TimerOp::Exit, tenv));
     put(Initial::Call, &|a| codegen::trap_stub(a, config, rt + 0x300));
-    let env =
-        TrampolineEnv { gate: config - 0x10000, counter: 0x800, tid_offset: 0x2d0, slow_stub, timer_enter, timer_exit };
+    let env = TrampolineEnv {
+        gate: config - 0x10000,
+        cookie: config - 0x11000,
+        counter: 0x800,
+        tid_offset: 0x2d0,
+        slow_stub,
+        timer_enter,
+        timer_exit,
+    };
     for x in &p.plan.import_sites {
         let pt = &p.plan.points[x.point as usize];
         put_back(Initial::Called(x.address()), vec![], &|a| codegen::import_trampoline(&x.call, pt, env, a));
@@ -741,6 +748,7 @@ fn a_cfi_program_from_the_memo_is_the_traced_one() {
         };
         let env = TrampolineEnv {
             gate: 0x50_0000 + u64::from(id),
+            cookie: 0x4f_f000,
             counter: 0x100 + 8 * id,
             tid_offset: 0x2d0,
             slow_stub: 0x60_0000,
