@@ -570,7 +570,7 @@ pub fn fork_child(rt: &Rt, su: &mut Startup, extra_flags: u32) {
     // A new process: its own start time (the copy in `su` is the parent's), and its own fork
     // cookie (the kernel zeroed the parent's: no column of the parent matched this process).
     su.proc_start_ticks = process::start_ticks();
-    crate::threads::renew_cookie(rt, su);
+    crate::state::renew_cookie(rt, su);
     // The parent's profile path, as the parent created it (`su` is the parent's copy; a
     // parent that never measured, such as the middle process of a double fork, passes on
     // its own parent's).

@@ -52,7 +52,7 @@ pub unsafe fn init(rt: &Rt, sp: *const usize) {
     st.set_pid(sys::getpid());
     // Safety: start-up is single-threaded; this is the only reference.
     let su = unsafe { st.startup() };
-    crate::threads::init_cookie(rt, su);
+    crate::state::init_cookie(rt, su);
     if cfg.tid_offset != 0 {
         // Safety: the rewriter only sets tid_offset for glibc programs, whose thread
         // control block is larger than the offset.

@@ -31,7 +31,7 @@ use crate::sys;
 use core::cell::UnsafeCell;
 use core::mem::size_of;
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use stint_layout::{ColumnHeader, FileHeader, RtConfig, COLUMN_HEADER_RESERVED, RT_STATE_SIZE};
+use stint_layout::{ColumnHeader, FileHeader, RtConfig, COLUMN_HEADER_RESERVED, PAGE, RT_STATE_SIZE};
 
 /// A thread mask with every metric.
 pub const ALL_METRICS: u32 = 0xff;
@@ -546,6 +546,43 @@ impl<'a> TcLock<'a> {
     pub fn release(&self) {
         self.0.store(0, Ordering::Release);
     }
+}
+
+// ---- The fork cookie (`ColumnHeader::owner_tpx`, `threads::arm_calls_path`) ----
+
+/// The fork cookie's word: the page before the control region.
+pub fn cookie_word(rt: &Rt) -> *mut u64 {
+    stint_layout::cookie_addr(rt.cfg.control_region() as u64) as *mut u64
+}
+
+/// Start-up: the cookie's page private and anonymous, zeroed in fork children, with an odd
+/// word. Without it (a kernel before 4.14) the cookie stays 0 and every calls-only entry asks
+/// the runtime, which counts exactly but slowly.
+pub fn init_cookie(rt: &Rt, su: &mut Startup) {
+    let addr = cookie_word(rt) as usize;
+    let rw = sys::PROT_READ | sys::PROT_WRITE;
+    let flags = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_FIXED;
+    // Safety: the page the rewriter reserved for the cookie (`cookie_addr`), which nothing
+    // else uses; replacing it with a zero page changes nothing before the cookie is written.
+    if unsafe { sys::mmap(addr, PAGE as usize, rw, flags, -1, 0) }.is_err()
+        || sys::madvise(addr, PAGE as usize, sys::MADV_WIPEONFORK).is_err()
+    {
+        return;
+    }
+    su.cookie_ok = 1;
+    renew_cookie(rt, su);
+}
+
+/// A fresh odd cookie, where start-up made the page wipe-on-fork (a fork child finds it
+/// zeroed; the page stays wipe-on-fork for its own children).
+pub fn renew_cookie(rt: &Rt, su: &Startup) {
+    if su.cookie_ok == 0 {
+        return;
+    }
+    let w = cookie_word(rt);
+    // Safety: the cookie's page is mapped for the whole run (the rewriter reserved it); only
+    // start-up and the thread that handles a fork write it.
+    unsafe { core::ptr::write_volatile(w, (sys::rdtsc().rotate_left(29) ^ w as u64) | 1) };
 }
 
 #[cfg(test)]

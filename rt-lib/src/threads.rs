@@ -24,7 +24,7 @@ use crate::column::{Column, CCT_INITIAL_MASK, SHADOW_FIRST_PAGE};
 use crate::control;
 use crate::process;
 use crate::profile_file;
-use crate::state::{RegGuard, Rt, Startup};
+use crate::state::{RegGuard, Rt};
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
@@ -47,41 +47,6 @@ fn key(rt: &Rt, tp: u64) -> u32 {
 
 const CALLS_BIT: u32 = metric_bit(METRIC_CALLS) as u32;
 
-/// The fork cookie's word: the page before the control region.
-fn cookie_word(rt: &Rt) -> *mut u64 {
-    stint_layout::cookie_addr(rt.cfg.control_region() as u64) as *mut u64
-}
-
-/// Start-up: the cookie's page private and anonymous, zeroed in fork children, with an odd
-/// word. Without it (a kernel before 4.14) the cookie stays 0 and every calls-only entry asks
-/// the runtime, which counts exactly but slowly.
-pub fn init_cookie(rt: &Rt, su: &mut Startup) {
-    let addr = cookie_word(rt) as usize;
-    let rw = sys::PROT_READ | sys::PROT_WRITE;
-    let flags = sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_FIXED;
-    // Safety: the page the rewriter reserved for the cookie (`cookie_addr`), which nothing
-    // else uses; replacing it with a zero page changes nothing before the cookie is written.
-    if unsafe { sys::mmap(addr, PAGE as usize, rw, flags, -1, 0) }.is_err()
-        || sys::madvise(addr, PAGE as usize, sys::MADV_WIPEONFORK).is_err()
-    {
-        return;
-    }
-    su.cookie_ok = 1;
-    renew_cookie(rt, su);
-}
-
-/// A fresh odd cookie, where start-up made the page wipe-on-fork (a fork child finds it
-/// zeroed; the page stays wipe-on-fork for its own children).
-pub fn renew_cookie(rt: &Rt, su: &Startup) {
-    if su.cookie_ok == 0 {
-        return;
-    }
-    let w = cookie_word(rt);
-    // Safety: the cookie's page is mapped for the whole run (the rewriter reserved it); only
-    // start-up and the thread that handles a fork write it.
-    unsafe { core::ptr::write_volatile(w, (sys::rdtsc().rotate_left(29) ^ w as u64) | 1) };
-}
-
 /// Arms this thread's calls-only entry path in its own column `h`: `owner_tp ^ cookie` while
 /// there is a cookie and the thread's mask counts calls, else 0 (every calls-only entry then
 /// asks the runtime, which applies the mask).
@@ -89,7 +54,7 @@ pub fn arm_calls_path(rt: &Rt, h: *mut ColumnHeader) {
     // Safety: `h` is the calling thread's own column header; `stint ctl` may write
     // `thread_mask` and `owner_tpx` meanwhile (aligned words, read and written whole).
     unsafe {
-        let cookie = core::ptr::read_volatile(cookie_word(rt));
+        let cookie = core::ptr::read_volatile(crate::state::cookie_word(rt));
         let (mask_word, tpx) = (&raw const (*h).thread_mask, &raw mut (*h).owner_tpx);
         let mask = || core::ptr::read_volatile(mask_word);
         if cookie == 0 || mask() & CALLS_BIT == 0 {

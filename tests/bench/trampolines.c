@@ -18,10 +18,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-// The column: owner TCB pointer at 8, owner key (tid) at 0x10, thread mask at 0x130 (the
-// runtime's offsets), the point's call counter at 0x1000.
+// The column: owner TCB pointer at 8, owner key (tid) at 0x10, thread mask at 0x130,
+// owner_tpx at 0x1a8 (the runtime's offsets), the point's call counter at 0x1000.
 static char column[0x2000] __attribute__((aligned(4096)));
 unsigned char gate_off = 0, gate_on = 1; // bit 0: calls
+// The fork cookie (codegen::calls_trampoline): an odd word the runtime keeps in a page the
+// kernel zeroes in a fork child; the column holds owner_tp ^ cookie at 0x1a8 (owner_tpx).
+unsigned long fork_cookie = 0x5a5a5a5a5a5a5a5bUL;
 
 // The thread check of codegen::thread_check: TCB pointer, then libc's tid (fs:0x2d0).
 #define TC "mov %fs:0, %rax\n cmp %gs:8, %rax\n jne 9f\n mov %fs:0x2d0, %eax\n cmp %gs:0x10, %eax\n jne 9f\n"
@@ -63,6 +66,11 @@ unsigned char gate_off = 0, gate_on = 1; // bit 0: calls
 #define SLOT_GATED(f, g) ENTRY(f) "jmp 1f\n push %rax\n" TC "incq %gs:0x1000\n pop %rax\n" PROGRAM ".p2align 4\n1: " \
     "testb $1, " #g "(%rip)\n jne 3f\n" PROGRAM ".p2align 4\n3: push %rax\n" TC \
     "movzbl " #g "(%rip), %eax\n and %gs:0x130, %eax\n test $1, %al\n je 4f\n incq %gs:0x1000\n4: pop %rax\n" PROGRAM SLOW END
+// Today's calls-only path (codegen::calls_trampoline): one straight path for on and off, no
+// tid word, no mask (the runtime arms owner_tpx only while the mask counts calls), 64-byte
+// aligned: at 16, 32 or 48 bytes past a 64-byte boundary it costs a cycle more.
+#define CALLS_PATH(f, g) ENTRY(f) "push %rax\n mov %fs:0, %rax\n xor fork_cookie(%rip), %rax\n cmp %gs:0x1a8, %rax\n jne 9f\n" \
+    "movzbl " #g "(%rip), %eax\n and $1, %eax\n add %rax, %gs:0x1000\n pop %rax\n" PROGRAM SLOW END
 #define NOGATE_MASK(f) ENTRY(f) "push %rax\n" TC "testb $1, %gs:0x130\n je 2f\n incq %gs:0x1000\n2: pop %rax\n" PROGRAM SLOW END
 
 asm(".pushsection .tramp,\"ax\"\n.skip 0x1c000, 0xcc\n.popsection\n.text\n"
@@ -70,10 +78,10 @@ asm(".pushsection .tramp,\"ax\"\n.skip 0x1c000, 0xcc\n.popsection\n.text\n"
     ".p2align 6\n.globl near_off\nnear_off: jmp 1f\n.p2align 6\n1: testb $1, gate_off(%rip)\n jne 9f\n" PROGRAM SLOW
     CUR(cur_off, gate_off) CUR(cur_on, gate_on) FT(ft_off, gate_off) FT(ft_on, gate_on)
     FT_NOMASK(ft_nomask_on, gate_on) FT_TP(ft_tp_on, gate_on) BARE(bare_on, gate_on)
-    NOGATE(nogate) NOGATE_MASK(nogate_mask) SLOT_OFF(slot_off) SLOT_COUNT(slot_count) SLOT_NOP(slot_nop) SLOT_JMP(slot_jmp) SLOT_GATED(slot_gated_off, gate_off) SLOT_GATED(slot_gated_on, gate_on));
+    NOGATE(nogate) NOGATE_MASK(nogate_mask) SLOT_OFF(slot_off) SLOT_COUNT(slot_count) SLOT_NOP(slot_nop) SLOT_JMP(slot_jmp) SLOT_GATED(slot_gated_off, gate_off) SLOT_GATED(slot_gated_on, gate_on) CALLS_PATH(calls_path_off, gate_off) CALLS_PATH(calls_path_on, gate_on));
 
 #define VARIANTS(X) X(base) X(near_off) X(cur_off) X(cur_on) X(ft_off) X(ft_on) X(ft_nomask_on) \
-    X(ft_tp_on) X(bare_on) X(nogate) X(nogate_mask) X(slot_off) X(slot_count) X(slot_nop) X(slot_jmp) X(slot_gated_off) X(slot_gated_on)
+    X(ft_tp_on) X(bare_on) X(nogate) X(nogate_mask) X(slot_off) X(slot_count) X(slot_nop) X(slot_jmp) X(slot_gated_off) X(slot_gated_on) X(calls_path_off) X(calls_path_on)
 // Each variant's calling loop is the same code at the same alignment: where the loop and
 // the entry lie modulo 64 bytes changes a layout's cost by a cycle.
 #define DECL(f) \
@@ -104,6 +112,8 @@ int main(int argc, char **argv) {
     __asm__ volatile("mov %%fs:0x2d0, %0" : "=r"(tid));
     memcpy(column + 8, &tp, 8);
     memcpy(column + 0x10, &tid, 4);
+    unsigned long tpx = tp ^ fork_cookie;
+    memcpy(column + 0x1a8, &tpx, 8);
     memset(column + 0x130, 0xff, 4);
     if (syscall(SYS_arch_prctl, ARCH_SET_GS, column) != 0) {
         perror("trampolines: arch_prctl");
