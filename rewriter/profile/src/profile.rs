@@ -1933,6 +1933,7 @@ mod tests {
             cct_slow_ready: 0,
             _pad_slow: 0,
             rseq_cs: 58,
+            signal_cache: 59,
         };
         assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 

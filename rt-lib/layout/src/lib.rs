@@ -470,6 +470,13 @@ pod_struct! {
         /// descriptor a re-synchronisation writes to the thread's `rseq_cs` field (`seq_ptr`
         /// points at its low half; `seq` holds the descriptor's low 32 bits). 0 otherwise.
         pub rseq_cs: u64,
+        // ---- the signalling calls' fast path (issue 14) ----
+        /// The condition variable or semaphore whose first use this thread last found
+        /// recorded in the shared object table (`pthread_cond_signal`, `_broadcast`,
+        /// `sem_post` with `lock_wait`): its address (a multiple of 4) ORed with 1 for a
+        /// condition variable, 2 for a semaphore; 0: none. Runtime-private like `lock_cache`
+        /// (objects are never removed: a recorded first use stays recorded).
+        pub signal_cache: u64,
     }
 }
 
