@@ -29,7 +29,8 @@
 //! `strace -f -e trace=clock_gettime` (every system call then a switch): the rewritten one
 //! makes exactly as many `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` as the original's own
 //! `timing.h` reads (none of the runtime's), its threads' clock is `wall-only` with no
-//! re-synchronisation, and each blocking function's wall time is its own within 1 ms + 10 %.
+//! re-synchronisation, and each blocking function's wall time is its own within 1 ms + 10 %;
+//! with `sampling: true` added the worker keeps its detector (the decision reads the CPU clock).
 //! strace missing skips them loudly, and fails them under CI.
 //!
 //! musl-gcc (musl-tools) missing skips the musl tests loudly, and fails them under CI.
@@ -450,6 +451,36 @@ mod wall_only {
             assert_eq!(t["clock_source"], "wall-only", "the {what}'s clock: {t}");
             assert_eq!(t["resyncs"], 0, "the {what} re-synchronised a CPU clock: {t}");
         }
+    }
+
+    /// The sampling decision reads the CPU clock (calls off a CPU stay timed): a spec that
+    /// may sample keeps the detector, with no `cpu_time` either.
+    #[test]
+    fn a_sampling_spec_keeps_the_detector() {
+        let bin = build(&program("rseqclk"), Variant::PieO2);
+        let dir = fresh_dir("rseqclk-wall-sampled");
+        let (spec, rewritten, prof) = (dir.join("wall.yaml"), dir.join("rseqclk"), dir.join("p.%p.stint"));
+        std::fs::write(&spec, format!("sampling: true\n{WALL_ONLY_SPEC}")).expect("spec");
+        let o = stint(&["rewrite", path_str(&bin), "-o", path_str(&rewritten), "--spec", path_str(&spec), "-q"]);
+        assert_eq!(o.status, 0, "rewrite: {}", o.stderr_str());
+        let got = Run::new(&rewritten, &dir)
+            .env("STINT_PROFILE", path_str(&prof))
+            .env("TIMES_FILE", path_str(&dir.join("got.times")))
+            .timeout(Duration::from_secs(60))
+            .run();
+        assert_eq!((got.status, got.stdout_str().as_str()), (0, "done: child 0\n"), "{got:?}");
+        let parent = dir_entries(&dir)
+            .into_iter()
+            .filter(|f| f.ends_with(".stint"))
+            .map(|f| report_json(&dir.join(f)))
+            .find(|r| r["fork_child"].as_bool() != Some(true))
+            .expect("the parent's profile");
+        let t = thread_of(&parent, "in_futex");
+        let source = t["clock_source"].as_str().unwrap_or_default();
+        assert!(
+            ["rseq+tsc", "perf-task-clock+tsc", "clock_gettime"].contains(&source),
+            "a sampling spec's worker clock is {source:?}: {t}"
+        );
     }
 
     #[test]
