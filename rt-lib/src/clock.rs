@@ -44,6 +44,9 @@
 //!   which inherit the registrations;
 //! - **`seq_never`** (`clock_gettime`): perf refused and no rseq; it never matches, so every
 //!   timer event takes the system call.
+//! - **`seq` itself** (`wall-only`): the process measures no CPU time (`CFG_NO_CPU_CLOCK`:
+//!   no `cpu_time` in the spec, no sampling); it always matches and the extrapolation window
+//!   never ends, so no timer event re-synchronises and no detector is opened.
 //!
 //! Everything here works on the calling thread's own column header.
 //!
@@ -52,7 +55,10 @@
 
 use crate::sys;
 use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use stint_layout::{ColumnHeader, CLOCK_SOURCE_NONE, CLOCK_SOURCE_PERF_TSC, CLOCK_SOURCE_RSEQ, CLOCK_SOURCE_SYSCALL};
+use stint_layout::{
+    ColumnHeader, CLOCK_SOURCE_NONE, CLOCK_SOURCE_PERF_TSC, CLOCK_SOURCE_RSEQ, CLOCK_SOURCE_SYSCALL,
+    CLOCK_SOURCE_WALL_ONLY,
+};
 
 /// Milliseconds of TSC extrapolation after which a timer event re-synchronises the CPU clock
 /// although the thread was not scheduled out (`ColumnHeader::sync_ticks`): bounds the error
@@ -369,6 +375,21 @@ pub fn setup(col: &mut ColumnHeader, tsc_hz: u64, mut page: CpuPage, rs: &RseqSt
     }
 }
 
+/// Give a new column of a process that measures no CPU time (`CFG_NO_CPU_CLOCK`) its timers'
+/// clock: the TSC alone. `seq_ptr` points at the column's own `seq`, which nothing changes
+/// (the timed path's "scheduled since?" compare always holds), and the extrapolation window
+/// never ends, so a timer event never takes the slow path for the clock: no switch detector
+/// opened, no `CLOCK_THREAD_CPUTIME_ID` call, ever. Frames still carry a "CPU" stamp (the
+/// TSC), which no exit adds anywhere: no point has the `cpu_time` bit.
+pub fn setup_wall_only(col: &mut ColumnHeader) {
+    col.seq = 0;
+    col.seq_ptr = &col.seq as *const u32 as u64;
+    col.sync_ticks = u64::MAX >> 1;
+    col.cpu_off = 0;
+    col.sync_tsc = sys::rdtsc();
+    col.clock_source = CLOCK_SOURCE_WALL_ONLY;
+}
+
 /// Byte offsets in `struct perf_event_mmap_page` (include/uapi/linux/perf_event.h).
 const PAGE_LOCK: usize = 8;
 const PAGE_TIME_ENABLED: usize = 24;
@@ -451,6 +472,9 @@ pub fn read_seq(col: &ColumnHeader) -> u32 {
     if core::ptr::eq(p, &col.seq_never) {
         return col.seq_never;
     }
+    if core::ptr::eq(p, &col.seq) {
+        return col.seq; // a wall-only column (`setup_wall_only`)
+    }
     // Safety: `setup` pointed `seq_ptr` at the perf page it mapped read-only for the rest of
     // the thread's life, or at the thread's registered rseq area (registered for its life,
     // in memory never unmapped); a fork child's columns are new.
@@ -461,6 +485,11 @@ pub fn read_seq(col: &ColumnHeader) -> u32 {
 /// scheduling period (the sequence word is unchanged across the read): from the perf page
 /// where it offers the conversion, else with the system call.
 pub fn resync(col: &mut ColumnHeader, tsc_hz: u64, rs: &RseqState) {
+    if col.clock_source == CLOCK_SOURCE_WALL_ONLY {
+        // No CPU clock to read (never reached from a timer event: `seq` always matches).
+        col.sync_tsc = sys::rdtsc();
+        return;
+    }
     if let Some(p) = page_clock(col).filter(|_| col.perf_base_ns != 0) {
         col.cpu_off = p.tsc.wrapping_sub(ns_to_ticks(p.ns.wrapping_add(col.perf_base_ns), tsc_hz));
         col.sync_tsc = p.tsc;
@@ -859,6 +888,26 @@ mod tests {
         let want = if user_time { MODE_PERF } else { MODE_RSEQ };
         assert_eq!(rs.mode.load(Ordering::Relaxed), want, "cap_user_time {user_time}");
         assert_eq!(got.rseq.is_some(), !user_time);
+    }
+
+    #[test]
+    fn a_wall_only_column_never_resyncs_even_after_a_sleep() {
+        let mut col = ColumnHeader::default();
+        setup_wall_only(&mut col);
+        assert_eq!(col.clock_source, CLOCK_SOURCE_WALL_ONLY);
+        assert_eq!(read_seq(&col), col.seq, "the word a wall-only column follows is its own seq");
+        let hz = 1_000_000_000;
+        for _ in 0..3 {
+            let _ = sys::nanosleep(0);
+            let a = sys::rdtsc();
+            let t = cpu_ticks_now(&mut col, hz, &RseqState::default());
+            let b = sys::rdtsc();
+            assert!(a <= t && t <= b, "the clock is the TSC: {a} ≤ {t} ≤ {b}");
+        }
+        assert_eq!(col.resyncs, 0, "a switch is nothing to a wall-only column");
+        // Called anyway: no system call, the window restarts.
+        resync(&mut col, hz, &RseqState::default());
+        assert_eq!((col.resyncs, col.cpu_off), (0, 0));
     }
 
     #[test]

@@ -28,8 +28,8 @@ use crate::state::{RegGuard, Rt};
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use stint_layout::{
-    baseline_offset, cct_index_offset, metric_bit, ColumnHeader, CFG_NO_TIMERS, COLUMN_LIVE, COUNTERS_OFFSET,
-    FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, METRIC_CALLS, PAGE, STATE_RUN,
+    baseline_offset, cct_index_offset, metric_bit, ColumnHeader, CFG_NO_CPU_CLOCK, CFG_NO_TIMERS, COLUMN_LIVE,
+    COUNTERS_OFFSET, FLAG_FORK_CHILD, FLAG_TID_KEY_VERIFIED, METRIC_CALLS, PAGE, STATE_RUN,
 };
 
 /// The hot-path key word for this thread: what the trampoline compares with `owner_key`.
@@ -234,7 +234,10 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
         return false;
     }
     let Some(hdr) = rt.file_header() else { return false };
-    let page = match rt.cfg.flags & CFG_NO_TIMERS {
+    // Timers, but none of CPU time: the TSC alone (a program without timers keeps the
+    // system-call clock it never reads on a hot path).
+    let wall_only = rt.cfg.flags & (CFG_NO_TIMERS | CFG_NO_CPU_CLOCK) == CFG_NO_CPU_CLOCK;
+    let page = match rt.cfg.flags & (CFG_NO_TIMERS | CFG_NO_CPU_CLOCK) {
         0 => clock::CpuPage::open(&st.rseq, tp),
         _ => clock::CpuPage::none(), // nothing needs the CPU clock's fast path
     };
@@ -291,7 +294,11 @@ pub fn slow(rt: &Rt, point: u32) -> bool {
     h.pid = pid;
     h.first_point = point;
     h.registered_monotonic_ns = sys::clock_ns(sys::CLOCK_MONOTONIC);
-    clock::setup(h, st.tsc_hz(), page, &st.rseq);
+    if wall_only {
+        clock::setup_wall_only(h);
+    } else {
+        clock::setup(h, st.tsc_hz(), page, &st.rseq);
+    }
     // The thread record: running since now, named by its comm (or a name given to it
     // before it got here; we hold the registration lock, which `pthread_setname_np`'s
     // wrapper takes).

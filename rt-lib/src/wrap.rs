@@ -327,11 +327,18 @@ pub unsafe fn wrap_lock(a: [usize; 4], ra: usize, site: *const WrapSite) -> usiz
         count(&mut col);
         if gate & WAIT != 0 {
             let kind = if s.func == WRAP_SEM_POST { OBJ_SEMAPHORE } else { OBJ_CONDVAR };
-            let tid = col.h.tid;
-            let mut ev = Ev { rt: &rt, col: &mut col, gate, ra, tid, resolving: false };
-            if ev.begin() {
-                object(&mut ev, kind, addr);
-                ev.end();
+            // The object this thread signalled last, already in the table: nothing to
+            // record (a producer signals one condition variable again and again).
+            let key = signal_key(addr, kind);
+            if key == 0 || col.h.signal_cache != key {
+                let tid = col.h.tid;
+                let mut ev = Ev { rt: &rt, col: &mut col, gate, ra, tid, resolving: false };
+                if ev.begin() {
+                    if object(&mut ev, kind, addr).is_some() {
+                        ev.col.h.signal_cache = key;
+                    }
+                    ev.end();
+                }
             }
         }
         // Safety: calling the real function with the caller's arguments.
@@ -369,6 +376,15 @@ pub unsafe fn wrap_lock(a: [usize; 4], ra: usize, site: *const WrapSite) -> usiz
     // Safety: `e` is `col`'s wait entry of `obj`; the real function with the caller's
     // arguments.
     unsafe { lock_fast(&rt, &mut col, gate, lock, obj, e, ra, a, real) }
+}
+
+/// `ColumnHeader::signal_cache`'s word for a condition variable or semaphore at `addr`; 0
+/// (never cached) for an address that is not a multiple of 4.
+fn signal_key(addr: usize, kind: u32) -> u64 {
+    if addr & 3 != 0 {
+        return 0;
+    }
+    addr as u64 | if kind == OBJ_SEMAPHORE { 2 } else { 1 }
 }
 
 /// What [`wrap_lock`] records for an uncontended mutex lock (after calling it) or unlock

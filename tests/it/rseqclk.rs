@@ -24,6 +24,15 @@
 //! increments per-CPU counters in rseq sections on glibc's area from two threads, in a timed
 //! `bump` that also sleeps: the total stays exact (400,000) and `bump`'s CPU time its own.
 //!
+//! A spec without `cpu_time` (`wall_only::*`, `CFG_NO_CPU_CLOCK`): `testbins/rseqclk.c`
+//! rewritten with `calls` + `wall_time`, the original and the rewritten program each run under
+//! `strace -f -e trace=clock_gettime` (every system call then a switch): the rewritten one
+//! makes exactly as many `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` as the original's own
+//! `timing.h` reads (none of the runtime's), its threads' clock is `wall-only` with no
+//! re-synchronisation, and each blocking function's wall time is its own within 1 ms + 10 %;
+//! with `sampling: true` added the worker keeps its detector (the decision reads the CPU clock).
+//! strace missing skips them loudly, and fails them under CI.
+//!
 //! musl-gcc (musl-tools) missing skips the musl tests loudly, and fails them under CI.
 use crate::common::*;
 use serde_json::Value;
@@ -328,5 +337,170 @@ mod own_critical_sections {
             seen += 1;
         }
         assert_eq!(seen, 2, "two workers in {text:?}");
+    }
+}
+
+/// `testbins/rseqclk.c` rewritten with a spec that measures no CPU time (`calls` and
+/// `wall_time`), the original and the rewritten run each under `strace -f -e
+/// trace=clock_gettime`: outcomes, the rewritten run's report and side file, and how many
+/// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` each made (the program's own `timing.h` reads
+/// are the same in both). `None`: strace is missing or cannot trace here (skipped loudly;
+/// a failure under CI).
+struct WallOnly {
+    want: Outcome,
+    got: Outcome,
+    doc: Value,
+    child: Value,
+    times: PathBuf,
+    child_times: PathBuf,
+    cpu_clock_calls: (usize, usize),
+}
+
+const WALL_ONLY_SPEC: &str = "metrics:\n  - {name: calls, kind: counter, at: entry, on_at_start: true}\n  \
+    - {name: wall_time, kind: timer, at: function, on_at_start: true}\n";
+
+fn wall_only() -> Option<&'static WallOnly> {
+    static CELL: OnceLock<Option<WallOnly>> = OnceLock::new();
+    CELL.get_or_init(|| {
+        let skip = |why: &str| {
+            if under_ci() {
+                panic!("strace: {why} under CI; .ci/run must `apt-get install strace`");
+            }
+            eprintln!("\n!!!!!!!!!! SKIPPED: strace {why}; this test checks nothing here !!!!!!!!!!\n");
+            None
+        };
+        if std::process::Command::new("strace").arg("-V").output().is_err() {
+            return skip("is not installed");
+        }
+        let bin = build(&program("rseqclk"), Variant::PieO2);
+        let dir = fresh_dir("rseqclk-wall-only");
+        let (spec, rewritten) = (dir.join("wall.yaml"), dir.join("rseqclk"));
+        std::fs::write(&spec, WALL_ONLY_SPEC).expect("spec");
+        let o = stint(&["rewrite", path_str(&bin), "-o", path_str(&rewritten), "--spec", path_str(&spec), "-q"]);
+        assert_eq!(o.status, 0, "rewrite: {}", o.stderr_str());
+        let _share = cpu_share();
+        let traced = |program: &Path, trace: &Path, times: &Path, profile: Option<&str>| {
+            let strace = PathBuf::from("strace");
+            let args = ["-f", "-qq", "-e", "trace=clock_gettime", "-o", path_str(trace), path_str(program)];
+            let r = Run::new(&strace, &dir).args(args).env("TIMES_FILE", path_str(times));
+            let r = match profile {
+                Some(p) => r.env("STINT_PROFILE", p),
+                None => r,
+            };
+            let out = r.timeout(Duration::from_secs(120)).run();
+            let text = std::fs::read_to_string(trace).unwrap_or_default();
+            (out, text.lines().filter(|l| l.contains("clock_gettime(CLOCK_THREAD_CPUTIME_ID")).count())
+        };
+        let (want, orig_calls) = traced(&bin, &dir.join("orig.strace"), &dir.join("orig.times"), None);
+        if want.status != 0 && want.stderr_str().contains("ptrace") {
+            return skip(&format!("cannot trace here: {}", want.stderr_str().trim()));
+        }
+        let profiles = fresh_dir("rseqclk-wall-only-profiles");
+        let times = dir.join("got.times");
+        let template = profile_template(&profiles, "rseqclk");
+        let (got, got_calls) = traced(&rewritten, &dir.join("got.strace"), &times, Some(&template));
+        let reports: Vec<Value> = dir_entries(&profiles).iter().map(|f| report_json(&profiles.join(f))).collect();
+        let (child, parent): (Vec<Value>, Vec<Value>) =
+            reports.into_iter().partition(|r| r["fork_child"].as_bool() == Some(true));
+        assert!(parent.len() == 1 && child.len() == 1, "want one parent and one fork child profile");
+        Some(WallOnly {
+            want,
+            got,
+            doc: parent.into_iter().next().unwrap(),
+            child: child.into_iter().next().unwrap(),
+            child_times: dir.join("got.times.child"),
+            times,
+            cpu_clock_calls: (orig_calls, got_calls),
+        })
+    })
+    .as_ref()
+}
+
+/// A spec without `cpu_time` (and without sampling): no switch detector, no CPU clock.
+mod wall_only {
+    use super::*;
+
+    #[test]
+    fn same_behaviour() {
+        let Some(r) = wall_only() else { return };
+        assert!(r.want.status == 0 && r.want.stdout_str() == "done: child 0\n", "original: {:?}", r.want);
+        assert!(
+            r.want.stdout == r.got.stdout && r.want.status == r.got.status,
+            "{}",
+            describe_difference("original", &r.want, "rewritten", &r.got)
+        );
+    }
+
+    #[test]
+    fn makes_no_cpu_clock_system_call() {
+        let Some(r) = wall_only() else { return };
+        let (orig, got) = r.cpu_clock_calls;
+        assert!(orig > 0, "the original's own CLOCK_THREAD_CPUTIME_ID reads were not seen: strace output?");
+        assert_eq!(
+            got, orig,
+            "clock_gettime(CLOCK_THREAD_CPUTIME_ID) calls of the rewritten program under strace (every system call \
+             a switch), against the original's own"
+        );
+    }
+
+    #[test]
+    fn clock_source_says_wall_only() {
+        let Some(r) = wall_only() else { return };
+        for (what, doc, f) in [("worker", &r.doc, "in_futex"), ("fork child", &r.child, "in_child")] {
+            let t = thread_of(doc, f);
+            assert_eq!(t["clock_source"], "wall-only", "the {what}'s clock: {t}");
+            assert_eq!(t["resyncs"], 0, "the {what} re-synchronised a CPU clock: {t}");
+        }
+    }
+
+    /// The sampling decision reads the CPU clock (calls off a CPU stay timed): a spec that
+    /// may sample keeps the detector, with no `cpu_time` either.
+    #[test]
+    fn a_sampling_spec_keeps_the_detector() {
+        let bin = build(&program("rseqclk"), Variant::PieO2);
+        let dir = fresh_dir("rseqclk-wall-sampled");
+        let (spec, rewritten, prof) = (dir.join("wall.yaml"), dir.join("rseqclk"), dir.join("p.%p.stint"));
+        std::fs::write(&spec, format!("sampling: true\n{WALL_ONLY_SPEC}")).expect("spec");
+        let o = stint(&["rewrite", path_str(&bin), "-o", path_str(&rewritten), "--spec", path_str(&spec), "-q"]);
+        assert_eq!(o.status, 0, "rewrite: {}", o.stderr_str());
+        let got = Run::new(&rewritten, &dir)
+            .env("STINT_PROFILE", path_str(&prof))
+            .env("TIMES_FILE", path_str(&dir.join("got.times")))
+            .timeout(Duration::from_secs(60))
+            .run();
+        assert_eq!((got.status, got.stdout_str().as_str()), (0, "done: child 0\n"), "{got:?}");
+        let parent = dir_entries(&dir)
+            .into_iter()
+            .filter(|f| f.ends_with(".stint"))
+            .map(|f| report_json(&dir.join(f)))
+            .find(|r| r["fork_child"].as_bool() != Some(true))
+            .expect("the parent's profile");
+        let t = thread_of(&parent, "in_futex");
+        let source = t["clock_source"].as_str().unwrap_or_default();
+        assert!(
+            ["rseq+tsc", "perf-task-clock+tsc", "clock_gettime"].contains(&source),
+            "a sampling spec's worker clock is {source:?}: {t}"
+        );
+    }
+
+    #[test]
+    fn wall_times_stay_exact() {
+        let Some(r) = wall_only() else { return };
+        for f in ["in_futex", "in_sleep", "in_pipe", "in_signal", "in_child"] {
+            let (doc, times) = if f == "in_child" { (&r.child, &r.child_times) } else { (&r.doc, &r.times) };
+            let text = std::fs::read_to_string(times).unwrap_or_else(|e| panic!("{}: {e}", times.display()));
+            let own = text
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(f))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{}: no wall time of {f}", times.display()))
+                / 1e6;
+            let row = function_row(thread_of(doc, f), f).expect("a row");
+            assert_eq!(row["calls"], 1, "{f}: calls");
+            let wall = row["wall_ns"].as_f64().expect("wall_ns") / 1e6;
+            assert!(wall >= 40.0, "{f}: report {wall:.3} ms wall, it waited 40 ms");
+            assert!((wall - own).abs() <= 1.0 + 0.1 * own, "{f}: report {wall:.3} ms wall, its own clock {own:.3} ms");
+        }
     }
 }

@@ -99,6 +99,13 @@ impl<'a> SegmentData<'a> {
                     0
                 } else {
                     stint_layout::CFG_NO_TIMERS
+                }
+                | if spec.sampling
+                    || points.iter().any(|pt| pt.bits & stint_layout::metric_bit(stint_layout::METRIC_CPU_TIME) != 0)
+                {
+                    0
+                } else {
+                    stint_layout::CFG_NO_CPU_CLOCK
                 },
         }
     }

@@ -1934,6 +1934,7 @@ mod tests {
             _pad_slow: 0,
             rseq_cs: 58,
             owner_tpx: 59,
+            signal_cache: 60,
         };
         assert_eq!(ColumnHeader::parse(c.as_bytes()), Ok(c));
 

@@ -202,6 +202,9 @@ u32_enum! {
         /// not offer `cap_user_time` either, without the kernel's work on a perf event at every
         /// switch; issue 14).
         Rseq = 3 => "rseq+tsc",
+        /// The process measures no CPU time (`CFG_NO_CPU_CLOCK`): no switch detector and no
+        /// re-synchronisation; the timers read the TSC alone.
+        WallOnly = 4 => "wall-only",
     }
 }
 

@@ -337,8 +337,9 @@ pod_struct! {
         // ---- the virtual timers and the shadow stack (hot path: trampolines use these) ----
         /// Address of a u32 that changes whenever the thread is scheduled in: the `lock` word of
         /// the thread's perf task-clock page, the low half of its rseq area's `rseq_cs` field
-        /// (which the kernel clears at every switch: `rseq_cs` below), or `seq_never` when there
-        /// is neither (every timer event then re-synchronises with the syscall).
+        /// (which the kernel clears at every switch: `rseq_cs` below), `seq_never` when there
+        /// is neither (every timer event then re-synchronises with the syscall), or `seq`
+        /// itself when the process measures no CPU time (`CFG_NO_CPU_CLOCK`: never a switch).
         pub seq_ptr: u64,
         /// `rdtsc − CPU time in TSC ticks`, valid while `*seq_ptr == seq`.
         pub cpu_off: u64,
@@ -478,6 +479,13 @@ pod_struct! {
         /// calls-only entry to the runtime, which arms it again. A fork child's zero cookie
         /// matches no column of its parent; a cookie is odd, so 0 matches no thread.
         pub owner_tpx: u64,
+        // ---- the signalling calls' fast path (issue 14) ----
+        /// The condition variable or semaphore whose first use this thread last found
+        /// recorded in the shared object table (`pthread_cond_signal`, `_broadcast`,
+        /// `sem_post` with `lock_wait`): its address (a multiple of 4) ORed with 1 for a
+        /// condition variable, 2 for a semaphore; 0: none. Runtime-private like `lock_cache`
+        /// (objects are never removed: a recorded first use stays recorded).
+        pub signal_cache: u64,
     }
 }
 
@@ -587,6 +595,7 @@ pub const CLOCK_SOURCE_NONE: u32 = ClockSource::None as u32;
 pub const CLOCK_SOURCE_PERF_TSC: u32 = ClockSource::PerfTsc as u32;
 pub const CLOCK_SOURCE_SYSCALL: u32 = ClockSource::Syscall as u32;
 pub const CLOCK_SOURCE_RSEQ: u32 = ClockSource::Rseq as u32;
+pub const CLOCK_SOURCE_WALL_ONLY: u32 = ClockSource::WallOnly as u32;
 
 /// Name of a clock source for reports (`None` for "no timer event yet" and unknown values).
 pub fn clock_source_name(s: u32) -> Option<&'static str> {
@@ -1266,6 +1275,13 @@ pub const CFG_NO_TIMERS: u32 = 1 << 1;
 /// `RtConfig::flags`: the spec turned sampling off (`sampling: false`): every call of a
 /// timed point is timed, however short and frequent (`SAMPLE_ON` is never set).
 pub const CFG_NO_SAMPLING: u32 = 1 << 2;
+/// `RtConfig::flags`: no point can measure CPU time (no `cpu_time` bit in any point's info
+/// byte) and the spec turned sampling off (its decision reads the CPU clock to tell calls
+/// that were off a CPU). With timers (wall time), threads get no switch detector (no rseq
+/// area armed, no perf page) and their timer events never re-synchronise a CPU clock
+/// (`ClockSource::WallOnly`; issue 14: one `CLOCK_THREAD_CPUTIME_ID` system call per context
+/// switch a timer event follows).
+pub const CFG_NO_CPU_CLOCK: u32 = 1 << 3;
 pub const CONFIG_VERSION: u32 = 6;
 
 pod_struct! {
