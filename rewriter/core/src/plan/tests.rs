@@ -2028,6 +2028,57 @@ FUNC ij_flow
     pop r13
     ret
 END ij_flow
+# ij_flow's shape with the address of its table block in a data word, aligned or not (`pad`
+# bytes before it): code may enter there with any r13, so the jump stays unresolved.
+    .macro FLOW_WORD name, pad
+FUNC \name
+    push r13
+    push rbx
+    push rax
+    mov ebx, edi
+    mov r13, rdi
+    test edi, edi
+    js .L\name\()_neg
+    lea r13, [rip + .L\name\()_tab]
+    jmp .L\name\()_head
+.L\name\()_neg:
+    mov eax, -1
+    jmp .L\name\()_out
+.L\name\()_a:
+    sub ebx, 1
+    jmp .L\name\()_head
+.L\name\()_head:
+    mov eax, ebx
+    and eax, 1
+    test ebx, ebx
+    je .L\name\()_done
+    movsxd rax, dword ptr [r13 + rax*4]
+    add rax, r13
+    jmp rax
+.L\name\()_b:
+    sub ebx, 1
+    jmp .L\name\()_head
+.L\name\()_done:
+    mov eax, 9
+.L\name\()_out:
+    pop rcx
+    pop rbx
+    pop r13
+    ret
+END \name
+    .section .rodata
+    .p2align 2
+.L\name\()_tab:
+    .long .L\name\()_a - .L\name\()_tab
+    .long .L\name\()_b - .L\name\()_tab
+    .data
+    .p2align 3
+    .fill \pad, 1, 0
+    .quad .L\name\()_head
+    .text
+    .endm
+FLOW_WORD ij_word_al, 0
+FLOW_WORD ij_word_un, 3
 # Two tables reach the same jump: no single base; the jump stays unresolved.
 FUNC ij_two
     push r12
@@ -2183,9 +2234,10 @@ fn indirect_jumps_program(tag: &str, flags: &[&str]) -> Planned {
     let dir = temp_dir(tag);
     let main = "int ij_dom(int), ij_flow(int), ij_two(int), ext(int);
         int ij_ptr(long, int (*)(int)), ij_cold_tail(void *, int), ij_cold_nopop(void *, int);
-        int ij_fptab(int), ij_fpmem(int), ij_fpmid(int);
+        int ij_fptab(int), ij_fpmem(int), ij_fpmid(int), ij_word_al(int), ij_word_un(int);
         int main(int c, char **v) { return ij_dom(c) + ij_flow(c) + ij_two(c) + ij_ptr(c, ext)
-            + ij_cold_tail(v, c) + ij_cold_nopop(v, c) + ij_fptab(c) + ij_fpmem(c) + ij_fpmid(c); }";
+            + ij_cold_tail(v, c) + ij_cold_nopop(v, c) + ij_fptab(c) + ij_fpmem(c) + ij_fpmid(c)
+            + ij_word_al(c) + ij_word_un(c); }";
     Planned::new(&gcc(&dir, "ij", &[("main.c", main), ("ij.s", IJ_S)], flags), false)
 }
 
@@ -2214,6 +2266,7 @@ fn entry_indirect_jumps_pie() {
     assert_eq!(p.point("ij_ptr").tactic, Tactic::Window);
     // Two possible bases: refused.
     assert_eq!(jump_kinds(&p, "ij_two"), [IndirectJump::Unresolved]);
+    check_data_words(&p);
     let (i, _) = p.function("ij_two");
     let skipped = p.plan.skipped.iter().find(|s| s.function == i).expect("ij_two is skipped");
     assert_eq!(skipped.reason, SkipReason::UnresolvedIndirectJump);
@@ -2239,13 +2292,29 @@ fn check_pointer_tables(p: &Planned) {
     assert!(p.function("ij_fpmid").1.unresolved_indirect_jump);
 }
 
-/// In a fixed-address program, data words pointing into a function are not known: the
-/// forward propagation is not used, the rules that need no flow are.
+/// A data word holding the address of the table block (a relocation's value in a PIE, a
+/// word of the file in a fixed-address program, at an aligned place or not) is a way in with
+/// any base: no conclusion, the jump stays unresolved and the entry unpatched.
+fn check_data_words(p: &Planned) {
+    for name in ["ij_word_al", "ij_word_un"] {
+        assert_eq!(jump_kinds(p, name), [IndirectJump::Unresolved], "{name}");
+        let (i, _) = p.function(name);
+        let skipped = p.plan.skipped.iter().find(|s| s.function == i);
+        assert_eq!(skipped.map(|s| &s.reason), Some(&SkipReason::UnresolvedIndirectJump), "{name}");
+    }
+}
+
+/// In a fixed-address program, data words pointing into a function have no relocations: the
+/// forward propagation counts every word of the file that reads as an address in the
+/// function as a way in, and resolves ij_flow as in a PIE (gawk's `sub_46f080`).
 #[test]
 fn entry_indirect_jumps_non_pie() {
     let p = indirect_jumps_program("ij-nopie", &["-O1", "-fno-pie", "-no-pie"]);
     assert_eq!(jump_kinds(&p, "ij_dom"), [IndirectJump::Table]);
-    assert_eq!(jump_kinds(&p, "ij_flow"), [IndirectJump::Unresolved]);
+    assert_eq!(jump_kinds(&p, "ij_flow"), [IndirectJump::Table]);
+    assert!(!p.function("ij_flow").1.unresolved_indirect_jump);
+    assert_eq!(p.point("ij_flow").tactic, Tactic::Window);
+    check_data_words(&p);
     assert_eq!(jump_kinds(&p, "ij_ptr"), [IndirectJump::TailCall]);
     assert_eq!(jump_kinds(&p, "ij_two"), [IndirectJump::Unresolved]);
     check_cold_tails(&p);
