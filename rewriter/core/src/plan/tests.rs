@@ -1461,9 +1461,10 @@ fn exit_tactics_window_jumps() {
     assert_eq!(redirects("jw32"), (None, vec![(11, 6, 22, None)]));
     assert!(p.timed("jw32"));
     // ... | je rel8 (+11, 2) | add eax, 5 (+13, 3) | ret (+16), pad_holder (3 bytes) and 16
-    // bytes of nops after it: jmp rel8 at +13 to a slot there, the je to another slot.
+    // bytes of nops after it (+20..+36): jmp rel8 at +13 to a slot there, the je to another
+    // slot, each taken from the end of the nops that are left.
     assert_eq!(p.exits("jw8"), ["+16 Ret window+jumps at +13 len 4 ins 2"]);
-    assert_eq!(redirects("jw8"), (Some(22), vec![(11, 2, 16, Some(27))]));
+    assert_eq!(redirects("jw8"), (Some(31), vec![(11, 2, 16, Some(26))]));
     assert!(p.timed("jw8"));
     // ... | cmp eax, 1000 (+9, 5) | je rel8 (+14, 2) | add eax, 1000 (+16, 5) | ret (+21): a
     // window over add; ret; no slot in the je's reach, so cmp; je (7 bytes) is a window of its
@@ -1929,6 +1930,87 @@ fn exit_tactics_hub_chains_entry_jumps_call_stretch_slot_windows() {
     assert!(p.timed("evict"));
     // No other exit here needed one.
     assert_eq!(p.plan.slot_windows.len(), 1);
+}
+
+// ---- Slots from the end of dead bytes (issue 12, exitcov6). ----
+
+/// gawk's `sub_450d30` and `sub_450d70`: `sl_prev`'s last `ret` (and the `mov` before it) are
+/// jump targets with 2 bytes of padding: `jmp rel8` to a slot, whose only room in reach is
+/// the 9 bytes of padding after `sl_next`'s `ret`, itself a jump target that needs 4 of them
+/// for its window. Fillers without padding keep every other dead byte out of reach.
+const SL_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+FUNC sl_fill1
+    .rept 50
+    add eax, 1
+    .endr
+    ret
+END sl_fill1
+FUNC sl_prev
+    cmp edi, 0
+    mov eax, 3
+    jne .Lsp_ret
+    cmp edi, 5
+    je .Lsp_one
+    lea eax, [rdi + rdi]
+    add eax, 1
+    ret
+    .nops 4
+.Lsp_one:
+    mov eax, 1
+.Lsp_ret:
+    ret
+END sl_prev
+    .nops 2
+FUNC sl_next
+    cmp edi, 0
+    mov eax, 3
+    jne .Lsn_ret
+    cmp edi, 7
+    je .Lsn_ret
+    lea eax, [rdi + 1]
+    cmove eax, edi
+.Lsn_ret:
+    ret
+END sl_next
+    .nops 9
+FUNC sl_fill2
+    .rept 50
+    add eax, 1
+    .endr
+    ret
+END sl_fill2
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn slots_from_the_end_of_dead_bytes() {
+    let dir = temp_dir("sl");
+    let main = "int sl_prev(int), sl_next(int), sl_fill1(int), sl_fill2(int);
+        int main(int c, char **v) { (void)v; return sl_prev(c) + sl_next(c) + sl_fill1(c) + sl_fill2(c); }";
+    let p = Planned::new(&gcc(&dir, "sl", &[("main.c", main), ("sl.s", SL_S)], &["-O1"]), false);
+    // cmp; mov; jne (+8); cmp; je (+13); lea (+15); add (+18); ret (+21); nops (+22); mov
+    // (+26); ret (+31); 2 bytes of padding.
+    assert_eq!(p.exits("sl_prev"), ["+21 Ret window at +15 len 7 ins 3", "+31 Ret jmp8+slot at +31 len 2 ins 1"]);
+    // cmp; mov; jne (+8); cmp; je (+13); lea (+15); cmove (+18); ret (+21), 9 bytes of padding:
+    // the ret and 4 of them are its window, the slot is the last 5.
+    assert_eq!(p.exits("sl_next"), ["+21 Ret window+padding at +21 len 5 ins 1"]);
+    let (i, _) = p.function("sl_prev");
+    let (_, next) = p.function("sl_next");
+    let slot = p.plan.exits.iter().find(|x| x.function == i && x.slot.is_some()).and_then(|x| x.slot);
+    assert_eq!(slot, Some(next.end() + 4));
+    assert!(p.timed("sl_prev") && p.timed("sl_next"));
 }
 
 // ---- Entry coverage (issue 12): indirect jumps the backward slice alone cannot resolve. ----
