@@ -99,6 +99,13 @@
 //   function finds the lea's value on every path to the jump (in the fixed-address variant
 //   with every word of the file that reads as an address in it counted as a way in), so the
 //   table is resolved and the entry patched ("window"). Called with -1..8, 10 times each.
+// - ac_fn: python3.11's `_PyType_CalculateMetaclass`, whose unnamed part (an FDE, no symbol,
+//   in .text.unlikely) is 16-byte aligned and 64 bytes or more as hand-written functions are:
+//   `test edi, edi; je .Lcold; cmp edi, 5; je .Lmid; .Lback: add eax, 1000; ret`, the part
+//   `mov eax, 7; .Lmid: 20 x add eax, 1; jmp .Lback`. No `ret` in it, only ac_fn enters it and
+//   it only jumps back into ac_fn: a cold part (rule (f) of the analysis), so the ret is ac_fn's
+//   one exit ("window") and ac_fn is timed. Called with 0..9 ten times: 10 calls through the
+//   part's start, 10 through its middle.
 // spin_a, spin_b, spin_c, spin_d and spin_e spin a fixed loop, so the functions that call them take time.
 //
 //# variants: pie-O2 nopie-O0
@@ -145,6 +152,7 @@
 //# expect: main calls fpt_a 50
 //# expect: main calls fpt_b 50
 //# expect: main calls flow_tab 100
+//# expect: main calls ac_fn 100
 #include <stdio.h>
 
 int tiny_ret(void);
@@ -185,6 +193,7 @@ int loop_ret(int n);
 int fall_ret(int x);
 int fp_tail(int x);
 int flow_tab(int x);
+int ac_fn(int x);
 
 static int spin(int x, int n) {
     volatile int s = 0;
@@ -930,6 +939,32 @@ __asm__(".intel_syntax noprefix\n"
         ".cfi_endproc\n"
         ".size flow_tab, .-flow_tab\n"
         "SPIN_FILLER flow_tab_filler\n"
+        ".globl ac_fn\n"
+        ".type ac_fn, @function\n"
+        "ac_fn:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    test edi, edi\n"
+        "    je .Lac_cold\n"
+        "    cmp edi, 5\n"
+        "    je .Lac_mid\n"
+        ".Lac_back:\n"
+        "    add eax, 1000\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size ac_fn, .-ac_fn\n"
+        "SPIN_FILLER ac_fn_filler\n"
+        ".section .text.unlikely\n"
+        ".p2align 4\n"
+        ".cfi_startproc\n"
+        ".Lac_cold:\n"
+        "    mov eax, 7\n"
+        ".Lac_mid:\n"
+        ".rept 20\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    jmp .Lac_back\n"
+        ".cfi_endproc\n"
         ".section .rodata\n"
         ".p2align 2\n"
         ".Lft_tab:\n"
@@ -973,7 +1008,7 @@ int main(void) {
     for (int i = 0; i < 100; i++)
         acc += pop_tail(i & 1 ? &p1 : &p0, i);
     for (int i = 0; i < 100; i++)
-        acc += loop_ret(i % 50) + fall_ret(i) + fp_tail(i) + flow_tab(i % 10 - 1);
+        acc += loop_ret(i % 50) + fall_ret(i) + fp_tail(i) + flow_tab(i % 10 - 1) + ac_fn(i % 10);
     printf("%ld\n", acc);
     return 0;
 }

@@ -78,6 +78,7 @@ const TACTICS: &[(&str, &[&str])] = &[
     ("fall_ret", &["window", "window+jumps"]),
     ("fp_tail", &["window"]),
     ("flow_tab", &["window"]),
+    ("ac_fn", &["window"]),
 ];
 
 /// Functions too small for an entry window whose entry is `jmp rel8` to a slot, with the
@@ -216,6 +217,7 @@ fn check_run(variant: Variant) {
         ("fpt_a", 50),
         ("fpt_b", 50),
         ("flow_tab", 100),
+        ("ac_fn", 100),
     ];
     for (f, n) in calls {
         assert_eq!(row(&report, f).0, n, "{variant}: calls of {f}");
@@ -263,6 +265,7 @@ fn check_run(variant: Variant) {
         ["tiny_ret", "stretch_ret", "stretch_tail", "after_nops", "prologue_fn", "tiny_xor", "tiny_mov", "tiny_jmp"]
             .into_iter()
             .chain(["tiny_ret1", "slot_host", "tab_case", "pop_tail", "loop_ret", "fall_ret", "fp_tail", "flow_tab"])
+            .chain(["ac_fn"])
     {
         let (_, c, w) = row(&report, f);
         assert!(c < spin_c_cpu / 4 && w <= main_wall, "{variant}: {f} takes {c} ns cpu, spin_c {spin_c_cpu}");

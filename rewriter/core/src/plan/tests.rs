@@ -2013,6 +2013,75 @@ fn slots_from_the_end_of_dead_bytes() {
     assert!(p.timed("sl_prev") && p.timed("sl_next"));
 }
 
+// ---- Aligned cold parts (issue 12, exitcov6): rule (f) of the analysis. ----
+
+/// python3.11's `_PyType_CalculateMetaclass`: its unnamed part (an FDE, no symbol) is 16-byte
+/// aligned and 64 bytes or more, as hand-written functions are, but has no `ret`, only
+/// `ac_parent` enters it (at its start and in its middle), and it only jumps back into
+/// `ac_parent`: a cold part, so `ac_parent`'s exits are its own and it is timed. `ac_ret`'s
+/// part has the same shape and a `ret` of its own: a function (a hand-written one may be so).
+const AC_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+    .macro ALIGNED_COLD name, leave
+FUNC \name
+    mov eax, edi
+    test edi, edi
+    je .L\name\()_cold
+    cmp edi, 5
+    je .L\name\()_mid
+.L\name\()_back:
+    add eax, 1000
+    ret
+END \name
+    .section .text.unlikely
+    .p2align 4
+    .cfi_startproc
+.L\name\()_cold:
+    mov eax, 7
+.L\name\()_mid:
+    .rept 20
+    add eax, 1
+    .endr
+    \leave
+    .cfi_endproc
+    .text
+    .endm
+ALIGNED_COLD ac_parent, "jmp .Lac_parent_back"
+ALIGNED_COLD ac_ret, "ret"
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn aligned_cold_part() {
+    let dir = temp_dir("ac");
+    let main = "int ac_parent(int), ac_ret(int);
+        int main(int c, char **v) { (void)v; return ac_parent(c) + ac_ret(c); }";
+    let p = Planned::new(&gcc(&dir, "ac", &[("main.c", main), ("ac.s", AC_S)], &["-O1"]), false);
+    // The two parts, in .text.unlikely in the order of the functions: the only unnamed
+    // ranges (FDEs without a symbol).
+    let parts: Vec<&Function> = p.an.functions.iter().filter(|g| g.name.starts_with("sub_")).collect();
+    assert_eq!(parts.len(), 2, "{:?}", parts.iter().map(|g| &g.name).collect::<Vec<_>>());
+    let (pa, ra) = (parts[0], parts[1]);
+    assert_eq!((pa.address & 15, ra.address & 15), (0, 0));
+    assert!(pa.size >= 64 && ra.size >= 64);
+    assert_eq!(pa.kind, FunctionKind::ColdPart { parent: Some(p.function("ac_parent").1.address) });
+    assert_eq!(p.exits("ac_parent"), ["+24 Ret window at +19 len 6 ins 2"]);
+    assert!(p.timed("ac_parent"));
+    assert_eq!(ra.kind, FunctionKind::Function);
+    assert!(!p.timed("ac_ret"));
+}
+
 // ---- Entry coverage (issue 12): indirect jumps the backward slice alone cannot resolve. ----
 
 /// Jump tables whose base register the backward slice loses (several writes, loops), a
