@@ -93,6 +93,19 @@
 //   mov edi, ebx; pop rbx; jmp rax`, fp_table an array of function pointers (fpt_a, fpt_b) in
 //   .data: a tail call through it, not an unresolved jump table, so the entry is patched and
 //   the jump is an exit ("window"). Called with 0..99, 50 times each way.
+// - flow_tab: gawk's PIC switch whose base register holds the argument until a branch, then
+//   the table's `lea`: `mov r13, rdi; test edi, edi; js .Lneg; lea r13, [rip+.Ltab]`, a loop
+//   through `movsxd rax, [r13+rax*4]; add rax, r13; jmp rax`. Forward propagation over the
+//   function finds the lea's value on every path to the jump (in the fixed-address variant
+//   with every word of the file that reads as an address in it counted as a way in), so the
+//   table is resolved and the entry patched ("window"). Called with -1..8, 10 times each.
+// - ac_fn: python3.11's `_PyType_CalculateMetaclass`, whose unnamed part (an FDE, no symbol,
+//   in .text.unlikely) is 16-byte aligned and 64 bytes or more as hand-written functions are:
+//   `test edi, edi; je .Lcold; cmp edi, 5; je .Lmid; .Lback: add eax, 1000; ret`, the part
+//   `mov eax, 7; .Lmid: 20 x add eax, 1; jmp .Lback`. No `ret` in it, only ac_fn enters it and
+//   it only jumps back into ac_fn: a cold part (rule (f) of the analysis), so the ret is ac_fn's
+//   one exit ("window") and ac_fn is timed. Called with 0..9 ten times: 10 calls through the
+//   part's start, 10 through its middle.
 // spin_a, spin_b, spin_c, spin_d and spin_e spin a fixed loop, so the functions that call them take time.
 //
 //# variants: pie-O2 nopie-O0
@@ -138,6 +151,8 @@
 //# expect: main calls fp_tail 100
 //# expect: main calls fpt_a 50
 //# expect: main calls fpt_b 50
+//# expect: main calls flow_tab 100
+//# expect: main calls ac_fn 100
 #include <stdio.h>
 
 int tiny_ret(void);
@@ -177,6 +192,8 @@ int pop_tail(struct cb_obj *o, int x);
 int loop_ret(int n);
 int fall_ret(int x);
 int fp_tail(int x);
+int flow_tab(int x);
+int ac_fn(int x);
 
 static int spin(int x, int n) {
     volatile int s = 0;
@@ -872,6 +889,88 @@ __asm__(".intel_syntax noprefix\n"
         ".cfi_endproc\n"
         ".size fp_tail, .-fp_tail\n"
         "SPIN_FILLER fp_tail_filler\n"
+        ".globl flow_tab\n"
+        ".type flow_tab, @function\n"
+        "flow_tab:\n"
+        ".cfi_startproc\n"
+        "    push r13\n"
+        ".cfi_def_cfa_offset 16\n"
+        "    push rbx\n"
+        ".cfi_def_cfa_offset 24\n"
+        "    push rax\n"
+        ".cfi_def_cfa_offset 32\n"
+        ".cfi_offset rbx, -24\n"
+        ".cfi_offset r13, -16\n"
+        "    mov ebx, edi\n"
+        "    xor ecx, ecx\n"
+        "    mov r13, rdi\n"
+        "    test edi, edi\n"
+        "    js .Lft_neg\n"
+        "    lea r13, [rip + .Lft_tab]\n"
+        "    jmp .Lft_head\n"
+        ".Lft_neg:\n"
+        "    mov eax, -1\n"
+        "    jmp .Lft_out\n"
+        ".Lft_a:\n"
+        "    add ecx, 3\n"
+        "    sub ebx, 1\n"
+        "    jmp .Lft_head\n"
+        ".Lft_b:\n"
+        "    add ecx, 5\n"
+        "    sub ebx, 1\n"
+        ".Lft_head:\n"
+        "    mov eax, ebx\n"
+        "    and eax, 1\n"
+        "    test ebx, ebx\n"
+        "    je .Lft_done\n"
+        "    movsxd rax, dword ptr [r13 + rax * 4]\n"
+        "    add rax, r13\n"
+        "    jmp rax\n"
+        ".Lft_done:\n"
+        "    mov eax, ecx\n"
+        ".Lft_out:\n"
+        "    pop rcx\n"
+        ".cfi_def_cfa_offset 24\n"
+        "    pop rbx\n"
+        ".cfi_def_cfa_offset 16\n"
+        "    pop r13\n"
+        ".cfi_def_cfa_offset 8\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size flow_tab, .-flow_tab\n"
+        "SPIN_FILLER flow_tab_filler\n"
+        ".globl ac_fn\n"
+        ".type ac_fn, @function\n"
+        "ac_fn:\n"
+        ".cfi_startproc\n"
+        "    mov eax, edi\n"
+        "    test edi, edi\n"
+        "    je .Lac_cold\n"
+        "    cmp edi, 5\n"
+        "    je .Lac_mid\n"
+        ".Lac_back:\n"
+        "    add eax, 1000\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size ac_fn, .-ac_fn\n"
+        "SPIN_FILLER ac_fn_filler\n"
+        ".section .text.unlikely\n"
+        ".p2align 4\n"
+        ".cfi_startproc\n"
+        ".Lac_cold:\n"
+        "    mov eax, 7\n"
+        ".Lac_mid:\n"
+        ".rept 20\n"
+        "    add eax, 1\n"
+        ".endr\n"
+        "    jmp .Lac_back\n"
+        ".cfi_endproc\n"
+        ".section .rodata\n"
+        ".p2align 2\n"
+        ".Lft_tab:\n"
+        "    .long .Lft_a - .Lft_tab\n"
+        "    .long .Lft_b - .Lft_tab\n"
+        ".text\n"
         ".data\n"
         ".p2align 3\n"
         "fp_table:\n"
@@ -909,7 +1008,7 @@ int main(void) {
     for (int i = 0; i < 100; i++)
         acc += pop_tail(i & 1 ? &p1 : &p0, i);
     for (int i = 0; i < 100; i++)
-        acc += loop_ret(i % 50) + fall_ret(i) + fp_tail(i);
+        acc += loop_ret(i % 50) + fall_ret(i) + fp_tail(i) + flow_tab(i % 10 - 1) + ac_fn(i % 10);
     printf("%ld\n", acc);
     return 0;
 }

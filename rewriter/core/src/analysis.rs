@@ -53,6 +53,12 @@
 //!      lands) into its interior, not only to its entry: a function is entered at its entry,
 //!      only a cold part (a `.cold` split whose symbol is gone) is entered in the middle by
 //!      its parent's jumps; also with clang;
+//!    - (f) as (e), even 16-byte aligned and 64 bytes or longer, when it has no `ret` and no
+//!      indirect jump, the one function that enters it is known to be a function (called,
+//!      address-taken, named), and every jump out of it is a direct one back into that
+//!      function's interior: code only F enters and that only leads back into F runs in F's
+//!      frame whatever its alignment (hand-written functions return or tail-call; python3.11's
+//!      `_PyType_CalculateMetaclass`, whose unnamed 90-byte part happens to be aligned);
 //!    - otherwise a function. In particular a function that is only tail-called (`jmp f`
 //!      with CFA = rsp+8 at its start) stays a function.
 //!

@@ -2737,14 +2737,21 @@ impl Slots {
     }
 
     /// Take a 5-byte slot a `jmp rel8` ending at `from` reaches; a slot outside any patch is
-    /// added to `patches`.
+    /// added to `patches`. Dead bytes outside a patch are taken from their end: the first of
+    /// them may be what an exit right before them needs for its window (`ret` and 4 bytes of
+    /// padding, `window+padding`), the exit being planned later (gawk's `sub_450d70`, whose
+    /// padding the `jmp rel8` of the function before it took).
     fn take(&mut self, from: u64, patches: &mut Patches) -> Option<u64> {
         let (lo, hi) = (from.saturating_sub(128), from + 127);
         let near: Vec<(u64, u64, bool)> =
             self.0.range(lo.saturating_sub(256)..=hi).map(|(&a, &(e, p))| (a, e, p)).collect();
         for (a, e, in_patch) in near {
             let (first, last) = (a.max(lo), (e - JMP_LEN).min(hi));
-            let found = (first..=last.min(first + 64)).find(|&s| in_patch || patches.overlap(s, JMP_LEN).is_none());
+            let found = if in_patch {
+                (first <= last).then_some(first)
+            } else {
+                (first.max(last.saturating_sub(64))..=last).rev().find(|&s| patches.overlap(s, JMP_LEN).is_none())
+            };
             if let Some(s) = found {
                 self.0.remove(&a);
                 self.add(a, s, in_patch);

@@ -963,10 +963,45 @@ type Scope<'a> = (&'a FuncIndex, &'a [Vec<usize>], &'a [bool], &'a [Option<usize
 /// (function, address, kind) of one indirect jump.
 type JumpSpec = (usize, u64, Jump);
 
-/// Second try for the jumps the slice left unresolved, in a position-independent program
-/// (in a fixed-address one, data words that point into a function are not known):
-/// [`Slicer::flow_const`] over the function and its cold parts, with every table's targets
-/// known (they may enter the function from elsewhere).
+/// Every place in the file bytes of the loaded segments where 4 or 8 bytes, at any offset,
+/// read as an address in an executable section: `(where, value)`, in address order. In a
+/// fixed-address program a code pointer in data has no relocation, so this is the superset
+/// of them that [`Slicer::flow_const`] counts as ways into a function (pointers and
+/// immediates hold whole addresses; random bytes that happen to read as one only make it
+/// more careful).
+pub(crate) fn code_words(elf: &InputElf, codemap: &CodeMap) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let high = codemap.hi > u64::from(u32::MAX);
+    for seg in elf.loads() {
+        let Some(bytes) = usize::try_from(seg.offset)
+            .ok()
+            .and_then(|o| elf.data.get(o..o.saturating_add(seg.filesz as usize).min(elf.data.len())))
+        else {
+            continue;
+        };
+        for i in 0..bytes.len().saturating_sub(3) {
+            let v = if high {
+                match bytes.get(i..i + 8) {
+                    Some(b) => u64::from_le_bytes(b.try_into().unwrap_or([0; 8])),
+                    None => continue,
+                }
+            } else {
+                u64::from(u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]))
+            };
+            if codemap.is_exec(v) {
+                out.push((seg.vaddr + i as u64, v));
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Second try for the jumps the slice left unresolved: [`Slicer::flow_const`] over the
+/// function and its cold parts, with every table's targets known (they may enter the
+/// function from elsewhere). In a position-independent program the data words that point
+/// into a function are the relocations' values; in a fixed-address one, every word of the
+/// file that reads as a code address ([`code_words`]) outside the tables already read.
 #[allow(clippy::too_many_arguments)]
 fn retry_with_flow(
     elf: &InputElf,
@@ -982,6 +1017,7 @@ fn retry_with_flow(
     if !specs.iter().any(|s| s.2 == Jump::Unresolved) {
         return;
     }
+    let words = if elf.kind.is_position_independent() { Vec::new() } else { code_words(elf, codemap) };
     // Where the tables of these functions may start: every `lea r, [rip+T]` into data. A
     // table of another function is read up to the next known base, and before a jump here
     // is resolved its table's base is not known, so the other table would run on into it.
@@ -1010,8 +1046,17 @@ fn retry_with_flow(
     assumed.sort_unstable();
     assumed.dedup();
     for _round in 0..4 {
-        let (found, back) =
-            flow_round(elf, codemap, code, cands, scope, reloc_value, noreturn_call, (specs, pads, &assumed), info);
+        let (found, back) = flow_round(
+            elf,
+            codemap,
+            code,
+            cands,
+            scope,
+            (reloc_value, &words),
+            noreturn_call,
+            (specs, pads, &assumed),
+            info,
+        );
         info = back;
         let mut bases: Vec<u64> =
             found.iter().filter_map(|s| if let Jump::Table { base, .. } = s.1 { Some(base) } else { None }).collect();
@@ -1037,7 +1082,7 @@ fn flow_round(
     code: &Code,
     cands: &[Cand],
     (index, adj, maybe_cold, name_parent): Scope,
-    reloc_value: &HashMap<u64, u64>,
+    (reloc_value, words): (&HashMap<u64, u64>, &[(u64, u64)]),
     noreturn_call: &dyn Fn(&Instruction) -> bool,
     (specs, pads, assumed): (&[JumpSpec], &[usize], &[u64]),
     mut info: InstructionInfoFactory,
@@ -1046,6 +1091,7 @@ fn flow_round(
     // Every resolved jump's targets, and every way into code the decoded instructions show.
     let mut succ: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut from: Vec<(usize, u64)> = Vec::new(); // (source function, target) of table entries
+    let mut read: Vec<(u64, u64)> = Vec::new(); // [start, end) of the tables read
     let mut bases: Vec<u64> =
         specs.iter().filter_map(|s| if let Jump::Table { base, .. } = s.2 { Some(base) } else { None }).collect();
     bases.extend_from_slice(assumed);
@@ -1060,7 +1106,9 @@ fn flow_round(
                 let inside = table_scope(fi, adj, cands, index, maybe_cold);
                 let next = bases.partition_point(|&b| b <= base);
                 let limit = bases.get(next).copied().unwrap_or(u64::MAX);
-                table_targets(elf, reloc_value, (base, size, signed, add, limit), &inside)
+                let t = table_targets(elf, reloc_value, (base, size, signed, add, limit), &inside);
+                read.push((base, base.saturating_add(t.len() as u64 * u64::from(size))));
+                t
             }
         };
         from.extend(t.iter().map(|&x| (fi, x)));
@@ -1114,6 +1162,18 @@ fn flow_round(
             .chain(code.refs.iter().copied().filter(|&t| within(t)))
             .chain(code.calls.iter().copied().filter(|&t| within(t) && t != c.address))
             .chain(reloc_value.values().copied().filter(|&t| within(t)))
+            // A word at a 4-byte aligned place counts even if it points into the middle of an
+            // instruction (then nothing is concluded, as for a relocation's value); one at
+            // another place only if it points to an instruction (bytes that happen to read as
+            // an address there are more likely than a pointer stored there).
+            .chain(
+                words
+                    .iter()
+                    .filter(|&&(at, t)| {
+                        within(t) && !read.iter().any(|&(a, b)| at >= a && at < b) && (at % 4 == 0 || starts(t))
+                    })
+                    .map(|&(_, t)| t),
+            )
             .collect();
         entered.sort_unstable();
         entered.dedup();
@@ -1277,7 +1337,6 @@ pub(crate) fn resolve_indirect_jumps(
 
     // One slicer per function (its caches serve all of the function's indirect jumps);
     // `code.indirect` is in function order.
-    let pic = elf.kind.is_position_independent();
     let mut specs: Vec<(usize, u64, Jump)> = Vec::new();
     let mut info = InstructionInfoFactory::new();
     let mut ins: Vec<Instruction> = Vec::new();
@@ -1302,19 +1361,17 @@ pub(crate) fn resolve_indirect_jumps(
         }
         info = sl.info;
     }
-    if pic {
-        retry_with_flow(
-            elf,
-            codemap,
-            code,
-            cands,
-            (index, &adj, &maybe_cold, name_parent),
-            reloc_value,
-            noreturn_call,
-            (&mut specs, &pads),
-            info,
-        );
-    }
+    retry_with_flow(
+        elf,
+        codemap,
+        code,
+        cands,
+        (index, &adj, &maybe_cold, name_parent),
+        reloc_value,
+        noreturn_call,
+        (&mut specs, &pads),
+        info,
+    );
 
     let mut bases: Vec<u64> = specs
         .iter()

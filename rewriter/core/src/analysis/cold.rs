@@ -231,7 +231,17 @@ pub(crate) fn classify(inp: &Inputs) -> Vec<FunctionKind> {
     let mut into_entry: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut into_interior: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut out_interior: Vec<Vec<usize>> = vec![Vec::new(); n];
+    // Where each function's jumps out lead: the function whose interior a direct jump enters,
+    // `None` for any other edge (a tail call, a table entry, a landing pad elsewhere).
+    let mut out_to: Vec<Vec<Option<usize>>> = vec![Vec::new(); n];
     for e in &code.edges {
+        if e.src < n {
+            let into = match inp.index.locate(e.target) {
+                Loc::Interior(j) if e.direct() && j != e.src => Some(j),
+                _ => None,
+            };
+            out_to[e.src].push(into);
+        }
         match inp.index.locate(e.target) {
             Loc::Entry(j) if j != e.src => into_entry[j].push(e.src),
             Loc::Interior(j) if j != e.src => {
@@ -288,7 +298,15 @@ pub(crate) fn classify(inp: &Inputs) -> Vec<FunctionKind> {
             let d = !inp.llvm && !looks_handwritten(c) && srcs.len() == 1 && only_cond[i];
             // (e)
             let e = !looks_handwritten(c) && srcs.len() == 1 && !into_interior[i].is_empty();
-            rule_c || d || e
+            // (f)
+            let f = srcs.len() == 1
+                && definite[srcs[0]]
+                && !into_interior[i].is_empty()
+                && !code.has_ret.get(i).copied().unwrap_or(true)
+                && !code.has_indirect.get(i).copied().unwrap_or(true)
+                && !out_to[i].is_empty()
+                && out_to[i].iter().all(|&t| t == Some(srcs[0]));
+            rule_c || d || e || f
         };
     }
 

@@ -1461,9 +1461,10 @@ fn exit_tactics_window_jumps() {
     assert_eq!(redirects("jw32"), (None, vec![(11, 6, 22, None)]));
     assert!(p.timed("jw32"));
     // ... | je rel8 (+11, 2) | add eax, 5 (+13, 3) | ret (+16), pad_holder (3 bytes) and 16
-    // bytes of nops after it: jmp rel8 at +13 to a slot there, the je to another slot.
+    // bytes of nops after it (+20..+36): jmp rel8 at +13 to a slot there, the je to another
+    // slot, each taken from the end of the nops that are left.
     assert_eq!(p.exits("jw8"), ["+16 Ret window+jumps at +13 len 4 ins 2"]);
-    assert_eq!(redirects("jw8"), (Some(22), vec![(11, 2, 16, Some(27))]));
+    assert_eq!(redirects("jw8"), (Some(31), vec![(11, 2, 16, Some(26))]));
     assert!(p.timed("jw8"));
     // ... | cmp eax, 1000 (+9, 5) | je rel8 (+14, 2) | add eax, 1000 (+16, 5) | ret (+21): a
     // window over add; ret; no slot in the je's reach, so cmp; je (7 bytes) is a window of its
@@ -1931,6 +1932,156 @@ fn exit_tactics_hub_chains_entry_jumps_call_stretch_slot_windows() {
     assert_eq!(p.plan.slot_windows.len(), 1);
 }
 
+// ---- Slots from the end of dead bytes (issue 12, exitcov6). ----
+
+/// gawk's `sub_450d30` and `sub_450d70`: `sl_prev`'s last `ret` (and the `mov` before it) are
+/// jump targets with 2 bytes of padding: `jmp rel8` to a slot, whose only room in reach is
+/// the 9 bytes of padding after `sl_next`'s `ret`, itself a jump target that needs 4 of them
+/// for its window. Fillers without padding keep every other dead byte out of reach.
+const SL_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+FUNC sl_fill1
+    .rept 50
+    add eax, 1
+    .endr
+    ret
+END sl_fill1
+FUNC sl_prev
+    cmp edi, 0
+    mov eax, 3
+    jne .Lsp_ret
+    cmp edi, 5
+    je .Lsp_one
+    lea eax, [rdi + rdi]
+    add eax, 1
+    ret
+    .nops 4
+.Lsp_one:
+    mov eax, 1
+.Lsp_ret:
+    ret
+END sl_prev
+    .nops 2
+FUNC sl_next
+    cmp edi, 0
+    mov eax, 3
+    jne .Lsn_ret
+    cmp edi, 7
+    je .Lsn_ret
+    lea eax, [rdi + 1]
+    cmove eax, edi
+.Lsn_ret:
+    ret
+END sl_next
+    .nops 9
+FUNC sl_fill2
+    .rept 50
+    add eax, 1
+    .endr
+    ret
+END sl_fill2
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn slots_from_the_end_of_dead_bytes() {
+    let dir = temp_dir("sl");
+    let main = "int sl_prev(int), sl_next(int), sl_fill1(int), sl_fill2(int);
+        int main(int c, char **v) { (void)v; return sl_prev(c) + sl_next(c) + sl_fill1(c) + sl_fill2(c); }";
+    let p = Planned::new(&gcc(&dir, "sl", &[("main.c", main), ("sl.s", SL_S)], &["-O1"]), false);
+    // cmp; mov; jne (+8); cmp; je (+13); lea (+15); add (+18); ret (+21); nops (+22); mov
+    // (+26); ret (+31); 2 bytes of padding.
+    assert_eq!(p.exits("sl_prev"), ["+21 Ret window at +15 len 7 ins 3", "+31 Ret jmp8+slot at +31 len 2 ins 1"]);
+    // cmp; mov; jne (+8); cmp; je (+13); lea (+15); cmove (+18); ret (+21), 9 bytes of padding:
+    // the ret and 4 of them are its window, the slot is the last 5.
+    assert_eq!(p.exits("sl_next"), ["+21 Ret window+padding at +21 len 5 ins 1"]);
+    let (i, _) = p.function("sl_prev");
+    let (_, next) = p.function("sl_next");
+    let slot = p.plan.exits.iter().find(|x| x.function == i && x.slot.is_some()).and_then(|x| x.slot);
+    assert_eq!(slot, Some(next.end() + 4));
+    assert!(p.timed("sl_prev") && p.timed("sl_next"));
+}
+
+// ---- Aligned cold parts (issue 12, exitcov6): rule (f) of the analysis. ----
+
+/// python3.11's `_PyType_CalculateMetaclass`: its unnamed part (an FDE, no symbol) is 16-byte
+/// aligned and 64 bytes or more, as hand-written functions are, but has no `ret`, only
+/// `ac_parent` enters it (at its start and in its middle), and it only jumps back into
+/// `ac_parent`: a cold part, so `ac_parent`'s exits are its own and it is timed. `ac_ret`'s
+/// part has the same shape and a `ret` of its own: a function (a hand-written one may be so).
+const AC_S: &str = r#"
+    .intel_syntax noprefix
+    .text
+    .macro FUNC name
+    .globl \name
+    .type \name, @function
+\name:
+    .cfi_startproc
+    .endm
+    .macro END name
+    .cfi_endproc
+    .size \name, .-\name
+    .endm
+    .macro ALIGNED_COLD name, leave
+FUNC \name
+    mov eax, edi
+    test edi, edi
+    je .L\name\()_cold
+    cmp edi, 5
+    je .L\name\()_mid
+.L\name\()_back:
+    add eax, 1000
+    ret
+END \name
+    .section .text.unlikely
+    .p2align 4
+    .cfi_startproc
+.L\name\()_cold:
+    mov eax, 7
+.L\name\()_mid:
+    .rept 20
+    add eax, 1
+    .endr
+    \leave
+    .cfi_endproc
+    .text
+    .endm
+ALIGNED_COLD ac_parent, "jmp .Lac_parent_back"
+ALIGNED_COLD ac_ret, "ret"
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+#[test]
+fn aligned_cold_part() {
+    let dir = temp_dir("ac");
+    let main = "int ac_parent(int), ac_ret(int);
+        int main(int c, char **v) { (void)v; return ac_parent(c) + ac_ret(c); }";
+    let p = Planned::new(&gcc(&dir, "ac", &[("main.c", main), ("ac.s", AC_S)], &["-O1"]), false);
+    // The two parts, in .text.unlikely in the order of the functions: the only unnamed
+    // ranges (FDEs without a symbol).
+    let parts: Vec<&Function> = p.an.functions.iter().filter(|g| g.name.starts_with("sub_")).collect();
+    assert_eq!(parts.len(), 2, "{:?}", parts.iter().map(|g| &g.name).collect::<Vec<_>>());
+    let (pa, ra) = (parts[0], parts[1]);
+    assert_eq!((pa.address & 15, ra.address & 15), (0, 0));
+    assert!(pa.size >= 64 && ra.size >= 64);
+    assert_eq!(pa.kind, FunctionKind::ColdPart { parent: Some(p.function("ac_parent").1.address) });
+    assert_eq!(p.exits("ac_parent"), ["+24 Ret window at +19 len 6 ins 2"]);
+    assert!(p.timed("ac_parent"));
+    assert_eq!(ra.kind, FunctionKind::Function);
+    assert!(!p.timed("ac_ret"));
+}
+
 // ---- Entry coverage (issue 12): indirect jumps the backward slice alone cannot resolve. ----
 
 /// Jump tables whose base register the backward slice loses (several writes, loops), a
@@ -2028,6 +2179,57 @@ FUNC ij_flow
     pop r13
     ret
 END ij_flow
+# ij_flow's shape with the address of its table block in a data word, aligned or not (`pad`
+# bytes before it): code may enter there with any r13, so the jump stays unresolved.
+    .macro FLOW_WORD name, pad
+FUNC \name
+    push r13
+    push rbx
+    push rax
+    mov ebx, edi
+    mov r13, rdi
+    test edi, edi
+    js .L\name\()_neg
+    lea r13, [rip + .L\name\()_tab]
+    jmp .L\name\()_head
+.L\name\()_neg:
+    mov eax, -1
+    jmp .L\name\()_out
+.L\name\()_a:
+    sub ebx, 1
+    jmp .L\name\()_head
+.L\name\()_head:
+    mov eax, ebx
+    and eax, 1
+    test ebx, ebx
+    je .L\name\()_done
+    movsxd rax, dword ptr [r13 + rax*4]
+    add rax, r13
+    jmp rax
+.L\name\()_b:
+    sub ebx, 1
+    jmp .L\name\()_head
+.L\name\()_done:
+    mov eax, 9
+.L\name\()_out:
+    pop rcx
+    pop rbx
+    pop r13
+    ret
+END \name
+    .section .rodata
+    .p2align 2
+.L\name\()_tab:
+    .long .L\name\()_a - .L\name\()_tab
+    .long .L\name\()_b - .L\name\()_tab
+    .data
+    .p2align 3
+    .fill \pad, 1, 0
+    .quad .L\name\()_head
+    .text
+    .endm
+FLOW_WORD ij_word_al, 0
+FLOW_WORD ij_word_un, 3
 # Two tables reach the same jump: no single base; the jump stays unresolved.
 FUNC ij_two
     push r12
@@ -2183,9 +2385,10 @@ fn indirect_jumps_program(tag: &str, flags: &[&str]) -> Planned {
     let dir = temp_dir(tag);
     let main = "int ij_dom(int), ij_flow(int), ij_two(int), ext(int);
         int ij_ptr(long, int (*)(int)), ij_cold_tail(void *, int), ij_cold_nopop(void *, int);
-        int ij_fptab(int), ij_fpmem(int), ij_fpmid(int);
+        int ij_fptab(int), ij_fpmem(int), ij_fpmid(int), ij_word_al(int), ij_word_un(int);
         int main(int c, char **v) { return ij_dom(c) + ij_flow(c) + ij_two(c) + ij_ptr(c, ext)
-            + ij_cold_tail(v, c) + ij_cold_nopop(v, c) + ij_fptab(c) + ij_fpmem(c) + ij_fpmid(c); }";
+            + ij_cold_tail(v, c) + ij_cold_nopop(v, c) + ij_fptab(c) + ij_fpmem(c) + ij_fpmid(c)
+            + ij_word_al(c) + ij_word_un(c); }";
     Planned::new(&gcc(&dir, "ij", &[("main.c", main), ("ij.s", IJ_S)], flags), false)
 }
 
@@ -2214,6 +2417,7 @@ fn entry_indirect_jumps_pie() {
     assert_eq!(p.point("ij_ptr").tactic, Tactic::Window);
     // Two possible bases: refused.
     assert_eq!(jump_kinds(&p, "ij_two"), [IndirectJump::Unresolved]);
+    check_data_words(&p);
     let (i, _) = p.function("ij_two");
     let skipped = p.plan.skipped.iter().find(|s| s.function == i).expect("ij_two is skipped");
     assert_eq!(skipped.reason, SkipReason::UnresolvedIndirectJump);
@@ -2239,13 +2443,29 @@ fn check_pointer_tables(p: &Planned) {
     assert!(p.function("ij_fpmid").1.unresolved_indirect_jump);
 }
 
-/// In a fixed-address program, data words pointing into a function are not known: the
-/// forward propagation is not used, the rules that need no flow are.
+/// A data word holding the address of the table block (a relocation's value in a PIE, a
+/// word of the file in a fixed-address program, at an aligned place or not) is a way in with
+/// any base: no conclusion, the jump stays unresolved and the entry unpatched.
+fn check_data_words(p: &Planned) {
+    for name in ["ij_word_al", "ij_word_un"] {
+        assert_eq!(jump_kinds(p, name), [IndirectJump::Unresolved], "{name}");
+        let (i, _) = p.function(name);
+        let skipped = p.plan.skipped.iter().find(|s| s.function == i);
+        assert_eq!(skipped.map(|s| &s.reason), Some(&SkipReason::UnresolvedIndirectJump), "{name}");
+    }
+}
+
+/// In a fixed-address program, data words pointing into a function have no relocations: the
+/// forward propagation counts every word of the file that reads as an address in the
+/// function as a way in, and resolves ij_flow as in a PIE (gawk's `sub_46f080`).
 #[test]
 fn entry_indirect_jumps_non_pie() {
     let p = indirect_jumps_program("ij-nopie", &["-O1", "-fno-pie", "-no-pie"]);
     assert_eq!(jump_kinds(&p, "ij_dom"), [IndirectJump::Table]);
-    assert_eq!(jump_kinds(&p, "ij_flow"), [IndirectJump::Unresolved]);
+    assert_eq!(jump_kinds(&p, "ij_flow"), [IndirectJump::Table]);
+    assert!(!p.function("ij_flow").1.unresolved_indirect_jump);
+    assert_eq!(p.point("ij_flow").tactic, Tactic::Window);
+    check_data_words(&p);
     assert_eq!(jump_kinds(&p, "ij_ptr"), [IndirectJump::TailCall]);
     assert_eq!(jump_kinds(&p, "ij_two"), [IndirectJump::Unresolved]);
     check_cold_tails(&p);
