@@ -6,7 +6,8 @@
 //! `Instruction`s, encoded and decoded again.
 //!
 //! **A piece's shape** ([`Key`]) is its form (entry, exit, tail-call exit, import call site),
-//! the point's metric bits, whether the last displaced call is emulated, and its program
+//! the point's metric bits, whether the last displaced call is emulated, which displaced
+//! instruction is an exit (an entry with the entry+exit tactic), and its program
 //! instructions (the displaced ones, or the import call) with their branch targets and
 //! RIP-relative addresses taken out. Everything else a trampoline holds is the same for every
 //! piece of the program (the stubs and timer routines it calls, the thread check).
@@ -29,8 +30,7 @@
 //! branch out of it would be short (its target within a rel8's reach) or whose displacement
 //! does not fit 32 bits (the encoder's choices depend on the distance there), a shape with a
 //! field the sentinels do not account for, and the rare pieces whose displaced code is
-//! redirected (wrapped imports' GOT calls, entry jumps into exit windows) or that hold an exit
-//! (the entry+exit tactic). A shape gets a template only the second time it is seen on a
+//! redirected (wrapped imports' GOT calls, entry jumps into exit windows). A shape gets a template only the second time it is seen on a
 //! thread, and that piece is encoded both ways: if the two differ in any byte, field or CFI
 //! shape, the shape never uses its template. So every piece is byte for byte what
 //! [`super::piece`] gives at that address (tests: `codegen::tests`, over a real program's pieces).
@@ -92,22 +92,39 @@ struct Parts<'a> {
     exit: Option<&'a crate::plan::Exit>,
     /// The displaced instructions, or the import call.
     program: &'a [Instruction],
+    /// For an entry: the index in `program` of an exit instruction it holds (the entry+exit
+    /// tactic, [`crate::plan::Plan::entry_exits`]).
+    exit_at: Option<usize>,
     id: u32,
 }
 
 impl<'a> Parts<'a> {
     /// `kind` taken apart; `None` for a kind or a piece a template does not represent.
-    fn of(plan: &'a Plan, kind: PieceKind, t: &Targets) -> Result<Option<Parts<'a>>> {
+    /// `tail_sites`: the sites of the tail jumps into imports that are called
+    /// ([`crate::plan::TailImport`]), built on first use.
+    fn of(
+        plan: &'a Plan,
+        kind: PieceKind,
+        t: &Targets,
+        tail_sites: &mut Option<TailSites>,
+    ) -> Result<Option<Parts<'a>>> {
         Ok(match kind {
             PieceKind::Trampoline(i) => {
                 let Some(p) = plan.points.get(i) else { return Ok(None) };
-                if plan.entry_exits.contains_key(&p.id)
-                    || super::redirect_wrapped(&p.displaced, &t.wrap_thunks)?.is_some()
+                if super::redirect_wrapped(&p.displaced, &t.wrap_thunks)?.is_some()
                     || super::redirect_entry_jumps(&p.displaced, &t.entry_redirects).is_some()
                 {
                     return Ok(None);
                 }
-                Some(Parts { form: Form::Entry, point: p, exit: None, program: &p.displaced, id: p.id })
+                let exit_at = match plan.entry_exits.get(&p.id) {
+                    None => None,
+                    // Not in the window: `trampoline` reports it.
+                    Some(&site) => match p.displaced.iter().position(|d| d.ip() == site) {
+                        None => return Ok(None),
+                        r => r,
+                    },
+                };
+                Some(Parts { form: Form::Entry, point: p, exit: None, program: &p.displaced, exit_at, id: p.id })
             }
             PieceKind::ExitTrampoline(i) => {
                 let Some(x) = plan.exits.get(i) else { return Ok(None) };
@@ -116,10 +133,14 @@ impl<'a> Parts<'a> {
                     return Ok(None);
                 }
                 // As `piece` chooses (only a tail jump can be a tail call into an import).
-                let tail =
-                    x.kind == ExitKind::TailJump && plan.tail_imports.iter().any(|ti| ti.site == x.site && ti.called);
+                let tail = x.kind == ExitKind::TailJump
+                    && tail_sites
+                        .get_or_insert_with(|| {
+                            plan.tail_imports.iter().filter(|ti| ti.called).map(|ti| ti.site).collect()
+                        })
+                        .contains(&x.site);
                 let form = if tail { Form::TailCall } else { Form::Exit };
-                Some(Parts { form, point: p, exit: Some(x), program: &x.displaced, id: x.point })
+                Some(Parts { form, point: p, exit: Some(x), program: &x.displaced, exit_at: None, id: x.point })
             }
             PieceKind::ImportTrampoline(i) => {
                 let Some(x) = plan.import_sites.get(i) else { return Ok(None) };
@@ -129,6 +150,7 @@ impl<'a> Parts<'a> {
                     point: p,
                     exit: None,
                     program: std::slice::from_ref(&x.call),
+                    exit_at: None,
                     id: p.id,
                 })
             }
@@ -155,7 +177,10 @@ impl<'a> Parts<'a> {
     fn encode(&self, program: &[Instruction], id: u32, env: TrampolineEnv, at: u64) -> Result<Vec<u8>> {
         let point = |displaced: Vec<Instruction>| Point { id, displaced, ..self.point.clone() };
         match (self.form, self.exit) {
-            (Form::Entry, _) => trampoline(&point(program.to_vec()), env, at, None),
+            (Form::Entry, _) => {
+                let exit = self.exit_at.and_then(|r| program.get(r)).map(Instruction::ip);
+                trampoline(&point(program.to_vec()), env, at, exit)
+            }
             (Form::Import, _) => import_trampoline(&program[0], &point(Vec::new()), env, at),
             (Form::Exit, Some(x)) => {
                 exit_trampoline(&crate::plan::Exit { point: id, displaced: program.to_vec(), ..x.clone() }, env, at)
@@ -193,6 +218,8 @@ fn retarget(ins: &Instruction, to: u64) -> Instruction {
     x
 }
 
+type TailSites = std::collections::HashSet<u64, BuildHasherDefault<Mix>>;
+
 /// A piece's shape: what two pieces with the same template have in common (module doc).
 /// Equality is `Instruction`'s (which ignores the address and the length).
 #[derive(Clone, PartialEq, Eq)]
@@ -200,12 +227,14 @@ struct Key {
     form: Form,
     bits: u8,
     emulate_call: bool,
+    exit_at: Option<usize>,
     program: Vec<Instruction>,
 }
 
 impl Hash for Key {
     fn hash<H: Hasher>(&self, h: &mut H) {
-        h.write_u64(self.form as u64 | u64::from(self.bits) << 8 | u64::from(self.emulate_call) << 16);
+        let exit_at = self.exit_at.map_or(0, |r| r as u64 + 1);
+        h.write_u64(self.form as u64 | u64::from(self.bits) << 8 | u64::from(self.emulate_call) << 16 | exit_at << 24);
         for x in &self.program {
             // The fields that tell instructions apart most (`Instruction`'s own hash feeds
             // every field one by one, which costs more than the rest of the lookup).
@@ -286,6 +315,7 @@ pub struct Templates {
     shapes: HashMap<Key, Entry, BuildHasherDefault<Mix>>,
     key: Option<Key>,
     values: Vec<u64>,
+    tail_sites: Option<TailSites>,
     /// The scratch buffer of [`Movable::new`].
     pub scratch: Vec<u8>,
     /// Pieces made from a template, and encoded the usual way (counted for tests).
@@ -415,15 +445,21 @@ impl Movable {
         ids: &ShapeIds,
         templates: &mut Templates,
     ) -> Result<Movable> {
-        let Some(parts) = Parts::of(plan, kind, t)? else {
+        let Some(parts) = Parts::of(plan, kind, t, &mut templates.tail_sites)? else {
             templates.encoded += 1;
             return Movable::new(plan, kind, at, t, ids, &mut templates.scratch);
         };
-        let mut key =
-            templates.key.take().unwrap_or(Key { form: parts.form, bits: 0, emulate_call: false, program: Vec::new() });
+        let mut key = templates.key.take().unwrap_or(Key {
+            form: parts.form,
+            bits: 0,
+            emulate_call: false,
+            exit_at: None,
+            program: Vec::new(),
+        });
         key.form = parts.form;
         key.bits = parts.point.bits;
         key.emulate_call = parts.form == Form::Entry && parts.point.emulate_call;
+        key.exit_at = parts.exit_at;
         key.program.clear();
         key.program.extend(parts.program.iter().map(|x| retarget(x, 0)));
         parts.values(t, &mut templates.values);
