@@ -620,7 +620,7 @@ impl<'e, 'a> Personalities<'e, 'a> {
     /// The CIE of generated code with the personality of the FDE covering `addr` and a
     /// pc-relative LSDA pointer; None if no FDE covers it or its CIE has no personality.
     fn cie_at(&mut self, addr: u64, table: &mut Frames) -> Result<Option<CieId>> {
-        let Some((_, fde)) = fde_covering(self.convert.eh, self.index, addr) else { return Ok(None) };
+        let Some(fde) = fde_covering(self.convert.eh, self.index, addr) else { return Ok(None) };
         let cie = fde.cie();
         let Some((enc, p)) = cie.personality_with_encoding() else { return Ok(None) };
         let key = (enc.0, p.pointer());
@@ -639,12 +639,20 @@ impl<'e, 'a> Personalities<'e, 'a> {
 }
 
 /// The input's FDE covering `addr`, found in `index` ((initial location, end, offset), sorted).
-fn fde_covering<'a>(eh: &EhFrameIn<'a>, index: &[(u64, u64, usize)], addr: u64) -> Option<(usize, ReadFde<'a>)> {
+fn fde_covering<'a>(eh: &EhFrameIn<'a>, index: &[(u64, u64, usize)], addr: u64) -> Option<ReadFde<'a>> {
+    fde_at(eh, covering(index, addr)?)
+}
+
+/// The offset of the FDE in `index` that covers `addr`.
+fn covering(index: &[(u64, u64, usize)], addr: u64) -> Option<usize> {
     let i = index.partition_point(|f| f.0 <= addr);
     // FDEs do not nest; a few steps back cover zero-length and overlapping oddities.
-    let &(_, _, off) = index[..i].iter().rev().take(4).find(|f| addr < f.1)?;
-    let fde = eh.section.fde_from_offset(&eh.bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).ok()?;
-    Some((off, fde))
+    index[..i].iter().rev().take(4).find(|f| addr < f.1).map(|f| f.2)
+}
+
+/// The FDE at offset `off` of the input's `.eh_frame`, parsed (with its CIE).
+fn fde_at<'a>(eh: &EhFrameIn<'a>, off: usize) -> Option<ReadFde<'a>> {
+    eh.section.fde_from_offset(&eh.bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).ok()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -996,11 +1004,12 @@ impl<'e, 'a> InputRows<'e, 'a> {
     /// The state at `addr`, or None when no FDE covers it or its CFI cannot be evaluated.
     fn state_at(&mut self, addr: u64) -> Option<State> {
         let eh = self.eh;
-        let (off, fde) = fde_covering(eh, self.index, addr)?;
+        let off = covering(self.index, addr)?;
         if self.rows_of == Some(off) {
             // The first row that holds `addr`, as gimli's `unwind_info_for_address` finds it.
             return self.rows.iter().find(|r| r.0 <= addr && addr < r.1).and_then(|r| r.2.clone());
         }
+        let fde = fde_at(eh, off)?;
         if self.last == Some(off) {
             self.rows.clear();
             self.rows_of = Some(off);
