@@ -12,10 +12,11 @@
 //! RIP-relative addresses taken out. Everything else a trampoline holds is the same for every
 //! piece of the program (the stubs and timer routines it calls, the thread check).
 //!
-//! **Its values** ([`Values`]) are what the shape leaves out: the point's gate address, call
-//! counter offset and id, and for each program instruction its branch target or RIP-relative
-//! address and the address after it (where the copy jumps back, or an emulated call's return
-//! address).
+//! **Its values** are what the shape leaves out: the point's gate address, call counter offset
+//! and id, and for each program instruction its branch target or RIP-relative address and the
+//! address after it (where the copy jumps back, or an emulated call's return address); a list
+//! of `u64` in the order [`GATE`], [`COUNTER`], [`ID`], then [`target_of`] and [`next_of`] of
+//! each program instruction.
 //!
 //! **A template** is made by encoding the piece with every value replaced by a *sentinel*: an
 //! address 512 MiB past the piece (each value its own, within a rel32's reach and far from
@@ -30,10 +31,11 @@
 //! branch out of it would be short (its target within a rel8's reach) or whose displacement
 //! does not fit 32 bits (the encoder's choices depend on the distance there), a shape with a
 //! field the sentinels do not account for, and the rare pieces whose displaced code is
-//! redirected (wrapped imports' GOT calls, entry jumps into exit windows). A shape gets a template only the second time it is seen on a
-//! thread, and that piece is encoded both ways: if the two differ in any byte, field or CFI
-//! shape, the shape never uses its template. So every piece is byte for byte what
-//! [`super::piece`] gives at that address (tests: `codegen::tests`, over a real program's pieces).
+//! redirected (wrapped imports' GOT calls, entry jumps into exit windows). A shape gets a
+//! template only the second time it is seen on a thread, and that piece is encoded both ways:
+//! if the two differ in any byte, field or CFI shape, the shape never uses its template. So
+//! every piece is byte for byte what [`super::piece`] gives at that address (tests below,
+//! over every per-point piece of a real program).
 
 use super::{
     exit_trampoline, import_trampoline, movable_fields, tail_call_trampoline, trampoline, Field, Movable, PieceKind,
@@ -60,7 +62,7 @@ const MAX_PROGRAM: usize = 16;
 /// Shapes a thread keeps at most (bounding the table's memory).
 const MAX_SHAPES: usize = 1 << 14;
 
-/// Index of a value in [`Values`]: the gate, the counter, the id, then per program
+/// Index of a value in a piece's values: the gate, the counter, the id, then per program
 /// instruction `k` its target (`3 + 2k`) and the address after it (`4 + 2k`).
 const GATE: usize = 0;
 const COUNTER: usize = 1;
@@ -158,7 +160,7 @@ impl<'a> Parts<'a> {
         })
     }
 
-    /// The piece's values into `v` (see [`Values`]).
+    /// The piece's values into `v` (in [`GATE`] … [`next_of`] order).
     fn values(&self, t: &Targets, v: &mut Vec<u64>) {
         let env = t.trampoline_env(self.id);
         v.clear();
@@ -276,7 +278,7 @@ struct TField {
     at: u32,
     /// Offset of the end of its instruction.
     end: u32,
-    /// Which value goes in it ([`Values`]); `None`: the same target in every piece.
+    /// Which value goes in it (its index, [`GATE`] …); `None`: the same target in every piece.
     value: Option<u8>,
     /// For a constant field, its target.
     target: u64,
@@ -317,7 +319,7 @@ pub struct Templates {
     values: Vec<u64>,
     tail_sites: Option<TailSites>,
     /// The scratch buffer of [`Movable::new`].
-    pub scratch: Vec<u8>,
+    scratch: Vec<u8>,
     /// Pieces made from a template, and encoded the usual way (counted for tests).
     pub made: usize,
     pub encoded: usize,
@@ -330,7 +332,7 @@ impl Template {
         if parts.program.len() > MAX_PROGRAM {
             return Ok(None);
         }
-        // The sentinel values, in [`Values`] order.
+        // The sentinel values, in the values' order.
         let base = at.wrapping_add(SENTINEL_BASE);
         let mut sentinels = vec![0; next_of(parts.program.len()) - 1];
         sentinels[GATE] = base;
