@@ -46,6 +46,9 @@
 //! never touched.
 
 mod encode;
+mod template;
+
+pub use template::Templates;
 
 use crate::error::{Error, Result};
 use crate::plan::{Exit, Plan, Point, Tactic};
@@ -1949,6 +1952,7 @@ pub struct Movable {
 }
 
 /// A rel32 / disp32 field of a [`Movable`] piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Field {
     /// Offset of the field in the piece.
     at: u32,

@@ -317,8 +317,8 @@ impl Cursor {
     fn encode_ahead(&mut self, plan: &Plan, kinds: &[PieceKind], t: &Targets) {
         let at = self.base + self.len;
         let ids = crate::unwind::ShapeIds::default();
-        let ready = crate::par::map(kinds, Vec::new, |scratch, &kind| {
-            codegen::Movable::new(plan, kind, at, t, &ids, scratch).ok()
+        let ready = crate::par::map(kinds, codegen::Templates::default, |templates, &kind| {
+            codegen::Movable::with_templates(plan, kind, at, t, &ids, templates).ok()
         });
         // A piece that fails here is encoded again in its turn, which reports the error.
         self.ahead = Ahead {

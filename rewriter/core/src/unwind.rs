@@ -640,9 +640,18 @@ impl<'e, 'a> Personalities<'e, 'a> {
 
 /// The input's FDE covering `addr`, found in `index` ((initial location, end, offset), sorted).
 fn fde_covering<'a>(eh: &EhFrameIn<'a>, index: &[(u64, u64, usize)], addr: u64) -> Option<ReadFde<'a>> {
+    fde_at(eh, covering(index, addr)?)
+}
+
+/// The offset of the FDE in `index` that covers `addr`.
+fn covering(index: &[(u64, u64, usize)], addr: u64) -> Option<usize> {
     let i = index.partition_point(|f| f.0 <= addr);
     // FDEs do not nest; a few steps back cover zero-length and overlapping oddities.
-    let &(_, _, off) = index[..i].iter().rev().take(4).find(|f| addr < f.1)?;
+    index[..i].iter().rev().take(4).find(|f| addr < f.1).map(|f| f.2)
+}
+
+/// The FDE at offset `off` of the input's `.eh_frame`, parsed (with its CIE).
+fn fde_at<'a>(eh: &EhFrameIn<'a>, off: usize) -> Option<ReadFde<'a>> {
     eh.section.fde_from_offset(&eh.bases, EhFrameOffset(off), |s, b, o| s.cie_from_offset(b, o)).ok()
 }
 
@@ -977,45 +986,74 @@ struct InputRows<'e, 'a> {
     ctx: UnwindContext<usize>,
     /// (initial location, end, offset of the FDE), sorted.
     index: &'e [(u64, u64, usize)],
+    /// The FDE (its offset) of the last lookup.
+    last: Option<usize>,
+    /// The rows of the FDE at `rows_of` (start, end, state), evaluated in full when a second
+    /// lookup in a row falls in the same FDE: an exit's trampoline, an import call site's,
+    /// the next exit or call site of the same function (each lookup alone would evaluate
+    /// the FDE's program from its start again).
+    rows_of: Option<usize>,
+    rows: Vec<(u64, u64, Option<State>)>,
 }
 
 impl<'e, 'a> InputRows<'e, 'a> {
     fn new(eh: &'e EhFrameIn<'a>, index: &'e [(u64, u64, usize)]) -> Self {
-        InputRows { eh, ctx: UnwindContext::new(), index }
+        InputRows { eh, ctx: UnwindContext::new(), index, last: None, rows_of: None, rows: Vec::new() }
     }
 
     /// The state at `addr`, or None when no FDE covers it or its CFI cannot be evaluated.
     fn state_at(&mut self, addr: u64) -> Option<State> {
         let eh = self.eh;
-        let fde = fde_covering(eh, self.index, addr)?;
-        let row = fde.unwind_info_for_address(&eh.section, &eh.bases, &mut self.ctx, addr).ok()?;
-        let expr = |e: &gimli::UnwindExpression<usize>| eh.expression(e).map(<[u8]>::to_vec);
-        let cfa = match row.cfa() {
-            CfaRule::RegisterAndOffset { register, offset } => Cfa::Reg(register.0, *offset),
-            CfaRule::Expression(e) => Cfa::Expr(expr(e)?),
-        };
-        let mut regs = Regs::default();
-        for (reg, rule) in row.registers() {
-            let reg = *reg;
-            let rule = match rule {
-                RegisterRule::SameValue => continue,
-                RegisterRule::Offset(n) => Rule::Offset(*n),
-                RegisterRule::Undefined => Rule::Other(Cfi::Undefined(reg)),
-                RegisterRule::ValOffset(n) => Rule::Other(val_offset_rule(reg.0, *n)),
-                RegisterRule::Register(r2) => Rule::Other(Cfi::Register(reg, *r2)),
-                RegisterRule::Expression(e) => Rule::Other(Cfi::Expression(reg, Expression::raw(expr(e)?))),
-                RegisterRule::ValExpression(e) => Rule::Other(Cfi::ValExpression(reg, Expression::raw(expr(e)?))),
-                _ => return None, // architectural / constant: nothing we can restate
-            };
-            regs.insert(reg.0, rule);
+        let off = covering(self.index, addr)?;
+        if self.rows_of == Some(off) {
+            // The first row that holds `addr`, as gimli's `unwind_info_for_address` finds it.
+            return self.rows.iter().find(|r| r.0 <= addr && addr < r.1).and_then(|r| r.2.clone());
         }
-        let (sp, fp) = match cfa {
-            Cfa::Reg(RSP, k) => (Some(k), None),
-            Cfa::Reg(RBP, k) => (None, Some(k)),
-            _ => (None, None),
-        };
-        Some(State { cfa, regs, sp, fp })
+        let fde = fde_at(eh, off)?;
+        if self.last == Some(off) {
+            self.rows.clear();
+            self.rows_of = Some(off);
+            let mut table = fde.rows(&eh.section, &eh.bases, &mut self.ctx).ok()?;
+            // Rows up to an error are kept: a lookup past it finds none, as gimli's does.
+            while let Ok(Some(row)) = table.next_row() {
+                self.rows.push((row.start_address(), row.end_address(), row_state(eh, row)));
+            }
+            return self.rows.iter().find(|r| r.0 <= addr && addr < r.1).and_then(|r| r.2.clone());
+        }
+        self.last = Some(off);
+        let row = fde.unwind_info_for_address(&eh.section, &eh.bases, &mut self.ctx, addr).ok()?;
+        row_state(eh, row)
     }
+}
+
+/// The state a row of the input's CFI describes; None where it cannot be restated.
+fn row_state(eh: &EhFrameIn, row: &gimli::UnwindTableRow<usize>) -> Option<State> {
+    let expr = |e: &gimli::UnwindExpression<usize>| eh.expression(e).map(<[u8]>::to_vec);
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => Cfa::Reg(register.0, *offset),
+        CfaRule::Expression(e) => Cfa::Expr(expr(e)?),
+    };
+    let mut regs = Regs::default();
+    for (reg, rule) in row.registers() {
+        let reg = *reg;
+        let rule = match rule {
+            RegisterRule::SameValue => continue,
+            RegisterRule::Offset(n) => Rule::Offset(*n),
+            RegisterRule::Undefined => Rule::Other(Cfi::Undefined(reg)),
+            RegisterRule::ValOffset(n) => Rule::Other(val_offset_rule(reg.0, *n)),
+            RegisterRule::Register(r2) => Rule::Other(Cfi::Register(reg, *r2)),
+            RegisterRule::Expression(e) => Rule::Other(Cfi::Expression(reg, Expression::raw(expr(e)?))),
+            RegisterRule::ValExpression(e) => Rule::Other(Cfi::ValExpression(reg, Expression::raw(expr(e)?))),
+            _ => return None, // architectural / constant: nothing we can restate
+        };
+        regs.insert(reg.0, rule);
+    }
+    let (sp, fp) = match cfa {
+        Cfa::Reg(RSP, k) => (Some(k), None),
+        Cfa::Reg(RBP, k) => (None, Some(k)),
+        _ => (None, None),
+    };
+    Some(State { cfa, regs, sp, fp })
 }
 
 // ---------------------------------------------------------------------------------------

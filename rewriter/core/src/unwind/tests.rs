@@ -1053,3 +1053,30 @@ fn restated_tables_are_shared() {
     let Err(e) = CalledEh::lay_out(&refs, &called, at, &|_| None, true) else { panic!("a lost LSDA is an error") };
     assert!(e.to_string().contains("is gone"), "{e}");
 }
+
+/// The input's state at every instruction boundary a real program's FDEs cover, looked up
+/// twice in a row (the second lookup in an FDE evaluates its rows in full and keeps them) and
+/// then at the next address, is the state a lookup with nothing kept gives.
+#[test]
+fn input_rows_kept_per_fde_give_the_states_of_a_fresh_lookup() {
+    for path in ["/usr/bin/ls", "/usr/bin/apt"] {
+        let Some(data) = system_binary(path) else { continue };
+        let elf = InputElf::parse(&data).unwrap();
+        let (in_addr, in_data) =
+            input_eh_frame(&elf, elf.segments.iter().find(|s| s.p_type == elf::PT_GNU_EH_FRAME).unwrap()).unwrap();
+        let input = EhFrameIn::of_program(&elf, in_addr, in_data);
+        let index = input.fdes().map(Result::unwrap).map(|f| (f.initial_address(), f.end_address(), f.offset()));
+        let mut index: Vec<_> = index.collect();
+        index.sort_unstable();
+        let mut kept = InputRows::new(&input, &index);
+        let mut looked = 0;
+        for &(start, end, _) in index.iter().take(400) {
+            for addr in (start..end).step_by(3) {
+                let fresh = InputRows::new(&input, &index).state_at(addr);
+                assert_eq!(kept.state_at(addr), fresh, "{path}: 0x{addr:x}");
+                looked += 1;
+            }
+        }
+        assert!(looked > 500, "{path}: {looked} lookups");
+    }
+}
