@@ -325,31 +325,19 @@ fn calls_only_enable_for_one_thread() {
     s.finish();
 }
 
-/// A snapshot request reaches threads that only pass calls-only entries: `stint ctl` disarms
-/// their path with the key, so their next entry takes the request at a safe point.
+/// The same first snapshot with calls-only entries (the threads take it at their next event:
+/// a wrapped call or a calls-only entry, whose path `stint ctl` disarms with the key).
 #[test]
 fn calls_only_snapshot_is_a_baseline() {
     let _turn = cpu_turn();
     let mut s = Session::start_spec("ctl-calls-snapshot", None, Some(CALLS_ONLY));
-    s.command("work 300", "done 300");
-    let line = s.ctl_ok(&["snapshot", "--wait-ms", "50"]);
-    assert!(line.starts_with("snapshot 1: 0 of 3 live threads took it; 3 idle"), "{line}");
-    s.command("work 200", "done 200");
-    let since = s.report(&["--since-snapshot"]);
-    assert_eq!(calls(&since, "worker-a", "tick"), 200, "{since:#}");
-    assert_eq!(calls(&since, "worker-b", "tick"), 200, "{since:#}");
-    assert_eq!(calls(&since, "main", "heartbeat"), 1, "{since:#}");
-    let total = s.report(&[]);
-    assert_eq!(calls(&total, "worker-a", "tick"), 501, "work 1, 300 and 200");
-    let status = s.ctl_ok(&["status"]);
-    assert!(status.contains("snapshot 1: 3 of 3 live threads took it"), "{status}");
+    first_snapshot(&mut s);
     s.finish();
 }
 
-#[test]
-fn snapshot_is_a_baseline() {
-    let _turn = cpu_turn();
-    let mut s = Session::start("ctl-snapshot", Some("on: [calls]\n"));
+/// `work 300`, a snapshot while every thread is blocked, `work 200`: the counts since the
+/// snapshot are the last command's, and every thread took it.
+fn first_snapshot(s: &mut Session) {
     s.command("work 300", "done 300");
     let line = s.ctl_ok(&["snapshot", "--wait-ms", "50"]);
     // Every thread is blocked: none reaches a safe point before its next event.
@@ -363,6 +351,47 @@ fn snapshot_is_a_baseline() {
     assert_eq!(calls(&total, "worker-a", "tick"), 501, "work 1, 300 and 200");
     let status = s.ctl_ok(&["status"]);
     assert!(status.contains("snapshot 1: 3 of 3 live threads took it"), "{status}");
+}
+
+/// A thread that runs nothing but calls-only entries (`bench_calls`' loop: no wrapped call,
+/// no import) still takes a request: `stint ctl` writes 0 into its `owner_tpx` with the key,
+/// so its next entry goes to the runtime's safe point. The loop runs until the test kills it
+/// (by pid).
+#[test]
+fn calls_only_loop_takes_a_snapshot() {
+    let _turn = cpu_turn();
+    let dir = fresh_dir("ctl-calls-loop");
+    let bin = build(&program("bench_calls"), Variant::PieO2);
+    let spec = dir.join("calls.yaml");
+    std::fs::write(&spec, "metrics: [{name: calls, kind: counter, at: entry, on_at_start: true}]\n").unwrap();
+    let out = dir.join("bench_calls");
+    let o = stint(&["rewrite", path_str(&bin), "-o", path_str(&out), "--spec", path_str(&spec), "-q"]);
+    assert_eq!(o.status, 0, "stint rewrite --spec: {o:?}");
+    let mut child = Command::new(&out)
+        .arg("100000000000")
+        .current_dir(&dir)
+        .env("STINT_PROFILE", profile_template(&dir, "bench_calls"))
+        .env_remove("STINT_CONTROL")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start bench_calls");
+    let profile = dir.join(format!("bench_calls.{}.stint", child.id()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !profile.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let snap = stint(&["ctl", path_str(&profile), "snapshot", "--wait-ms", "10000"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(snap.status, 0, "{snap:?}");
+    assert!(snap.stdout_str().starts_with("snapshot 1: 1 of 1 live threads took it"), "{snap:?}");
+}
+
+#[test]
+fn snapshot_is_a_baseline() {
+    let _turn = cpu_turn();
+    let mut s = Session::start("ctl-snapshot", Some("on: [calls]\n"));
+    first_snapshot(&mut s);
 
     // A second snapshot replaces the first.
     s.ctl_ok(&["snapshot", "--wait-ms", "0"]);
