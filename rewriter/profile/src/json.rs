@@ -568,7 +568,12 @@ pub fn compensation_json(p: &Profile) -> Option<CompensationJson> {
         inside_sampled_entry_exit_ps: ps(c.inner_sampled_ee_ticks),
         wrapper_event_ps: ps(c.wrap_event_ticks),
         wrapper_slow_event_ps: ps(c.wrap_slow_ticks),
-        wrapper_slow_events: p.threads.iter().flat_map(|t| &t.calltree).map(|n| n.slow_wrap_events).sum(),
+        wrapper_slow_events: p
+            .threads
+            .iter()
+            .flat_map(|t| &t.calltree)
+            .map(|n| n.slow_wrap_events)
+            .fold(0, u64::saturating_add),
         clamped: c.clamped,
         calibrations: c
             .runs

@@ -978,7 +978,7 @@ fn estimate_sampled(
         let point = a.point;
         let calls = match counts.iter().find(|c| c.0 == point) {
             Some(&(_, c)) => c,
-            None => calltree.iter().filter(|n| n.point == point).map(|n| n.calls).sum(),
+            None => calltree.iter().filter(|n| n.point == point).map(|n| n.calls).fold(0, u64::saturating_add),
         };
         if a.timed <= a.learn_calls || calls <= a.timed {
             continue;

@@ -957,7 +957,7 @@ pub fn compensation_line(p: &Profile) -> Option<String> {
         line.push_str("; no call paths: callees' costs stay in their callers");
     }
     // Only where some timed function took the wrappers' fast path (wrapcomp).
-    let events: u64 = p.threads.iter().flat_map(|t| &t.calltree).map(|n| n.wrap_events).sum();
+    let events: u64 = p.threads.iter().flat_map(|t| &t.calltree).map(|n| n.wrap_events).fold(0, u64::saturating_add);
     if c.applied && c.wrap_event_ticks > 0 && events > 0 {
         let _ = write!(
             line,
@@ -966,7 +966,7 @@ pub fn compensation_line(p: &Profile) -> Option<String> {
         );
     }
     // Where some timed function went through the wrappers' full path (slowwrap).
-    let slow: u64 = p.threads.iter().flat_map(|t| &t.calltree).map(|n| n.slow_wrap_events).sum();
+    let slow: u64 = p.threads.iter().flat_map(|t| &t.calltree).map(|n| n.slow_wrap_events).fold(0, u64::saturating_add);
     if c.applied && c.wrap_slow_ticks > 0 && slow > 0 {
         let _ = write!(
             line,
