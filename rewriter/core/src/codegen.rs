@@ -568,7 +568,7 @@ fn calls_trampoline(point: &Point, env: TrampolineEnv, at: u64) -> Result<Vec<u8
     displaced_code(&mut b, &point.displaced, point.emulate_call)?;
     b.bind(slow);
     // A process that measures nothing never asks the runtime again (the idle word).
-    b.op(Instruction::with2(Code::Cmp_rm8_imm8, rip(env.cookie + 8), 0))?;
+    b.op(Instruction::with2(Code::Cmp_rm8_imm8, rip(env.cookie + stint_layout::IDLE_OFFSET), 0))?;
     b.add(Instruction::with_branch(Code::Jne_rel32_64, skip).map_err(internal)?);
     b.op(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, point.id))?;
     b.add(Instruction::with_branch(Code::Call_rel32_64, env.slow_stub).map_err(internal)?);
@@ -2067,6 +2067,22 @@ mod tests {
     }
 
     /// The targets every trampoline test encodes against.
+    /// Point `id` with a `window` entry at 0x401000 of `window_len` bytes.
+    fn window_point(id: u32, window_len: u64, displaced: Vec<Instruction>, emulate_call: bool, bits: u8) -> Point {
+        Point {
+            id,
+            function: 0,
+            address: 0x401000,
+            window_len,
+            displaced,
+            emulate_call,
+            tactic: Tactic::Window,
+            bits,
+            wrap: None,
+            import: None,
+        }
+    }
+
     fn test_env() -> TrampolineEnv {
         TrampolineEnv {
             gate: 0x500000,
@@ -2134,18 +2150,7 @@ mod tests {
         // push rbp; mov rbp, rsp; sub rsp, 0x10  at 0x401000
         let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10];
         let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
-        let p = Point {
-            id: 3,
-            function: 0,
-            address: 0x401000,
-            window_len: 8,
-            displaced,
-            emulate_call: false,
-            tactic: Tactic::Window,
-            bits: 5, // calls and wall time (a calls-only point has `calls_trampoline`)
-            wrap: None,
-            import: None,
-        };
+        let p = window_point(3, 8, displaced, false, 5);
         let env = test_env();
         let out = trampoline(&p, env, 0x700000, None).unwrap();
         let text = disasm(&out, 0x700000).join("\n");
@@ -2166,18 +2171,7 @@ mod tests {
     fn calls_only_point_counts_on_one_straight_path() {
         let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10]; // push rbp; mov rbp,rsp; sub rsp,16
         let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
-        let p = Point {
-            id: 3,
-            function: 0,
-            address: 0x401000,
-            window_len: 8,
-            displaced,
-            emulate_call: false,
-            tactic: Tactic::Window,
-            bits: CALLS_BIT,
-            wrap: None,
-            import: None,
-        };
+        let p = window_point(3, 8, displaced, false, CALLS_BIT);
         let at = 0x700000;
         let text = disasm(&trampoline(&p, test_env(), at, None).unwrap(), at).join("\n");
         let path =
@@ -2207,18 +2201,7 @@ mod tests {
         assert_eq!((out[3].code(), out[3].near_branch_target(), out[3].ip()), (Code::Jmp_rel32_64, 0x750000, 0x401006));
         // A jump of the window is no fall-through key: without the end in the map, nothing.
         assert!(redirect_entry_jumps(&displaced, &BTreeMap::from([(0x401007, 0x750000)])).is_none());
-        let p = Point {
-            id: 3,
-            function: 0,
-            address: 0x401000,
-            window_len: 6,
-            displaced: out.clone(),
-            emulate_call: false,
-            tactic: Tactic::Window,
-            bits: 5,
-            wrap: None,
-            import: None,
-        };
+        let p = window_point(3, 6, out.clone(), false, 5);
         let text = disasm(&trampoline(&p, test_env(), 0x700000, None).unwrap(), 0x700000).join("\n");
         assert_eq!(text.matches("jmp 0000000000750000h").count(), 2, "{text}");
         assert_eq!(text.matches("jne 0000000000401016h").count(), 2, "{text}");
@@ -2233,18 +2216,7 @@ mod tests {
     fn measuring_path_starts_16_aligned_after_unreached_padding() {
         let code = [0x48, 0x8d, 0x47, 0x01, 0xc3]; // lea rax, [rdi+1]; ret
         let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
-        let p = Point {
-            id: 2,
-            function: 0,
-            address: 0x401000,
-            window_len: 5,
-            displaced,
-            emulate_call: false,
-            tactic: Tactic::Window,
-            bits: 5,
-            wrap: None,
-            import: None,
-        };
+        let p = window_point(2, 5, displaced, false, 5);
         let env = test_env();
         let mut pads = std::collections::BTreeSet::new();
         for at in 0x700000..0x700000 + 16 {
@@ -2375,18 +2347,7 @@ mod tests {
         // push rbx; call 0x402000  at 0x401000 (call ends at 0x401006)
         let code = [0x53, 0xe8, 0xfa, 0x0f, 0x00, 0x00];
         let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
-        let p = Point {
-            id: 0,
-            function: 0,
-            address: 0x401000,
-            window_len: 6,
-            displaced,
-            emulate_call: true,
-            tactic: Tactic::Window,
-            bits: 1,
-            wrap: None,
-            import: None,
-        };
+        let p = window_point(0, 6, displaced, true, 1);
         let env = TrampolineEnv {
             gate: 0x500000,
             cookie: 0x4ff000,
@@ -2415,18 +2376,7 @@ mod tests {
         assert_eq!((out[1].code(), out[1].near_branch_target()), (Code::Call_rel32_64, 0x700000));
         // Same place: an emulated call pushes the original return address.
         assert_eq!((out[1].ip(), out[1].next_ip()), (0x401007, 0x40100d));
-        let p = Point {
-            id: 0,
-            function: 0,
-            address: 0x401000,
-            window_len: 13,
-            displaced: out,
-            emulate_call: true,
-            tactic: Tactic::Window,
-            bits: 1,
-            wrap: None,
-            import: None,
-        };
+        let p = window_point(0, 13, out, true, 1);
         let env = TrampolineEnv {
             gate: 0x600000,
             cookie: 0x5ff000,
@@ -2446,18 +2396,7 @@ mod tests {
         // mov rax, [rip+0x2000]; call 0x402000  at 0x401000
         let code = [0x48, 0x8b, 0x05, 0x00, 0x20, 0x00, 0x00, 0xe8, 0xf4, 0x0f, 0x00, 0x00];
         let displaced: Vec<_> = Decoder::with_ip(64, &code, 0x401000, DecoderOptions::NONE).into_iter().collect();
-        let p = Point {
-            id: 0,
-            function: 0,
-            address: 0x401000,
-            window_len: 12,
-            displaced,
-            emulate_call: true,
-            tactic: Tactic::Window,
-            bits: 0x7,
-            wrap: None,
-            import: None,
-        };
+        let p = window_point(0, 12, displaced, true, 0x7);
         Plan { points: vec![p], ..Plan::default() }
     }
 

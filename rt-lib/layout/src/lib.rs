@@ -499,8 +499,11 @@ pub const fn cookie_addr(control_region: u64) -> u64 {
 /// (no profile, a setuid program, …): the calls-only entries then skip the runtime when their
 /// thread check fails. 0 in a fork child (the page is wiped), whose first entry decides again.
 pub const fn idle_addr(control_region: u64) -> u64 {
-    cookie_addr(control_region) + 8
+    cookie_addr(control_region) + IDLE_OFFSET
 }
+
+/// Where the idle word lies after the cookie (the calls-only trampolines read it there).
+pub const IDLE_OFFSET: u64 = 8;
 
 /// `ColumnHeader::lazy_ready`: the held and wait tables have their file blocks.
 pub const LAZY_LOCK_TABLES: u32 = 1;

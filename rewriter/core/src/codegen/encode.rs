@@ -80,11 +80,13 @@ struct Shapes {
 /// A multiply-rotate hasher for the shape table (the standard SipHash cost a tenth of the
 /// rewrite; nothing here needs resistance to chosen keys).
 #[derive(Default)]
-struct Fx(u64);
+pub(super) struct Fx(u64);
 
 impl Hasher for Fx {
     fn finish(&self) -> u64 {
-        self.0
+        // Fold the high bits down: a table indexes by the low ones, which a multiply leaves
+        // depending on the low bits of the input only (the templates' derived keys).
+        self.0 ^ (self.0 >> 29)
     }
     fn write(&mut self, bytes: &[u8]) {
         for c in bytes.chunks(8) {

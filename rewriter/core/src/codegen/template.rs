@@ -37,6 +37,7 @@
 //! every piece is byte for byte what [`super::piece`] gives at that address (tests below,
 //! over every per-point piece of a real program).
 
+use super::encode::Fx;
 use super::{
     exit_trampoline, import_trampoline, movable_fields, tail_call_trampoline, trampoline, Field, Movable, PieceKind,
     Targets, TrampolineEnv,
@@ -220,7 +221,7 @@ fn retarget(ins: &Instruction, to: u64) -> Instruction {
     x
 }
 
-type TailSites = std::collections::HashSet<u64, BuildHasherDefault<Mix>>;
+type TailSites = std::collections::HashSet<u64, BuildHasherDefault<Fx>>;
 
 /// A piece's shape: what two pieces with the same template have in common (module doc).
 /// Equality is `Instruction`'s (which ignores the address and the length).
@@ -247,27 +248,6 @@ impl Hash for Key {
             h.write_u64(u64::from(x.code() as u16) | regs << 16);
             h.write_u64(x.memory_displacement64() ^ x.immediate64());
         }
-    }
-}
-
-/// A multiply-rotate hasher (nothing here needs resistance to chosen keys).
-#[derive(Default)]
-struct Mix(u64);
-
-impl Hasher for Mix {
-    fn finish(&self) -> u64 {
-        // Fold the high bits down: the table indexes by the low ones.
-        self.0 ^ (self.0 >> 29)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..c.len()].copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
 }
 
@@ -314,7 +294,7 @@ enum Entry {
 /// The templates of one thread and its scratch space ([`Movable::with_templates`]).
 #[derive(Default)]
 pub struct Templates {
-    shapes: HashMap<Key, Entry, BuildHasherDefault<Mix>>,
+    shapes: HashMap<Key, Entry, BuildHasherDefault<Fx>>,
     key: Option<Key>,
     values: Vec<u64>,
     tail_sites: Option<TailSites>,
